@@ -1,0 +1,3 @@
+from r3tui.cli import main
+
+raise SystemExit(main())

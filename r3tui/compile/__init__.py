@@ -1,0 +1,1 @@
+"""compile layer of R³."""

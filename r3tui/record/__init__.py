@@ -1,0 +1,1 @@
+"""record layer of R³."""

@@ -1,0 +1,1 @@
+"""remix layer of R³."""
