@@ -41,6 +41,10 @@ class SchemaTooNew(DatabaseError):
     """The database was written by a newer R³ whose schema this one does not know."""
 
 
+class SchemaNeedsUpgrade(DatabaseError):
+    """The database was written by an older R³ and a read-only open cannot migrate it."""
+
+
 class DatabaseLocked(DatabaseError):
     """Another writer holds the database longer than the busy timeout."""
 
