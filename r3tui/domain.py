@@ -134,7 +134,8 @@ class KernelLaunch:
 
     @property
     def key(self) -> tuple[str, tuple[int, int, int], tuple[int, int, int], int]:
-        return (self.kernel_name, self.grid.as_tuple(), self.block.as_tuple(), self.shared_mem_bytes)
+        grid, block = self.grid.as_tuple(), self.block.as_tuple()
+        return (self.kernel_name, grid, block, self.shared_mem_bytes)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,129 @@
+"""Settings: nested frozen dataclasses read from ``r3.toml`` and the user config file.
+
+Precedence, highest first: command-line flags, environment variables (``R3_DB``,
+``R3_MODEL``), ``./r3.toml`` (the project), ``~/.config/r3/config.toml`` (the user, located
+with platformdirs), then the defaults below.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+from r3tui.errors import ConfigError
+
+DEFAULT_DB = Path("r3.sqlite")
+PROJECT_CONFIG = Path("r3.toml")
+
+
+@dataclass(frozen=True)
+class DatabaseSettings:
+    path: Path = field(default=DEFAULT_DB, metadata={"help": "experiment database file"})
+    busy_timeout_s: float = field(
+        default=10.0, metadata={"help": "how long a writer waits for a lock before failing"}
+    )
+
+
+@dataclass(frozen=True)
+class CompileSettings:
+    toolchain: str = field(default="nvrtc", metadata={"help": "nvrtc | nvcc"})
+    arch: str = field(default="sm_90", metadata={"help": "GPU architecture to build cubins for"})
+    cache_dir: Path | None = field(
+        default=None, metadata={"help": "compile cache directory (default: user cache dir)"}
+    )
+
+
+@dataclass(frozen=True)
+class ModelSettings:
+    path: Path | None = field(default=None, metadata={"help": "GGUF model file"})
+
+
+@dataclass(frozen=True)
+class Settings:
+    db: DatabaseSettings = field(default_factory=DatabaseSettings)
+    compile: CompileSettings = field(default_factory=CompileSettings)
+    model: ModelSettings = field(default_factory=ModelSettings)
+    sources: tuple[Path, ...] = ()  # config files that were read, for `r3 doctor`
+
+
+def user_config_path() -> Path:
+    from platformdirs import user_config_dir
+
+    return Path(user_config_dir("r3", appauthor=False)) / "config.toml"
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as handle:
+            return tomllib.load(handle)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config file {path} is not valid TOML: {exc}") from exc
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from exc
+
+
+def _merge_section(current: Any, section: str, values: Any, origin: Path) -> Any:
+    if not isinstance(values, dict):
+        raise ConfigError(f"{origin}: [{section}] must be a table")
+    known = {f.name: f for f in fields(current)}
+    updates: dict[str, Any] = {}
+    for key, value in values.items():
+        if key not in known:
+            raise ConfigError(
+                f"{origin}: unknown key {section}.{key} (known: {', '.join(sorted(known))})"
+            )
+        default = getattr(current, key)
+        if isinstance(default, Path) or key in ("path", "cache_dir"):
+            if not isinstance(value, str):
+                raise ConfigError(f"{origin}: {section}.{key} must be a string path")
+            path = Path(value).expanduser()
+            updates[key] = path if path.is_absolute() else origin.parent / path
+        elif isinstance(default, float):
+            if not isinstance(value, int | float):
+                raise ConfigError(f"{origin}: {section}.{key} must be a number")
+            updates[key] = float(value)
+        else:
+            if not isinstance(value, str):
+                raise ConfigError(f"{origin}: {section}.{key} must be a string")
+            updates[key] = value
+    return replace(current, **updates)
+
+
+def apply_file(settings: Settings, path: Path) -> Settings:
+    data = _read_toml(path)
+    sections = {f.name for f in fields(settings) if f.name != "sources"}
+    for section, values in data.items():
+        if section not in sections:
+            raise ConfigError(
+                f"{path}: unknown section [{section}] (known: {', '.join(sorted(sections))})"
+            )
+        settings = replace(
+            settings, **{section: _merge_section(getattr(settings, section), section, values, path)}
+        )
+    return replace(settings, sources=(*settings.sources, path))
+
+
+def load_settings(*, project_dir: Path | None = None, user_file: Path | None = None) -> Settings:
+    """Defaults, then the user file, then the project file, then the environment."""
+    settings = Settings()
+    user = user_file if user_file is not None else user_config_path()
+    if user.is_file():
+        settings = apply_file(settings, user)
+    project = (project_dir or Path.cwd()) / PROJECT_CONFIG
+    if project.is_file():
+        settings = apply_file(settings, project)
+    if env_db := os.environ.get("R3_DB"):
+        settings = replace(settings, db=replace(settings.db, path=Path(env_db).expanduser()))
+    if env_model := os.environ.get("R3_MODEL"):
+        settings = replace(
+            settings, model=replace(settings.model, path=Path(env_model).expanduser())
+        )
+    return settings
+
+
+def resolve_db_path(flag: str | None, settings: Settings) -> Path:
+    """``--db`` wins over everything else."""
+    return Path(flag).expanduser() if flag else settings.db.path
