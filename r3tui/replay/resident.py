@@ -1,0 +1,240 @@
+"""A recording resident on one GPU: the arena mapped at its recorded addresses, a pristine
+device copy of the prologue, the epilogue on the device, and candidates evaluated against them.
+
+This runs inside the replay worker process (:mod:`r3tui.replay.worker`); a sticky CUDA error
+sets :attr:`ResidentBundle.poisoned` and the worker is replaced.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, replace
+from typing import Any
+
+from r3tui.domain import Measurement, MeasurementStatus, ResourceUsage
+from r3tui.record import cuda_driver as cu
+from r3tui.record.arena import Arena
+from r3tui.record.bundle import Bundle
+from r3tui.record.manifest import Manifest
+from r3tui.replay.candidate import Candidate
+from r3tui.replay.device_verify import DeviceComparator
+from r3tui.replay.timing import EventTimer, L2Flush, TimingPolicy, time_launches
+from r3tui.replay.verify import Comparison, compare_host, worst
+
+
+@dataclass
+class _Loaded:
+    module: Any
+    function: Any
+    layout: list[tuple[int, int]]
+    globals: dict[str, tuple[int, int]]  # name -> (address, size) in this module
+
+
+def _round_up(value: int, multiple: int) -> int:
+    return (value + multiple - 1) // multiple * multiple
+
+
+class ResidentBundle:
+    def __init__(self, bundle: Bundle, device: int = 0,
+                 policy: TimingPolicy = TimingPolicy()) -> None:
+        self.bundle = bundle
+        self.manifest: Manifest = bundle.manifest
+        self.policy = policy
+        self.poisoned = False
+        self.ctx = cu.PrimaryContext(device)
+        m = self.manifest
+        # The fixed range first, before anything else in this process takes address space.
+        self.arena = Arena(m.arena.size, base=m.arena.base, device=device)
+        drv = cu.driver()
+        self.info = cu.device_info(self.ctx.device)
+        self.stream = cu.check(
+            drv.cuStreamCreate(drv.CUstream_flags.CU_STREAM_NON_BLOCKING), "cuStreamCreate")
+        self.extent = _round_up(max((a.address + a.size - m.arena.base for a in m.allocations),
+                                    default=0), 256)
+        self.arena.map_extent(max(self.extent, 1))
+        for a in m.allocations:
+            self.arena.place(a.name, a.address, a.size)
+            cu.copy_to_device(a.address, bundle.blob(a.prologue))
+        self._buffers: list[int] = []
+        self.pristine = self._alloc(self.extent)
+        if self.extent:
+            cu.check(drv.cuMemcpyDtoD(self.pristine, m.arena.base, self.extent), "cuMemcpyDtoD")
+        # The epilogue of an allocation the kernel does not change is its prologue: compare
+        # against the pristine copy instead of storing it twice.
+        changed = [a for a in m.allocations if a.epilogue != a.prologue]
+        expected_base = self._alloc(self.extent) if changed else self.pristine
+        self.expected: dict[str, int] = {
+            a.name: self.pristine + a.address - m.arena.base for a in m.allocations}
+        for a in changed:
+            self.expected[a.name] = expected_base + a.address - m.arena.base
+            cu.copy_to_device(self.expected[a.name], bundle.blob(a.epilogue))
+        self.global_prologue = {g.name: bundle.blob(g.prologue) for g in m.globals}
+        self.global_epilogue = {g.name: bundle.blob(g.epilogue) for g in m.globals}
+        self.flush = (L2Flush(self.info.l2_bytes, self.stream)
+                      if m.working_set_bytes < 2 * self.info.l2_bytes else None)
+        self.comparator = DeviceComparator(self.info.arch, self.info.sm_count, self.stream)
+        self.timer = EventTimer(self.stream)
+        self._loaded: dict[tuple[str, str], _Loaded] = {}
+        self._results: dict[tuple[object, ...], Measurement] = {}
+        self.launches = 0
+
+    @property
+    def measured(self) -> int:
+        """Distinct (binary, launch) pairs measured so far."""
+        return len(self._results)
+
+    def _alloc(self, size: int) -> int:
+        drv = cu.driver()
+        ptr = int(cu.check(drv.cuMemAlloc(max(size, 256)), "cuMemAlloc"))
+        self._buffers.append(ptr)
+        return ptr
+
+    # -- candidate pieces ----------------------------------------------------------------
+    def _load(self, c: Candidate) -> _Loaded:
+        key = (c.binary_sha256, c.lowered_name)
+        if key not in self._loaded:
+            module = cu.load_module(c.binary)
+            function = cu.get_function(module, c.lowered_name)
+            globals_: dict[str, tuple[int, int]] = {}
+            for g in self.manifest.globals:
+                found = cu.module_global(module, g.name)
+                if found is not None and found[1] == g.size:
+                    globals_[g.name] = found
+            self._loaded[key] = _Loaded(module, function, cu.param_layout(function), globals_)
+        return self._loaded[key]
+
+    def restore(self, loaded: _Loaded | None = None) -> None:
+        """Put the prologue back (device to device), then flush L2 if it would hold it."""
+        drv = cu.driver()
+        if self.extent:
+            cu.check(drv.cuMemcpyDtoDAsync(self.manifest.arena.base, self.pristine, self.extent,
+                                           self.stream), "cuMemcpyDtoDAsync")
+        if loaded is not None:
+            for name, (address, _size) in loaded.globals.items():
+                data = self.global_prologue[name]
+                cu.check(drv.cuMemcpyHtoDAsync(address, data, len(data), self.stream),
+                         "cuMemcpyHtoDAsync")
+        if self.flush is not None:
+            self.flush()
+
+    def _check_layout(self, loaded: _Loaded, args: bytes) -> str | None:
+        recorded = [(p.offset, p.size) for p in self.manifest.params]
+        if self.manifest.params and [s for _, s in loaded.layout] != [s for _, s in recorded]:
+            return (f"the candidate's parameters ({[s for _, s in loaded.layout]} bytes) do not "
+                    f"match the recording's ({[s for _, s in recorded]} bytes)")
+        end = max((o + s for o, s in loaded.layout), default=0)
+        if end > len(args):
+            return f"the candidate's parameters need {end} bytes; the arguments hold {len(args)}"
+        return None
+
+    def verify(self, loaded: _Loaded) -> list[Comparison]:
+        m = self.manifest
+        out = [
+            self.comparator.compare(a.address, self.expected[a.name], a.size, a.tolerance,
+                                    a.dtype, buffer=a.name)
+            for a in m.allocations
+        ]
+        for g in m.globals:
+            if g.name not in loaded.globals:
+                continue
+            address, size = loaded.globals[g.name]
+            out.append(compare_host(cu.copy_to_host(address, size), self.global_epilogue[g.name],
+                                    None, None, buffer=f"global {g.name}"))
+        return out
+
+    def _resources(self, c: Candidate, loaded: _Loaded) -> ResourceUsage:
+        if c.resources.registers is not None:
+            return c.resources
+        attr = cu.function_attribute
+        fn = loaded.function
+        return ResourceUsage(
+            registers=attr(fn, "CU_FUNC_ATTRIBUTE_NUM_REGS"),
+            shared_mem_bytes=attr(fn, "CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES"),
+            local_mem_bytes=attr(fn, "CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES"),
+            max_threads_per_block=attr(fn, "CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK"),
+        )
+
+    # -- evaluation ----------------------------------------------------------------------
+    def evaluate(self, c: Candidate, *, timed: bool = True) -> Measurement:
+        """Verify, then time, one candidate; failures come back as statuses.
+
+        Verification runs first so a wrong candidate costs one launch, not a timing loop;
+        every launch starts from the restored prologue, so the order changes no result.
+        """
+        key = (*c.launch_key(self.manifest), timed)
+        if key in self._results:
+            return self._results[key]
+        began = time.perf_counter()
+        base = Measurement(MeasurementStatus.OK, binary_sha256=c.binary_sha256,
+                           compile_time_s=c.compile_time_s, compile_log=c.compile_log,
+                           resources=c.resources)
+        grid, block, shm, args = c.resolve(self.manifest)
+        stage = "load"
+        try:
+            loaded = self._load(c)
+            base = replace(base, resources=self._resources(c, loaded))
+            problem = self._check_layout(loaded, args)
+            if problem:
+                return self._done(key, replace(base, status=MeasurementStatus.LAUNCH_ERROR,
+                                               error_text=problem), began)
+            cu.allow_dynamic_shared(loaded.function, shm)
+            params = cu.KernelParams(args, loaded.layout)
+
+            def launch() -> None:
+                cu.launch(loaded.function, grid.as_tuple(), block.as_tuple(), shm, self.stream,
+                          params)
+                self.launches += 1
+
+            stage = "launch"
+            self.restore(loaded)
+            launch()
+            stage = "run"
+            cu.check(cu.driver().cuStreamSynchronize(self.stream), "cuStreamSynchronize")
+            stage = "verify"
+            comparisons = self.verify(loaded)
+            bad = [x for x in comparisons if not x.passed]
+            worst_cmp = worst(comparisons)
+            max_error = worst_cmp.max_error if worst_cmp else 0.0
+            if bad:
+                text = "; ".join(x.describe() for x in bad[:4])
+                return self._done(key, replace(
+                    base, status=MeasurementStatus.WRONG_RESULT, verified=False,
+                    max_error=max_error, error_text=text), began)
+            stats = None
+            if timed:
+                stage = "time"
+                stats = time_launches(launch, lambda: self.restore(loaded), self.timer,
+                                      self.policy)
+            return self._done(key, replace(base, time=stats, verified=True,
+                                           max_error=max_error), began)
+        except cu.CudaError as exc:
+            if exc.sticky:
+                self.poisoned = True
+            status = (MeasurementStatus.CRASHED if exc.sticky or stage in ("run", "time")
+                      else MeasurementStatus.LAUNCH_ERROR)
+            return self._done(key, replace(base, status=status, error_text=f"{stage}: {exc}"),
+                              began, cache=not self.poisoned)
+
+    def _done(self, key: tuple[object, ...], m: Measurement, began: float, *,
+              cache: bool = True) -> Measurement:
+        m = replace(m, replay_wall_s=time.perf_counter() - began)
+        if cache:
+            self._results[key] = m
+        return m
+
+    def close(self) -> None:
+        if self.poisoned:
+            return  # every call would fail; the process exits and the driver cleans up
+        drv = cu.driver()
+        drv.cuStreamSynchronize(self.stream)
+        self.comparator.close()
+        self.timer.close()
+        if self.flush is not None:
+            self.flush.close()
+        for loaded in self._loaded.values():
+            drv.cuModuleUnload(loaded.module)
+        for ptr in self._buffers:
+            drv.cuMemFree(ptr)
+        self.arena.close()
+        drv.cuStreamDestroy(self.stream)
+        self.ctx.release()

@@ -1,0 +1,63 @@
+"""Replay pieces that run without a GPU: candidates, the timing rule, the worker protocol."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from r3tui.domain import Dim3, ResourceUsage
+from r3tui.errors import GpuUnavailable, RecordingError
+from r3tui.replay import Candidate, ReplayWorker
+from r3tui.replay.timing import TimingPolicy, settled
+from tests.unit.test_bundle import write_bundle
+
+
+def test_candidate_defaults_to_the_recorded_launch(tmp_path: Path) -> None:
+    m = write_bundle(tmp_path / "b", n=4096).manifest
+    c = Candidate(b"cubin", "axpy")
+    grid, block, shm, args = c.resolve(m)
+    assert (grid, block, shm, args) == (Dim3(16), Dim3(256), 0, m.arg_bytes())
+    # A new block derives the grid from the recorded work size.
+    grid, block, _, _ = Candidate(b"cubin", "axpy", block=Dim3(128)).resolve(m)
+    assert (grid, block) == (Dim3(32), Dim3(128))
+    assert Candidate(b"cubin", "axpy", grid=Dim3(3), block=Dim3(128)).resolve(m)[0] == Dim3(3)
+
+
+def test_identical_code_has_one_launch_key(tmp_path: Path) -> None:
+    m = write_bundle(tmp_path / "b").manifest
+    a = Candidate(b"cubin-with-note-1", "axpy", code_sha256="ab" * 32)
+    b = Candidate(b"cubin-with-note-2", "axpy", code_sha256="ab" * 32,
+                  resources=ResourceUsage(registers=30))
+    assert a.launch_key(m) == b.launch_key(m)
+    assert a.launch_key(m) != Candidate(b"x", "axpy", block=Dim3(128)).launch_key(m)
+    assert Candidate(b"x", "axpy").binary_sha256 != Candidate(b"y", "axpy").binary_sha256
+
+
+def test_timing_stops_when_the_median_settles() -> None:
+    policy = TimingPolicy(min_samples=5, settle_window=5, settle_rtol=0.01)
+    assert not settled([1.0] * 7, policy)  # too few
+    assert settled([1.0] * 8, policy)
+    assert not settled([1.0] * 4 + [2.0] * 4, policy)
+
+
+def test_worker_reports_a_missing_gpu_as_one_error(tmp_path: Path) -> None:
+    bundle = write_bundle(tmp_path / "b")
+    worker = ReplayWorker(bundle.path, startup_timeout_s=120)
+    try:
+        from r3tui.record.cuda_driver import init_device
+
+        init_device(0)
+    except GpuUnavailable:
+        with pytest.raises(GpuUnavailable, match="no usable CUDA device"):
+            worker.start()
+    else:
+        pytest.skip("a GPU is present; the GPU tests cover the worker")
+    finally:
+        worker.close()
+
+
+def test_worker_reports_a_bad_bundle(tmp_path: Path) -> None:
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(RecordingError, match="not a recording bundle"):
+        ReplayWorker(tmp_path / "empty", startup_timeout_s=120).start()
