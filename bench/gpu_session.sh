@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# One GPU session on the device machine: environment probe, the GPU test suite, a summary.
+#
+#   source .device/setup.sh && bash bench/gpu_session.sh
+#
+# The full log and a JUnit XML go to $OUT (the device tool copies that folder back); the
+# table at the end is what the reply's output tail shows.
+set -u -o pipefail
+export PYTHONUNBUFFERED=1
+OUT=${OUT:-/tmp/r3-gpu-session}
+mkdir -p "$OUT"
+cd "$(dirname "$0")/.."
+
+{
+  echo "== environment"
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm --format=csv,noheader || true
+  python3 - <<'PY'
+import importlib.metadata as md
+for name in ("cuda-bindings", "nvidia-cuda-nvrtc", "numpy", "pycuda", "pytest"):
+    try:
+        print(f"{name:18} {md.version(name)}")
+    except md.PackageNotFoundError:
+        print(f"{name:18} missing")
+PY
+} 2>&1 | tee "$OUT/environment.txt"
+
+echo "== GPU tests"
+export R3_GPU_REPORT="$OUT/replay-times.jsonl"
+rm -f "$R3_GPU_REPORT"
+python3 -m pytest tests/gpu -m gpu -q -rs -p no:cacheprovider --durations=15 \
+  --junitxml="$OUT/gpu-junit.xml" "$@" 2>&1 | tee "$OUT/gpu-tests.log"
+rc=${PIPESTATUS[0]}
+
+python3 - "$OUT/gpu-junit.xml" <<'PY'
+import sys
+import xml.etree.ElementTree as ET
+
+try:
+    root = ET.parse(sys.argv[1]).getroot()
+except (OSError, ET.ParseError) as exc:
+    print(f"no JUnit report: {exc}")
+    raise SystemExit(0)
+rows, counts = [], {"passed": 0, "failed": 0, "skipped": 0, "error": 0}
+for case in root.iter("testcase"):
+    outcome = "passed"
+    for tag in ("failure", "error", "skipped"):
+        if case.find(tag) is not None:
+            outcome = {"failure": "failed"}.get(tag, tag)
+    counts[outcome] += 1
+    name = case.get("name", "?")
+    module = case.get("classname", "").rsplit(".", 1)[-1]
+    rows.append((f"{module}::{name}", outcome, float(case.get("time", 0))))
+print()
+print(f"{'test':78} {'outcome':8} {'s':>7}")
+print("-" * 95)
+for name, outcome, seconds in rows:
+    print(f"{name[:78]:78} {outcome:8} {seconds:7.2f}")
+print("-" * 95)
+print("  ".join(f"{k}={v}" for k, v in counts.items()),
+      f" total={sum(r[2] for r in rows):.1f}s")
+PY
+python3 - "$R3_GPU_REPORT" <<'PY'
+import json
+import sys
+
+try:
+    rows = [json.loads(line) for line in open(sys.argv[1])]
+except OSError:
+    raise SystemExit(0)
+print()
+print("replay of the recorded examples (µs, median; ratio = replayed original / recorder's baseline)")
+print(f"{'example':11} {'block':12} {'baseline':>9} {'replay':>9} {'ratio':>6} {'recompiled':>10} "
+      f"{'n':>4} {'wall ms':>8} {'MB':>7} {'flush':>5}")
+for r in rows:
+    if "baseline_us" not in r:
+        continue
+    ratio = r["original_us"] / r["baseline_us"] if r["baseline_us"] else float("nan")
+    print(f"{r['name']:11} {'x'.join(map(str, r['block'])):12} {r['baseline_us']:9.2f} "
+          f"{r['original_us']:9.2f} {ratio:6.3f} {r['recompiled_us']:10.2f} {r['samples']:4d} "
+          f"{r['replay_wall_ms']:8.1f} {r['working_set_mb']:7.1f} {str(r['l2_flush']):>5}")
+for r in rows:
+    if "baseline_us" not in r:
+        print(f"{r['name']:11} {'x'.join(map(str, r['block'])):12} {'':9} {r['median_us']:9.2f}"
+              "  (other block shape)")
+PY
+exit "$rc"
