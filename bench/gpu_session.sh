@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# One GPU session on the device machine: environment probe, the GPU test suite, a summary.
+# One GPU session on the device machine: environment probe, the GPU test suite, a summary,
+# then the benchmarks (R3_SKIP_BENCH=1 leaves them out).
 #
 #   source .device/setup.sh && bash bench/gpu_session.sh
 #
@@ -83,4 +84,10 @@ for r in rows:
         print(f"{r['name']:11} {'x'.join(map(str, r['block'])):12} {'':9} {r['median_us']:9.2f}"
               "  (other block shape)")
 PY
+if [ "${R3_SKIP_BENCH:-0}" != 1 ]; then
+  echo "== benchmark: evaluation cost, replay fidelity, throughput"
+  python3 bench/eval_cost.py --out "$OUT/eval_cost.txt" 2>&1 | tee "$OUT/eval_cost.log"
+  bench_rc=${PIPESTATUS[0]}
+  [ "$bench_rc" -eq 0 ] || rc=$bench_rc
+fi
 exit "$rc"
