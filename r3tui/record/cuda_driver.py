@@ -99,7 +99,10 @@ def init_device(device: int = 0) -> Any:
     except CudaError as exc:
         raise GpuUnavailable(f"no usable CUDA device: {exc}") from exc
     except Exception as exc:  # libcuda missing: cuda.pathfinder raises its own error type
-        raise GpuUnavailable(f"no usable CUDA device: {exc}") from exc
+        raise GpuUnavailable(
+            f"no usable CUDA device: libcuda cannot be loaded ({type(exc).__name__})",
+            hint="run this on a GPU node with the NVIDIA driver installed",
+        ) from exc
     if device >= int(count):
         raise GpuUnavailable(f"CUDA device {device} requested but only {count} present")
     return check(drv.cuDeviceGet(device), "cuDeviceGet")
