@@ -12,14 +12,10 @@ import importlib
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from r3tui import __version__
 from r3tui.config import load_settings, resolve_db_path
-from r3tui.errors import DatabaseMissing, R3Error
-
-if TYPE_CHECKING:
-    from db.session import Database
+from r3tui.errors import R3Error
 
 # Subcommand groups that other layers contribute; each module exposes add_commands().
 COMMAND_MODULES = ("r3tui.record.commands", "r3tui.replay.commands")
@@ -68,22 +64,13 @@ def _cmd_db_upgrade(args: argparse.Namespace) -> int:
     return 0
 
 
-def _open_existing(path: Path) -> Database:
-    """Open a database that must already exist, read-only (for the read commands)."""
-    from db.session import open_database
-
-    if not path.exists():
-        raise DatabaseMissing(
-            f"no experiment database at {path}", hint="pass --db PATH or run `r3 db upgrade`"
-        )
-    return open_database(path, readonly=True, create=False, upgrade=False)
-
-
 def _cmd_db_info(args: argparse.Namespace) -> int:
     from db import repository as repo
     from db.migrate import head_revision
+    from db.session import open_database
 
-    database = _open_existing(args.db)
+    # an older schema is reported, not refused: this is where users learn they must upgrade
+    database = open_database(args.db, readonly=True, create=False, upgrade=False)
     try:
         revision = database.revision()
         head = head_revision()
@@ -105,8 +92,9 @@ def _cmd_runs(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     from db import repository as repo
+    from db.session import open_database
 
-    database = _open_existing(args.db)
+    database = open_database(args.db, readonly=True, create=False)
     try:
         with database.session_scope() as session:
             summaries = repo.list_campaign_summaries(session)

@@ -171,12 +171,8 @@ def cmd_recordings(args: argparse.Namespace) -> int:
 
     from db import repository as repo
     from db.session import open_database
-    from r3tui.errors import DatabaseMissing
 
-    if not Path(args.db).exists():
-        raise DatabaseMissing(f"no experiment database at {args.db}",
-                              hint="record something first, or pass --db PATH")
-    database = open_database(args.db, readonly=True, create=False, upgrade=False)
+    database = open_database(args.db, readonly=True, create=False)
     try:
         with database.session_scope() as session:
             rows = repo.list_recordings(session)
