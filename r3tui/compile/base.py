@@ -54,7 +54,7 @@ class CompiledKernel:
     """The outcome of one compile; failures are values with the compiler's log."""
 
     ok: bool
-    toolchain: str  # "nvrtc" | "nvcc"
+    toolchain: str  # "nvrtc" | "nvcc" | "llvm"
     toolchain_version: str
     binary: bytes | None  # a cubin for the exact arch
     binary_kind: str  # "cubin"
@@ -239,6 +239,10 @@ def get_toolchain(name: str = "nvrtc") -> Toolchain:
             from r3tui.compile.nvrtc import NvrtcToolchain
 
             _INSTANCES[name] = NvrtcToolchain()
+        elif name == "llvm":
+            from r3tui.compile.llvm import LlvmToolchain
+
+            _INSTANCES[name] = LlvmToolchain()
         else:
             from r3tui.compile.nvcc import NvccToolchain
 

@@ -12,6 +12,12 @@ accept, so that
   fails with :class:`~r3tui.errors.ConfigError` before anything is compiled.
 
 :func:`accepted_options` is the structured view the Bayesian search layer builds its space from.
+
+The ``llvm`` toolchain (clang -> opt -> llc -> ptxas) takes the same spellings for the options it
+honours (the ptxas ones, ``--maxrregcount`` and the math switches) and translates the canonical
+pairs itself; its own option is ``--passes=<pipeline>``, the LLVM pass pipeline that ``opt``
+runs, a choice among :data:`LLVM_PIPELINES` for the search that also takes any other pipeline
+string (``opt`` judges it: a bad one is a failed compile, not a :class:`ConfigError`).
 """
 
 from __future__ import annotations
@@ -23,12 +29,37 @@ from typing import Literal
 
 from r3tui.errors import ConfigError
 
-TOOLCHAIN_NAMES: tuple[str, ...] = ("nvrtc", "nvcc")
+TOOLCHAIN_NAMES: tuple[str, ...] = ("nvrtc", "nvcc", "llvm")
 
 OptionKind = Literal["flag", "choice", "int"]
 Canonical = tuple[tuple[str, str], ...]
 
-_BOTH = frozenset(TOOLCHAIN_NAMES)
+_BOTH = frozenset({"nvrtc", "nvcc"})  # NVIDIA's front ends take every nvcc-style option
+_WITH_LLVM = _BOTH | {"llvm"}  # options r3tui.compile.llvm translates for clang/llc/ptxas
+
+# The pass pipelines the search chooses among for the llvm toolchain (``opt -passes=``).  Each
+# was compiled for sm_90 on every example kernel; the hand-ordered ones inline first
+# (``cgscc(inline)``: a call left in a kernel costs far more than any ordering wins) and end with
+# ``globaldce`` so that ptxas does not assemble dead device functions.
+LLVM_PIPELINES: tuple[str, ...] = (
+    "default<O3>",
+    "default<O2>",
+    "default<O1>",
+    # scalar clean-up only: no loop passes at all
+    "cgscc(inline),function(sroa,instcombine,simplifycfg),globaldce",
+    # scalar + GVN + loop-invariant code motion, no unrolling
+    "cgscc(inline),function(sroa,early-cse,instcombine,simplifycfg,gvn,loop-mssa(licm),"
+    "instcombine,simplifycfg),globaldce",
+    # the same with partial/runtime unrolling after LICM
+    "cgscc(inline),function(sroa,instcombine,simplifycfg,gvn,loop-mssa(licm),loop-unroll,"
+    "instcombine,simplifycfg),globaldce",
+    # rotate, LICM, induction-variable simplification, then full unrolling of constant trips
+    "cgscc(inline),function(sroa,early-cse,loop(loop-rotate),loop-mssa(licm),"
+    "loop(indvars,loop-unroll-full),instcombine,simplifycfg,gvn),globaldce",
+    # unrolling followed by SLP and load/store vectorization (wide ld/st.v2/v4)
+    "cgscc(inline),function(sroa,instcombine,simplifycfg,loop-mssa(licm),loop-unroll,"
+    "slp-vectorizer,load-store-vectorizer,instcombine,gvn),globaldce",
+)
 
 
 @dataclass(frozen=True)
@@ -39,6 +70,8 @@ class OptionSpec:
     For ``kind="flag"`` the value is on/off; ``"choice"`` takes one of ``values``;
     ``"int"`` takes an integer in ``[low, high]``.  ``tunable`` says whether the search should
     vary it (``-lineinfo`` and ``--std`` change no performance, so they are not).
+    An ``open_values`` choice also takes values outside ``values`` (the search draws from
+    ``values``; the compiler judges the others).
     """
 
     name: str
@@ -51,6 +84,7 @@ class OptionSpec:
     ptxas: bool = False
     tunable: bool = True
     toolchains: frozenset[str] = _BOTH
+    open_values: bool = False
 
     def tokens(self, value: bool | int | str = True) -> tuple[str, ...]:
         """The command-line tokens that set this option to ``value`` (``()`` for an off flag)."""
@@ -80,6 +114,10 @@ class OptionSpec:
                     f"{self.low}..{self.high}"
                 )
             return str(number)
+        if self.open_values and value not in self.values:
+            if not value.strip() or any(c in value for c in "\n\r\0"):
+                raise ConfigError(f"compiler option {self.spellings[0]} needs a value")
+            return value
         if value not in self.values:
             raise ConfigError(
                 f"compiler option {self.spellings[0]} takes one of {', '.join(self.values)}, "
@@ -98,9 +136,15 @@ SPECS: tuple[OptionSpec, ...] = (
         "flag",
         ("--use_fast_math", "-use_fast_math"),
         "fast, less precise math: implies ftz=true, prec-div/prec-sqrt=false, fmad=true",
+        toolchains=_WITH_LLVM,
     ),
     OptionSpec(
-        "ftz", "choice", ("--ftz", "-ftz"), "flush single-precision denormals to zero", values=_BOOL
+        "ftz",
+        "choice",
+        ("--ftz", "-ftz"),
+        "flush single-precision denormals to zero",
+        values=_BOOL,
+        toolchains=_WITH_LLVM,
     ),
     OptionSpec(
         "prec-div",
@@ -108,6 +152,7 @@ SPECS: tuple[OptionSpec, ...] = (
         ("--prec-div", "-prec-div"),
         "IEEE round-to-nearest single-precision division",
         values=_BOOL,
+        toolchains=_WITH_LLVM,
     ),
     OptionSpec(
         "prec-sqrt",
@@ -115,9 +160,15 @@ SPECS: tuple[OptionSpec, ...] = (
         ("--prec-sqrt", "-prec-sqrt"),
         "IEEE round-to-nearest single-precision square root",
         values=_BOOL,
+        toolchains=_WITH_LLVM,
     ),
     OptionSpec(
-        "fmad", "choice", ("--fmad", "-fmad"), "contract multiply-add into FMA", values=_BOOL
+        "fmad",
+        "choice",
+        ("--fmad", "-fmad"),
+        "contract multiply-add into FMA",
+        values=_BOOL,
+        toolchains=_WITH_LLVM,
     ),
     # ptxas silently raises limits below its ABI minimum (24 on sm_90), so 16 is a floor
     # that still means "as few as possible".
@@ -128,6 +179,7 @@ SPECS: tuple[OptionSpec, ...] = (
         "maximum registers per thread (ignored for kernels with __launch_bounds__)",
         low=16,
         high=255,
+        toolchains=_WITH_LLVM,
     ),
     OptionSpec(
         "extra-device-vectorization",
@@ -155,6 +207,7 @@ SPECS: tuple[OptionSpec, ...] = (
         "C++ dialect",
         values=("c++11", "c++14", "c++17", "c++20"),
         tunable=False,
+        toolchains=_WITH_LLVM,
     ),
     OptionSpec(
         "opt-level",
@@ -164,6 +217,7 @@ SPECS: tuple[OptionSpec, ...] = (
         low=0,
         high=3,
         ptxas=True,
+        toolchains=_WITH_LLVM,
     ),
     OptionSpec(
         "def-load-cache",
@@ -172,6 +226,7 @@ SPECS: tuple[OptionSpec, ...] = (
         "default cache operator for global loads: ca = L1+L2, cg = L2 only",
         values=("ca", "cg"),
         ptxas=True,
+        toolchains=_WITH_LLVM,
     ),
     OptionSpec(
         "allow-expensive-optimizations",
@@ -180,6 +235,7 @@ SPECS: tuple[OptionSpec, ...] = (
         "let ptxas spend more memory and time optimizing",
         values=_BOOL,
         ptxas=True,
+        toolchains=_WITH_LLVM,
     ),
     OptionSpec(
         "warn-on-spills",
@@ -188,6 +244,17 @@ SPECS: tuple[OptionSpec, ...] = (
         "ptxas warns when registers spill",
         ptxas=True,
         tunable=False,
+        toolchains=_WITH_LLVM,
+    ),
+    # Appended last: canonical order (and so existing cache keys) of the options above stays.
+    OptionSpec(
+        "passes",
+        "choice",
+        ("--passes", "-passes"),
+        "LLVM pass pipeline run by opt (llvm toolchain; default default<O3>)",
+        values=LLVM_PIPELINES,
+        toolchains=frozenset({"llvm"}),
+        open_values=True,
     ),
 )
 
@@ -251,12 +318,12 @@ def canonicalize(toolchain_name: str, options: Sequence[str]) -> Canonical:
         if token in _PTXAS_SPELLINGS:
             if index >= len(tokens):
                 raise ConfigError(f"compiler option {token} needs a value")
-            _add_ptxas(found, tokens[index])
+            _add_ptxas(found, tokens[index], toolchain_name)
             index += 1
             continue
         head, sep, tail = token.partition("=")
         if head in _PTXAS_SPELLINGS and sep:
-            _add_ptxas(found, tail)
+            _add_ptxas(found, tail, toolchain_name)
             continue
         level = _OPT_LEVEL.match(token)
         if level:
@@ -278,7 +345,8 @@ def canonicalize(toolchain_name: str, options: Sequence[str]) -> Canonical:
 
 
 def render(toolchain_name: str, canonical: Canonical) -> list[str]:
-    """Command-line tokens for ``canonical`` (both toolchains accept the same spelling)."""
+    """Command-line tokens for ``canonical`` (NVRTC and nvcc accept the same spelling; for
+    ``llvm`` these are the request's spelling, which r3tui.compile.llvm translates)."""
     _check_toolchain(toolchain_name)
     return [_render(_BY_NAME[name], value) for name, value in canonical]
 
@@ -294,7 +362,7 @@ def _render(spec: OptionSpec, value: str) -> str:
     return spec.spellings[0] if spec.kind == "flag" else f"{spec.spellings[0]}={value}"
 
 
-def _add_ptxas(found: dict[str, str], value: str) -> None:
+def _add_ptxas(found: dict[str, str], value: str, toolchain_name: str) -> None:
     # nvcc splits -Xptxas values on commas; do the same so both toolchains see one switch each.
     for item in (part.strip() for part in value.split(",")):
         if not item or item in _PTXAS_IMPLIED:
@@ -305,8 +373,12 @@ def _add_ptxas(found: dict[str, str], value: str) -> None:
             continue
         head, sep, tail = item.partition("=")
         spec = _PTXAS.get(head)
+        if spec is not None and toolchain_name not in spec.toolchains:
+            spec = None
         if spec is None or (spec.kind != "flag" and not sep):
-            names = ", ".join(s.spellings[0] for s in SPECS if s.ptxas)
+            names = ", ".join(
+                s.spellings[0] for s in SPECS if s.ptxas and toolchain_name in s.toolchains
+            )
             raise ConfigError(
                 f"ptxas option {item!r} is not accepted",
                 hint=f"accepted through -Xptxas: -v, {names} (write values as -dlcm=cg)",
