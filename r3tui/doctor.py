@@ -7,7 +7,6 @@ so the doctor itself never fails with a traceback on a half-configured node.
 from __future__ import annotations
 
 import importlib
-import shutil
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -71,24 +70,8 @@ def _toolchain(name: str, required: bool) -> Check:
 _TOOLCHAIN_FIX = {
     "nvrtc": "pip install cuda-bindings nvidia-cuda-nvrtc==13.0.88 (installed with r3tui)",
     "nvcc": "install the CUDA toolkit and put nvcc on PATH (optional: NVRTC is the default)",
+    "llvm": "apt-get install clang-19 llvm-19 (optional: no pass-pipeline dimension without it)",
 }
-
-
-def _llvm() -> Check:
-    found = {}
-    for tool in ("clang", "opt", "llc"):
-        path = shutil.which(f"{tool}-19") or shutil.which(tool)
-        if path:
-            found[tool] = path
-    if len(found) == 3:
-        return Check("llvm", True, ", ".join(found.values()))
-    missing = sorted({"clang", "opt", "llc"} - found.keys())
-    return Check(
-        "llvm",
-        False,
-        f"{', '.join(missing)} not found: no pass-pipeline dimension in the search space",
-        "apt-get install clang-19 llvm-19 (optional)",
-    )
 
 
 def _gpu_pycuda() -> Check:
@@ -166,7 +149,7 @@ def run_checks(settings: Settings, db_path: Path) -> list[Check]:
         ("database", lambda: _database(db_path), "check the path or remove a damaged file", True),
         ("nvrtc", lambda: _toolchain("nvrtc", True), _TOOLCHAIN_FIX["nvrtc"], True),
         ("nvcc", lambda: _toolchain("nvcc", False), _TOOLCHAIN_FIX["nvcc"], False),
-        ("llvm", _llvm, "apt-get install clang-19 llvm-19 (optional)", False),
+        ("llvm", lambda: _toolchain("llvm", False), _TOOLCHAIN_FIX["llvm"], False),
         ("gpu (pycuda)", _gpu_pycuda, "pip install 'r3tui[gpu]' on a GPU node", False),
         ("gpu (driver)", _gpu_driver, "run on a GPU node", False),
         ("llama_cpp", _llama, "pip install 'r3tui[llm]'", False),
