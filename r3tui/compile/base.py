@@ -24,7 +24,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
+from r3tui.compile.cubin import code_sha256
 from r3tui.compile.options import TOOLCHAIN_NAMES, Canonical, canonicalize
+from r3tui.compile.resources import kernel_resources
 from r3tui.domain import ResourceUsage
 from r3tui.errors import ConfigError
 
@@ -65,6 +67,32 @@ class CompiledKernel:
     cache_key: str
     binary_sha256: str | None  # code hash of the cubin, see the module docstring
     cached: bool = False
+
+    @classmethod
+    def from_cubin(
+        cls,
+        toolchain: Toolchain,
+        cubin: bytes,
+        lowered_name: str,
+        log: str,
+        *,
+        cache_key: str,
+        seconds: float,
+    ) -> CompiledKernel:
+        """A successful result: resources from the cubin and ptxas's report, the code hash."""
+        return cls(
+            ok=True,
+            toolchain=toolchain.name,
+            toolchain_version=toolchain.version(),
+            binary=cubin,
+            binary_kind="cubin",
+            lowered_name=lowered_name,
+            resources=kernel_resources(cubin, lowered_name, log),
+            log=log,
+            seconds=seconds,
+            cache_key=cache_key,
+            binary_sha256=code_sha256(cubin),
+        )
 
     @classmethod
     def failure(

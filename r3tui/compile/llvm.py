@@ -72,10 +72,8 @@ from r3tui.compile.base import (
     header_digest,
     is_identifier,
 )
-from r3tui.compile.cubin import code_sha256
 from r3tui.compile.nvcc import lowered_name
 from r3tui.compile.options import LLVM_PIPELINES, Canonical
-from r3tui.compile.resources import kernel_resources
 from r3tui.errors import ToolchainError
 
 LLVM_MAJOR = 19
@@ -348,18 +346,8 @@ class LlvmToolchain(Toolchain):
         lowered, problem = lowered_name(cubin, req.kernel_name)
         if lowered is None:
             return CompiledKernel.failure(self, f"{log}\n{problem}", cache_key=key, seconds=seconds)
-        return CompiledKernel(
-            ok=True,
-            toolchain=self.name,
-            toolchain_version=self.version(),
-            binary=cubin,
-            binary_kind="cubin",
-            lowered_name=lowered,
-            resources=kernel_resources(cubin, lowered, log),
-            log=log,
-            seconds=seconds,
-            cache_key=key,
-            binary_sha256=code_sha256(cubin),
+        return CompiledKernel.from_cubin(
+            self, cubin, lowered, log, cache_key=key, seconds=seconds
         )
 
     # -- stages ------------------------------------------------------------------------------

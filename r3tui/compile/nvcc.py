@@ -25,9 +25,8 @@ from r3tui.compile.base import (
     cache_key,
     is_identifier,
 )
-from r3tui.compile.cubin import Cubin, CubinError, code_sha256
+from r3tui.compile.cubin import Cubin, CubinError
 from r3tui.compile.options import render
-from r3tui.compile.resources import kernel_resources
 from r3tui.errors import ToolchainError
 
 _INSTALL_HINT = "install the CUDA toolkit and put nvcc on PATH (or set CUDA_HOME)"
@@ -144,18 +143,8 @@ class NvccToolchain(Toolchain):
             return CompiledKernel.failure(
                 self, f"{log}\n{problem}".lstrip(), cache_key=key, seconds=seconds
             )
-        return CompiledKernel(
-            ok=True,
-            toolchain=self.name,
-            toolchain_version=self.version(),
-            binary=cubin,
-            binary_kind="cubin",
-            lowered_name=lowered,
-            resources=kernel_resources(cubin, lowered, log),
-            log=log,
-            seconds=seconds,
-            cache_key=key,
-            binary_sha256=code_sha256(cubin),
+        return CompiledKernel.from_cubin(
+            self, cubin, lowered, log, cache_key=key, seconds=seconds
         )
 
 

@@ -24,9 +24,7 @@ from r3tui.compile.base import (
     Toolchain,
     cache_key,
 )
-from r3tui.compile.cubin import code_sha256
 from r3tui.compile.options import render
-from r3tui.compile.resources import kernel_resources
 from r3tui.errors import ConfigError, ToolchainError
 
 _INSTALL_HINT = "pip install cuda-bindings nvidia-cuda-nvrtc==13.0.88"
@@ -219,18 +217,8 @@ class NvrtcToolchain(Toolchain):
             nvrtc.nvrtcDestroyProgram(prog)
         seconds = time.perf_counter() - started
         lowered_name = lowered.decode() if isinstance(lowered, bytes) else str(lowered)
-        return CompiledKernel(
-            ok=True,
-            toolchain=self.name,
-            toolchain_version=self.version(),
-            binary=cubin,
-            binary_kind="cubin",
-            lowered_name=lowered_name,
-            resources=kernel_resources(cubin, lowered_name, log),
-            log=log,
-            seconds=seconds,
-            cache_key=key,
-            binary_sha256=code_sha256(cubin),
+        return CompiledKernel.from_cubin(
+            self, cubin, lowered_name, log, cache_key=key, seconds=seconds
         )
 
 
