@@ -8,10 +8,11 @@ sets :attr:`ResidentBundle.poisoned` and the worker is replaced.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from r3tui.domain import Measurement, MeasurementStatus, ResourceUsage
+from r3tui.domain import Dim3, Measurement, MeasurementStatus, ResourceUsage
 from r3tui.record import cuda_driver as cu
 from r3tui.record.arena import Arena
 from r3tui.record.bundle import Bundle
@@ -214,6 +215,38 @@ class ResidentBundle:
                       else MeasurementStatus.LAUNCH_ERROR)
             return self._done(key, replace(base, status=status, error_text=f"{stage}: {exc}"),
                               began, cache=not self.poisoned)
+
+    def interleaved(self, candidates: list[Candidate], rounds: int) -> list[list[float]]:
+        """Time already-verified candidates in interleaved rounds; seconds per candidate.
+
+        Each round launches every candidate once, in an order rotated from round to round,
+        so clock and thermal drift fall on all of them alike: this is what a winner is
+        declared from, against the baseline among them.
+        """
+        launchers: list[tuple[_Loaded, Callable[[], None]]] = []
+        for c in candidates:
+            loaded = self._load(c)
+            grid, block, shm, args = c.resolve(self.manifest)
+            cu.allow_dynamic_shared(loaded.function, shm)
+            params = cu.KernelParams(args, loaded.layout)
+
+            def launch(f: Any = loaded.function, g: Dim3 = grid, b: Dim3 = block,
+                       m: int = shm, p: Any = params) -> None:
+                cu.launch(f, g.as_tuple(), b.as_tuple(), m, self.stream, p)
+                self.launches += 1
+
+            launchers.append((loaded, launch))
+        samples: list[list[float]] = [[] for _ in candidates]
+        count = len(launchers)
+        for r in range(-1, rounds):  # round -1 warms every candidate up, untimed
+            for k in range(count):
+                i = (k + max(r, 0)) % count
+                loaded, run = launchers[i]
+                self.restore(loaded)
+                elapsed = self.timer.time(run)
+                if r >= 0:
+                    samples[i].append(elapsed)
+        return samples
 
     def _done(self, key: tuple[object, ...], m: Measurement, began: float, *,
               cache: bool = True) -> Measurement:

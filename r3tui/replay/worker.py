@@ -69,6 +69,15 @@ def _child_main(conn: Any, bundle_path: str, device: int, policy: TimingPolicy) 
             conn.send(("stats", {"launches": resident.launches,
                                  "measured": resident.measured, "pid": os.getpid()}))
             continue
+        if message[0] == "interleave":
+            try:
+                conn.send(("samples", resident.interleaved(message[1], message[2]), None))
+            except Exception as exc:
+                conn.send(("samples", None, f"{type(exc).__name__}: {exc}"))
+                if resident.poisoned:
+                    conn.close()
+                    os._exit(0)
+            continue
         if message[0] != "eval":
             continue
         candidate, timed = message[1], message[2]
@@ -176,6 +185,29 @@ class ReplayWorker:
             self._proc.join(10)
             self._reap()
         return result
+
+    def interleaved(self, candidates: list[Candidate], rounds: int) -> list[list[float]]:
+        """Seconds per candidate over ``rounds`` interleaved rounds (candidates verified first).
+
+        Raises :class:`GpuUnavailable` when the worker fails or overruns: re-timing is only
+        asked of candidates that already measured OK, so a failure here is not theirs.
+        """
+        if not self.alive:
+            if self._started:
+                self.restarts += 1
+            self.start()
+        self._conn.send(("interleave", candidates, rounds))
+        if not self._conn.poll(self.timeout_s * max(1, len(candidates))):
+            self._kill()
+            raise GpuUnavailable("the replay worker did not finish re-timing in time")
+        try:
+            _, samples, error = self._conn.recv()
+        except (EOFError, OSError):
+            self._reap()
+            raise GpuUnavailable("the replay worker died while re-timing") from None
+        if error is not None:
+            raise GpuUnavailable(f"re-timing failed in the replay worker: {error}")
+        return list(samples)
 
     def stats(self) -> dict[str, int]:
         """Launches and distinct measurements so far in the current child (for tests, logs)."""

@@ -66,3 +66,23 @@ def test_identical_binaries_are_measured_once(axpy_bundle: Path) -> None:
         stats = worker.stats()
     assert first.status is MeasurementStatus.OK and again == first
     assert stats["launches"] == launches and stats["measured"] == 1
+
+
+def test_interleaved_retiming_launches_every_candidate_every_round(axpy_bundle: Path) -> None:
+    from dataclasses import replace
+
+    from r3tui.domain import Dim3
+    from r3tui.replay import ReplayWorker
+
+    with ReplayWorker(axpy_bundle, timeout_s=60) as worker:
+        arch = worker.start().arch
+        base = _candidate("axpy.cu", arch)
+        other = replace(base, block=Dim3(64))
+        for c in (base, other):
+            assert worker.evaluate(c).status is MeasurementStatus.OK
+        before = worker.stats()["launches"]
+        samples = worker.interleaved([base, other], rounds=7)
+        after = worker.stats()["launches"]
+    assert [len(s) for s in samples] == [7, 7]
+    assert all(0 < t < 1.0 for s in samples for t in s)
+    assert after - before == 2 * (7 + 1)  # one untimed warm-up round
