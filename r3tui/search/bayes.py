@@ -1,0 +1,261 @@
+"""Bayesian optimization of one variant's config with scikit-optimize, driven by ask/tell.
+
+How the optimizer is used, and why (scikit-optimize 0.10.2, scikit-learn 1.9, numpy 2.4):
+
+- **The state is the history.**  Each :meth:`BayesSearch.ask` builds a fresh
+  ``skopt.Optimizer`` (seeded from the search seed and the history length), tells it every
+  finished trial in one batch (one model fit), and asks it.  So a search rebuilt by
+  :meth:`~r3tui.search.strategy.InnerSearch.resume` from the same trials asks exactly what the
+  uninterrupted one would have, and no private attribute of skopt is touched.
+- **Objective: log(median time).**  Failed trials (compile error, wrong result, crash, timeout)
+  are told ``log(worst finite time) + log(penalty_factor)`` — a multiple of the worst time seen,
+  recomputed from the whole history at every ask — and 0.0 while no trial has succeeded.
+- **Initial design: quasi-random, valid.**  skopt's own initial phase samples the unconstrained
+  space; here the design is drawn once with ``skopt.sampler`` (``sobol`` by default; ``lhs``,
+  ``halton``, ``hammersly`` work too; ``grid`` raises ``MemoryError`` beyond a few dimensions
+  and then falls back, like ``random``, to :meth:`SearchSpace.sample`), invalid and repeated
+  points dropped, and is used until ``n_initial_points`` trials have finished.  Warm-start
+  configs (a parent's best) come first and count toward it.
+- **Valid proposals.**  :meth:`SearchSpace.is_valid_point` is passed as ``space_constraint``,
+  so skopt samples acquisition candidates from valid points only (this forces
+  ``acq_optimizer="sampling"``).  With ``constrain_sampling=False`` the optimizer sees the raw
+  space, and each invalid point it proposes is told the failure penalty without being
+  evaluated, counted in ``invalid_count`` and kept in the history.
+- **Batches: constant liar.**  Pending trials and the points already chosen for this batch are
+  told a lie (``cl_min``: the best value so far; ``cl_mean``, ``cl_max``) before the next point
+  is asked, as ``Optimizer.ask(n_points=..., strategy=...)`` does, so a batch holds distinct
+  points and the compile pool stays busy.
+- **Acquisition: EI** by default.  ``gp_hedge`` (skopt's default) works, but its gains do not
+  carry over between asks here (a fresh optimizer each time), so it is a random choice among
+  EI, LCB and PI per ask; on synthetic tables neither was consistently better.
+- **Estimators.**  ``GP`` (default), ``RF`` and ``ET`` work.  ``GBRT`` and ``dummy`` fail
+  inside ``Optimizer.__init__`` on this scikit-learn (``is_regressor`` rejects skopt's
+  ``GradientBoostingQuantileRegressor``; ``None`` has no ``__sklearn_tags__``), so they are
+  refused with a :class:`~r3tui.errors.ConfigError`; :class:`RandomSearch` replaces ``dummy``.
+  (``Space.rvs`` itself works: skopt's random initial points and duplicate fallback use it.)
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from r3tui.domain import TrialConfig
+from r3tui.errors import ConfigError
+from r3tui.search.space import SearchSpace, config_key
+from r3tui.search.strategy import InnerSearch, TrialRecord, derive_seed
+
+ESTIMATORS = ("GP", "RF", "ET")
+BROKEN_ESTIMATORS = {
+    "GBRT": "skopt's GradientBoostingQuantileRegressor is not a regressor to scikit-learn 1.9",
+    "DUMMY": "skopt's dummy estimator (None) fails scikit-learn 1.9's estimator-tag check",
+}
+GENERATORS = ("sobol", "lhs", "halton", "hammersly", "grid", "random")
+ACQ_FUNCS = ("gp_hedge", "EI", "LCB", "PI")
+BATCH_STRATEGIES = ("cl_min", "cl_mean", "cl_max")
+
+
+@dataclass(frozen=True)
+class BayesSettings:
+    """How :class:`BayesSearch` drives scikit-optimize."""
+
+    estimator: str = field(default="GP", metadata={"help": "surrogate model: GP, RF or ET"})
+    n_initial_points: int = field(
+        default=10, metadata={"help": "finished trials (warm starts included) before the model"})
+    initial_point_generator: str = field(
+        default="sobol", metadata={"help": "sobol, lhs, halton, hammersly, grid or random"})
+    acq_func: str = field(default="EI", metadata={"help": "gp_hedge, EI, LCB or PI"})
+    n_candidates: int = field(
+        default=2000, metadata={"help": "valid points the acquisition function is sampled on"})
+    batch_strategy: str = field(
+        default="cl_min", metadata={"help": "constant-liar lie for batched asks"})
+    penalty_factor: float = field(
+        default=2.0, metadata={"help": "a failed trial counts as this multiple of the worst time"})
+    constrain_sampling: bool = field(
+        default=True, metadata={"help": "sample acquisition candidates from valid points only"})
+
+    def __post_init__(self) -> None:
+        if self.estimator.upper() in BROKEN_ESTIMATORS:
+            raise ConfigError(f"estimator {self.estimator} does not work here: "
+                              f"{BROKEN_ESTIMATORS[self.estimator.upper()]}",
+                              hint=f"use one of {', '.join(ESTIMATORS)}, or RandomSearch")
+        checks = (("estimator", self.estimator, ESTIMATORS),
+                  ("initial_point_generator", self.initial_point_generator, GENERATORS),
+                  ("acq_func", self.acq_func, ACQ_FUNCS),
+                  ("batch_strategy", self.batch_strategy, BATCH_STRATEGIES))
+        for name, value, allowed in checks:
+            if value not in allowed:
+                raise ConfigError(f"{name} {value!r} is not one of {', '.join(allowed)}")
+        if self.n_initial_points < 1 or self.n_candidates < 1:
+            raise ConfigError("n_initial_points and n_candidates must be at least 1")
+        if not self.penalty_factor >= 1.0:
+            raise ConfigError("penalty_factor must be at least 1")
+
+
+class BayesSearch(InnerSearch):
+    """Bayesian optimization over a :class:`SearchSpace` (ask/tell, no I/O)."""
+
+    name = "bayes"
+
+    def __init__(self, space: SearchSpace, seed: int = 0,
+                 settings: BayesSettings | None = None) -> None:
+        super().__init__(space, seed)
+        self.settings = settings or BayesSettings()
+        self._design: list[list[Any]] | None = None
+        self._points: dict[str, list[Any] | None] = {}
+        self.fallbacks = 0  # model asks that repeated a known point, filled at random by us
+        self.model_repeats = 0  # proposals skopt itself replaced by a random point
+        self.design_fallback = False  # the generator failed; the design is uniform random
+
+    # -- proposal ------------------------------------------------------------------------
+    def _propose(self, n: int, taken: set[str]) -> list[TrialConfig]:
+        out: list[TrialConfig] = []
+        if self.n_evaluated < self.settings.n_initial_points:
+            for point in self._initial_design():
+                if len(out) >= n:
+                    break
+                config = self.space.to_config(point)
+                key = config_key(config)
+                if not self._known(key) and key not in taken:
+                    out.append(config)
+                    taken.add(key)
+        if len(out) < n and self.n_evaluated >= self.settings.n_initial_points:
+            out.extend(self._from_model(n - len(out), taken))
+        if len(out) < n:  # design used up before its results are in, or the model is stuck
+            rng = random.Random(derive_seed(self.seed, "fill", len(self.history),
+                                            len(self._pending), len(taken)))
+            out.extend(self._fresh_random(n - len(out), taken, rng))
+        return out
+
+    def _initial_design(self) -> list[list[Any]]:
+        if self._design is None:
+            self._design = self._generate_design()
+        return self._design
+
+    def _generate_design(self) -> list[list[Any]]:
+        """Quasi-random valid points: the first ``n_initial_points`` are asked before the model,
+        the rest while their results are not in yet."""
+        generator = self.settings.initial_point_generator
+        want = 2 * self.settings.n_initial_points
+        rng_seed = derive_seed(self.seed, "design")
+        raw: list[Any] = []
+        if self.space.dims and generator != "random":
+            from skopt import sampler
+
+            make = {"sobol": sampler.Sobol, "lhs": sampler.Lhs, "halton": sampler.Halton,
+                    "hammersly": sampler.Hammersly, "grid": sampler.Grid}[generator]
+            # Oversampled (invalid points are dropped); Sobol balances in powers of two, and
+            # maximin LHS costs O(count^2) per iteration.
+            count = 2 ** math.ceil(math.log2(max(64, 8 * want)))
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    raw = make().generate(self.space.dimensions(), count, random_state=rng_seed)
+            except (MemoryError, ValueError):
+                raw = []  # Grid refuses spaces of many dimensions ("Too large sets")
+                self.design_fallback = True
+        design: list[list[Any]] = []
+        keys: set[str] = set()
+        if len(raw) < want:  # random, or a generator that gave too few points
+            raw = [*raw, *self.space.sample(random.Random(rng_seed), want)]
+        for item in raw:
+            point = self.space.normalize(item)
+            if point is None or not self.space.is_valid_point(point):
+                continue
+            key = self.space.key(point)
+            if key not in keys:
+                keys.add(key)
+                design.append(point)
+        return design
+
+    def _point_of(self, config: TrialConfig) -> list[Any] | None:
+        key = config_key(config)
+        if key not in self._points:
+            indices = self.space.from_config(config)
+            if indices is None and not self.settings.constrain_sampling:
+                indices = self.space.unchecked_point(config)
+            self._points[key] = indices
+        return self._points[key]
+
+    def _penalty(self, records: Sequence[TrialRecord]) -> float:
+        finite = [math.log(r.time_s) for r in records if r.ok and r.time_s]
+        return (max(finite) + math.log(self.settings.penalty_factor)) if finite else 0.0
+
+    def objective(self, records: Sequence[TrialRecord]) -> list[float]:
+        """What the optimizer is told for each record: log(time), or the failure penalty."""
+        penalty = self._penalty(records)
+        return [math.log(r.time_s) if r.ok and r.time_s else penalty for r in records]
+
+    def _optimizer(self) -> Any:
+        from skopt import Optimizer
+
+        s = self.settings
+        return Optimizer(
+            self.space.dimensions(),
+            base_estimator=s.estimator,
+            n_initial_points=0,  # the design is ours; the model is used from the first tell
+            acq_func=s.acq_func,
+            acq_optimizer="sampling",
+            acq_optimizer_kwargs={"n_points": s.n_candidates},
+            space_constraint=self.space.is_valid_point if s.constrain_sampling else None,
+            random_state=derive_seed(self.seed, "model", len(self.history), len(self._pending)),
+        )
+
+    def _from_model(self, n: int, taken: set[str]) -> list[TrialConfig]:
+        from threadpoolctl import threadpool_limits  # type: ignore[import-untyped]
+
+        # The model's matrices are tiny: BLAS threads only contend with the compile pool
+        # (a Gaussian-process fit took 10x longer with both cores busy).
+        with threadpool_limits(limits=1):
+            return self._ask_model(n, taken)
+
+    def _ask_model(self, n: int, taken: set[str]) -> list[TrialConfig]:
+        told = [(p, r) for r in self.history if (p := self._point_of(r.config)) is not None]
+        if not told or not self.space.dims:
+            return []
+        points = [p for p, _ in told]
+        values = self.objective([r for _, r in told])
+        strategy = self.settings.batch_strategy
+        lie = min(values) if strategy == "cl_min" else (
+            max(values) if strategy == "cl_max" else sum(values) / len(values))
+        penalty = self._penalty([r for _, r in told])
+        for config in [*self._pending.values()]:
+            point = self._point_of(config)
+            if point is not None:
+                points.append(point)
+                values.append(lie)
+        out: list[TrialConfig] = []
+        with warnings.catch_warnings(record=True) as caught:
+            # skopt warns when its proposal repeats a told point and then picks a random one.
+            warnings.simplefilter("always")
+            opt = self._optimizer()
+            opt.tell(points, values)
+            attempts = 0
+            while len(out) < n and attempts < 4 * n + 8:
+                attempts += 1
+                point = self.space.normalize(opt.ask())
+                if point is None:
+                    break
+                if not self.space.is_valid_point(point):
+                    config = self.space.to_config(point)
+                    self._record(TrialRecord(config, None, None, "; ".join(
+                        self.space.violations(point))))
+                    self._points[config_key(config)] = point
+                    opt.tell(point, penalty)
+                    continue
+                config = self.space.to_config(point)
+                key = config_key(config)
+                if self._known(key) or key in taken:
+                    self.fallbacks += 1
+                    break  # the model is stuck on known points; the caller fills at random
+                out.append(config)
+                taken.add(key)
+                if len(out) < n:
+                    opt.tell(point, lie)
+        self.model_repeats += sum("has been evaluated at point" in str(w.message)
+                                  for w in caught)
+        return out

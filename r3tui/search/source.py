@@ -1,0 +1,232 @@
+"""What a kernel variant's source declares for the search, and the text edits a config needs.
+
+A variant declares compile-time parameters and relations between them in ``// r3:`` comments::
+
+    // r3: tune TILE 8 16 32
+    #ifndef TILE
+    #define TILE 16
+    #endif
+    // r3: require BLOCK_X % TILE == 0
+
+``tune NAME v1 v2 ...`` makes ``NAME`` a search dimension set with ``-D NAME=value``
+(:attr:`~r3tui.domain.TrialConfig.tunables`); the source's own ``#define NAME value`` is the
+default (the baseline sends no ``-D``), and joins the values if it is not among them.
+``require EXPR`` is a :class:`~r3tui.search.expressions.Relation` over the tunables and the block
+(``BLOCK_X``, ``BLOCK_Y``, ``BLOCK_Z``, ``BLOCK_THREADS``).
+
+Everything here is a pure text transform: no file, no compiler.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from r3tui.errors import ConfigError, KernelNotFound
+from r3tui.search.expressions import Relation
+
+TunableValue = int | str
+
+_DIRECTIVE = re.compile(r"^[ \t]*//[ \t]*r3[ \t]*:[ \t]*(?P<rest>.*?)[ \t]*$", re.MULTILINE)
+_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# A value a -D may carry: an integer, an identifier or a simple numeric literal (1.5f, 0x10).
+_VALUE = re.compile(r"^[-+]?[A-Za-z0-9_.]+$")
+_MAX_VALUES = 64
+
+
+class DeclarationError(ConfigError):
+    """A ``// r3:`` line of a variant's source that does not parse."""
+
+
+@dataclass(frozen=True)
+class Tunable:
+    """A compile-time parameter the search may set with ``-D name=value``."""
+
+    name: str
+    values: tuple[TunableValue, ...]
+    default: TunableValue | None = None  # the source's own #define (None: it has none)
+
+    def __post_init__(self) -> None:
+        if not _IDENT.match(self.name) or self.name.startswith("__"):
+            raise DeclarationError(f"tunable name {self.name!r} is not a C identifier")
+        if not self.values:
+            raise DeclarationError(f"tunable {self.name} has no values")
+        if len(set(self.values)) != len(self.values):
+            raise DeclarationError(f"tunable {self.name} lists a value twice")
+        for value in self.values:
+            if isinstance(value, str) and not _VALUE.match(value):
+                raise DeclarationError(f"tunable {self.name}: bad value {value!r}")
+
+    @property
+    def numeric(self) -> bool:
+        return all(isinstance(v, int) for v in self.values)
+
+    def to_json(self) -> dict[str, object]:
+        return {"name": self.name, "values": list(self.values), "default": self.default}
+
+    @classmethod
+    def from_json(cls, data: dict[str, object]) -> Tunable:
+        values = data.get("values")
+        if not isinstance(values, list):
+            raise DeclarationError(f"tunable {data.get('name')!r} needs a list of values")
+        default = data.get("default")
+        return cls(
+            name=str(data.get("name")),
+            values=tuple(_value(v) for v in values),
+            default=None if default is None else _value(default),
+        )
+
+
+def _value(raw: object) -> TunableValue:
+    if isinstance(raw, bool):
+        raise DeclarationError(f"tunable value {raw!r} is not a number or identifier")
+    if isinstance(raw, int):
+        return raw
+    text = str(raw)
+    try:
+        return int(text, 0) if text.lstrip("+-").isdigit() else text
+    except ValueError:
+        return text
+
+
+def _directives(source: str) -> list[tuple[int, str, str]]:
+    """``(line number, verb, rest)`` of every ``// r3:`` comment line."""
+    found = []
+    for match in _DIRECTIVE.finditer(source):
+        line = source.count("\n", 0, match.start()) + 1
+        verb, _, rest = match.group("rest").partition(" ")
+        found.append((line, verb.strip(), rest.strip()))
+    return found
+
+
+def _source_default(source: str, name: str) -> TunableValue | None:
+    match = re.search(rf"^[ \t]*#[ \t]*define[ \t]+{re.escape(name)}[ \t]+(\S+)", source, re.M)
+    return None if match is None else _value(match.group(1))
+
+
+def parse_tunables(source: str) -> tuple[Tunable, ...]:
+    """The ``// r3: tune`` declarations of ``source``, in order; :class:`DeclarationError`
+    on a malformed or unknown ``// r3:`` line."""
+    tunables: dict[str, Tunable] = {}
+    for line, verb, rest in _directives(source):
+        if verb == "require":
+            continue
+        if verb != "tune":
+            raise DeclarationError(
+                f"line {line}: unknown declaration '// r3: {verb}'",
+                hint="known: '// r3: tune NAME v1 v2 ...', '// r3: require EXPR'",
+            )
+        parts = rest.replace(",", " ").split()
+        if len(parts) < 2:
+            raise DeclarationError(f"line {line}: '// r3: tune' needs a name and values")
+        name, raw = parts[0], parts[1:]
+        if name in tunables:
+            raise DeclarationError(f"line {line}: tunable {name} is declared twice")
+        if len(raw) > _MAX_VALUES:
+            raise DeclarationError(f"line {line}: tunable {name} has over {_MAX_VALUES} values")
+        values = [_value(v) for v in raw]
+        default = _source_default(source, name)
+        if default is not None and default not in values:
+            values.append(default)
+        if all(isinstance(v, int) for v in values):
+            values.sort(key=int)
+        try:
+            tunables[name] = Tunable(name, tuple(values), default)
+        except DeclarationError as exc:
+            raise DeclarationError(f"line {line}: {exc}") from None
+    return tuple(tunables.values())
+
+
+def parse_relations(source: str) -> tuple[Relation, ...]:
+    """The ``// r3: require`` relations of ``source``, parsed (never evaluated as Python)."""
+    relations = []
+    for line, verb, rest in _directives(source):
+        if verb != "require":
+            continue
+        try:
+            relations.append(Relation.parse(rest))
+        except ConfigError as exc:
+            raise DeclarationError(f"line {line}: {exc}", hint=exc.hint) from None
+    return tuple(relations)
+
+
+def guard_defines(source: str, names: set[str] | frozenset[str]) -> str:
+    """``source`` with every bare ``#define NAME ...`` of ``names`` wrapped in ``#ifndef NAME``
+    so that ``-D NAME=value`` wins (otherwise the source's #define silently overrides it)."""
+    lines = source.split("\n")
+    out: list[str] = []
+    for line in lines:
+        match = re.match(r"^[ \t]*#[ \t]*define[ \t]+([A-Za-z_][A-Za-z0-9_]*)\b", line)
+        if match and match.group(1) in names:
+            name = match.group(1)
+            previous = next((p.strip() for p in reversed(out) if p.strip()), "")
+            guarded = re.match(
+                rf"^#[ \t]*(ifndef[ \t]+{name}\b|if[ \t]+!defined[ \t]*\(?[ \t]*{name}\b)",
+                previous,
+            )
+            if not guarded:
+                out.extend([f"#ifndef {name}", line, "#endif"])
+                continue
+        out.append(line)
+    return "\n".join(out)
+
+
+# ----------------------------------------------------------------------------------------
+# __launch_bounds__ injection
+
+_MASKED = re.compile(
+    r"//[^\n]*|/\*.*?\*/|\"(?:\\.|[^\"\\\n])*\"|'(?:\\.|[^'\\\n])*'|^[ \t]*#[^\n]*",
+    re.DOTALL | re.MULTILINE,
+)
+_EXISTING_BOUNDS = re.compile(r"__launch_bounds__\s*\([^()]*\)\s*")
+
+
+def _mask(source: str) -> str:
+    """``source`` with comments, literals and preprocessor lines blanked (offsets kept);
+    a preprocessor line becomes ';' so that it ends a declaration head."""
+
+    def blank(match: re.Match[str]) -> str:
+        text = match.group(0)
+        filler = re.sub(r"[^\n]", " ", text)
+        return ";" + filler[1:] if text.lstrip().startswith("#") else filler
+
+    return _MASKED.sub(blank, source)
+
+
+def inject_launch_bounds(
+    source: str, kernel_name: str, max_threads: int, min_blocks: int | None = None
+) -> str:
+    """``source`` with ``__launch_bounds__(max_threads[, min_blocks])`` on every declaration and
+    the definition of the ``__global__`` function ``kernel_name`` (an existing one is replaced).
+
+    The attribute goes right before the kernel's name, the position the CUDA programming guide
+    shows (``__global__ void __launch_bounds__(256, 2) k(...)``).  :class:`KernelNotFound` when
+    no ``__global__`` function of that name is in ``source``.  The search checks that
+    ``max_threads`` is at least the block volume before a point is compiled.
+    """
+    if isinstance(max_threads, bool) or not isinstance(max_threads, int) or max_threads < 1:
+        raise ConfigError(f"launch bounds need a positive max threads, got {max_threads!r}")
+    if min_blocks is not None and (
+        isinstance(min_blocks, bool) or not isinstance(min_blocks, int) or min_blocks < 0
+    ):
+        raise ConfigError(f"launch bounds need a non-negative min blocks, got {min_blocks!r}")
+    base = kernel_name.split("<", 1)[0].strip().split("::")[-1]
+    if not _IDENT.match(base):
+        raise KernelNotFound(f"bad kernel name {kernel_name!r}")
+    bounds = f"__launch_bounds__({max_threads}" + (f", {min_blocks})" if min_blocks else ")")
+    masked = _mask(source)
+    edits: list[tuple[int, int, str]] = []  # (start, end, replacement)
+    for match in re.finditer(rf"\b{re.escape(base)}\s*(?:<[^;{{}}()]*>\s*)?\(", masked):
+        head_start = max(masked.rfind(c, 0, match.start()) for c in ";{}") + 1
+        head = masked[head_start : match.start()]
+        if not re.search(r"\b__global__\b", head):
+            continue
+        for existing in _EXISTING_BOUNDS.finditer(head):
+            edits.append((head_start + existing.start(), head_start + existing.end(), ""))
+        edits.append((match.start(), match.start(), bounds + " "))
+    if not edits:
+        raise KernelNotFound(f"no __global__ function {base!r} in the source")
+    out = source
+    for start, end, text in sorted(edits, reverse=True):
+        out = out[:start] + text + out[end:]
+    return out

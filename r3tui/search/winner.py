@@ -1,0 +1,140 @@
+"""Declaring a winner under timing noise: re-time the finalists interleaved with the baseline.
+
+A search's best time is the minimum over many noisy measurements, so it is biased low (the
+winner's curse).  Before a variant's speedup is reported, its best few configs are timed again
+together with the baseline, in rounds (``baseline, f1, f2, ...`` then again), so that drift
+(clocks, temperature, other tenants) hits all of them alike.  Each round gives one ratio
+``baseline time / finalist time`` per finalist; the speedup is the median of those ratios and its
+spread the interquartile range and a bootstrap confidence interval of that median.
+
+Everything here is pure: the caller passes ``retime``, which does the timing on the GPU.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import statistics
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from r3tui.domain import TrialConfig
+from r3tui.search.space import config_key
+
+# retime(configs, rounds) -> samples, samples[r][i] = seconds of configs[i] in round r
+# (NaN or inf where that launch failed).
+Retime = Callable[[Sequence[TrialConfig], int], Sequence[Sequence[float]]]
+
+
+@dataclass(frozen=True)
+class Finalist:
+    """One re-timed config: its per-round speedups over the baseline and their summary."""
+
+    config: TrialConfig
+    speedup: float  # median of the per-round ratios (nan without a usable round)
+    low: float  # bootstrap confidence interval of that median
+    high: float
+    iqr: float
+    median_s: float
+    ratios: tuple[float, ...]
+
+    @property
+    def significant(self) -> bool:
+        """Faster than the baseline beyond the noise: the whole interval is above 1."""
+        return self.low > 1.0
+
+
+@dataclass(frozen=True)
+class Winner:
+    """The fastest finalist, with the evidence (every finalist, ranked)."""
+
+    best: Finalist
+    baseline_median_s: float
+    ranking: tuple[Finalist, ...]
+    rounds: int
+    confidence: float
+
+    @property
+    def config(self) -> TrialConfig:
+        return self.best.config
+
+    @property
+    def speedup(self) -> float:
+        return self.best.speedup
+
+
+def _quantile(ordered: Sequence[float], q: float) -> float:
+    pos = q * (len(ordered) - 1)
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+
+
+def bootstrap_median_ci(values: Sequence[float], confidence: float, n_boot: int,
+                        rng: random.Random) -> tuple[float, float]:
+    """Percentile bootstrap interval of the median of ``values``."""
+    if len(values) == 1:
+        return values[0], values[0]
+    medians = sorted(statistics.median(rng.choices(values, k=len(values)))
+                     for _ in range(n_boot))
+    tail = (1.0 - confidence) / 2
+    return _quantile(medians, tail), _quantile(medians, 1.0 - tail)
+
+
+def summarize(config: TrialConfig, baseline: Sequence[float], times: Sequence[float],
+              confidence: float = 0.95, n_boot: int = 2000, seed: int = 0) -> Finalist:
+    """Per-round ratios ``baseline[r] / times[r]`` (rounds where either failed are dropped)."""
+    ratios = tuple(b / t for b, t in zip(baseline, times, strict=True)
+                   if math.isfinite(b) and math.isfinite(t) and b > 0 and t > 0)
+    finite = sorted(t for t in times if math.isfinite(t) and t > 0)
+    median_s = statistics.median(finite) if finite else math.nan
+    if not ratios:
+        return Finalist(config, math.nan, math.nan, math.nan, math.nan, median_s, ())
+    ordered = sorted(ratios)
+    low, high = bootstrap_median_ci(ratios, confidence, n_boot, random.Random(seed))
+    return Finalist(config, statistics.median(ratios), low, high,
+                    _quantile(ordered, 0.75) - _quantile(ordered, 0.25), median_s, ratios)
+
+
+def choose_winner(finalists: Sequence[TrialConfig], baseline: TrialConfig, retime: Retime,
+                  rounds: int = 9, confidence: float = 0.95, n_boot: int = 2000,
+                  seed: int = 0) -> Winner:
+    """Re-time ``finalists`` interleaved with ``baseline`` and rank them by median speedup.
+
+    ``retime`` gets ``[baseline, *finalists]`` (repeats removed, the baseline first) and the
+    number of rounds.  A finalist equal to the baseline is timed once and has speedup 1.
+    The best is the highest median speedup (ties: the lower median time); check
+    :attr:`Finalist.significant` before calling it faster.
+    """
+    if not finalists:
+        raise ValueError("choose_winner needs at least one finalist")
+    if rounds < 1:
+        raise ValueError("choose_winner needs at least one round")
+    base_key = config_key(baseline)
+    configs: list[TrialConfig] = [baseline]
+    keys = {base_key}
+    for config in finalists:
+        if config_key(config) not in keys:
+            keys.add(config_key(config))
+            configs.append(config)
+    samples = [list(row) for row in retime(configs, rounds)]
+    if len(samples) != rounds or any(len(row) != len(configs) for row in samples):
+        raise ValueError(f"retime returned {len(samples)} rounds for {len(configs)} configs, "
+                         f"expected {rounds} rounds of {len(configs)}")
+    columns = [[row[i] for row in samples] for i in range(len(configs))]
+    baseline_times = columns[0]
+    ranking = [summarize(config, baseline_times, columns[i], confidence, n_boot, seed + i)
+               for i, config in enumerate(configs)]
+    wanted = [f for f in ranking if config_key(f.config) in
+              {config_key(c) for c in finalists}]
+
+    def order(f: Finalist) -> tuple[float, float]:
+        speed = f.speedup if math.isfinite(f.speedup) else -math.inf
+        time = f.median_s if math.isfinite(f.median_s) else math.inf
+        return (-speed, time)
+
+    wanted.sort(key=order)
+    finite_base = [t for t in baseline_times if math.isfinite(t) and t > 0]
+    return Winner(best=wanted[0],
+                  baseline_median_s=statistics.median(finite_base) if finite_base else math.nan,
+                  ranking=tuple(wanted), rounds=rounds, confidence=confidence)

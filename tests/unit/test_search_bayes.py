@@ -1,0 +1,264 @@
+"""Bayesian search with real scikit-optimize runs, and its random / exhaustive baselines.
+
+The objective here is a SYNTHETIC timing model (a smooth function of the config), because these
+tests check the driving logic — validity, penalties, batches, warm start, resume, budgets — not
+how fast a kernel is.  Recorded GPU measurements are used in test_search_simulation.py.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from r3tui.compile.options import accepted_options, canonicalize
+from r3tui.domain import Dim3, Measurement, MeasurementStatus, TimeStats, TrialConfig
+from r3tui.errors import ConfigError
+from r3tui.search.bayes import GENERATORS, BayesSearch, BayesSettings
+from r3tui.search.source import Tunable
+from r3tui.search.space import LaunchSpec, SearchSpace, config_key, option_dims
+from r3tui.search.strategy import Budget, ExhaustiveSearch, RandomSearch, TrialRecord
+
+FAST = dict(n_initial_points=6, n_candidates=300)  # small budgets keep GP fitting quick
+
+
+def make_space(**extra) -> SearchSpace:
+    names = ("use_fast_math", "ftz", "maxrregcount", "opt-level")
+    dims = [d for d in option_dims(accepted_options("nvrtc")) if d.name in names]
+    return SearchSpace.from_parts(dims, LaunchSpec(Dim3(64), Dim3(1 << 20), True), **extra)
+
+
+def synthetic_time(config: TrialConfig) -> float:
+    """SYNTHETIC: fastest at 256 threads, -O3 (default), maxrregcount 64 and fast math."""
+    block = config.block or Dim3(64)
+    t = 1e-4 * (1 + 0.3 * abs(math.log2(block.x) - 8))
+    opts = " ".join(config.options)
+    t *= 2.0 if "-O0" in opts else 1.3 if "-O1" in opts else 1.1 if "-O2" in opts else 1.0
+    t *= 1.4 if "maxrregcount=32" in opts else 0.95 if "maxrregcount=64" in opts else 1.0
+    return t * (0.9 if "use_fast_math" in opts else 1.0)
+
+
+def drive(search, n: int, batch: int = 1, fail=lambda c: False) -> list[TrialConfig]:
+    asked: list[TrialConfig] = []
+    budget = Budget(max_trials=n)
+    while not search.done(budget):
+        configs = search.ask(min(batch, search.remaining(budget)))
+        asked.extend(configs)
+        for config in configs:
+            search.tell(config, MeasurementStatus.COMPILE_ERROR if fail(config)
+                        else synthetic_time(config))
+    return asked
+
+
+def test_broken_and_unknown_settings_are_refused() -> None:
+    for estimator in ("GBRT", "dummy"):
+        with pytest.raises(ConfigError, match="does not work here"):
+            BayesSettings(estimator=estimator)
+    with pytest.raises(ConfigError):
+        BayesSettings(initial_point_generator="normal")
+    with pytest.raises(ConfigError):
+        BayesSettings(batch_strategy="cl_median")
+
+
+def test_gp_search_asks_valid_distinct_configs_and_improves() -> None:
+    space = make_space()
+    search = BayesSearch(space, seed=1, settings=BayesSettings(**FAST))
+    asked = drive(search, 16)
+    assert len(asked) == 16 == len({config_key(c) for c in asked})
+    for config in asked:
+        assert space.check(config) == []
+        canonicalize("nvrtc", config.options)
+    best = search.best()
+    assert best is not None
+    design_best = min(synthetic_time(c) for c in asked[:6])
+    assert best[1] <= design_best
+    assert best[1] <= 1.1 * 0.95 * 0.9e-4  # within 10% of the synthetic optimum
+
+
+@pytest.mark.parametrize("estimator", ["RF", "ET"])
+def test_forest_estimators_work(estimator: str) -> None:
+    search = BayesSearch(make_space(), seed=2, settings=BayesSettings(estimator=estimator,
+                                                                      **FAST))
+    asked = drive(search, 10)
+    assert len({config_key(c) for c in asked}) == 10
+
+
+def test_failures_are_told_a_penalty_and_kept() -> None:
+    space = make_space()
+    search = BayesSearch(space, seed=3, settings=BayesSettings(**FAST))
+    configs = search.ask(5)
+    ok = Measurement(MeasurementStatus.OK, time=TimeStats(2e-4, 1.9e-4, 1e-6, 20))
+    search.tell(configs[0], MeasurementStatus.TIMEOUT)
+    assert search.objective(search.history) == [0.0]  # nothing finite yet: all equal
+    search.tell(configs[1], ok)
+    search.tell(configs[2], 1e-4)
+    search.tell(configs[3], float("nan"))
+    search.tell(configs[4], Measurement(MeasurementStatus.WRONG_RESULT, error_text="mismatch"))
+    statuses = [r.status for r in search.history]
+    assert statuses == [MeasurementStatus.TIMEOUT, MeasurementStatus.OK, MeasurementStatus.OK,
+                        MeasurementStatus.CRASHED, MeasurementStatus.WRONG_RESULT]
+    penalty = math.log(2e-4) + math.log(2.0)  # twice the worst finite time, in log space
+    assert search.objective(search.history) == pytest.approx(
+        [penalty, math.log(2e-4), math.log(1e-4), penalty, penalty])
+    assert search.best() == (configs[2], 1e-4)
+    assert search.history[4].reason == "mismatch"
+    # failures do not stop the model: asks continue and never repeat a failed point
+    more = drive(search, 12, fail=lambda c: "maxrregcount=32" in " ".join(c.options))
+    assert not {config_key(c) for c in more} & {config_key(c) for c in configs}
+
+
+def test_invalid_proposals_are_told_a_penalty_when_sampling_is_unconstrained() -> None:
+    # most (TILE, block) pairs break the relation; skopt sees the raw space here
+    space = make_space(tunables=[Tunable("TILE", (1, 2, 4, 8, 16, 32, 64, 128), 1)],
+                       relations=["TILE * BLOCK_X <= 2048"])
+    settings = BayesSettings(constrain_sampling=False, **FAST)
+    search = BayesSearch(space, seed=4, settings=settings)
+    asked = drive(search, 12)
+    assert all(space.check(c) == [] for c in asked)
+    invalid = [r for r in search.history if not r.evaluated]
+    assert search.invalid_count == len(invalid) > 0
+    assert search.n_evaluated == 12
+    assert all(r.reason and space.check(r.config) for r in invalid)
+    resumed = BayesSearch(space, seed=4, settings=settings)
+    resumed.resume(search.history)  # invalid records are told again, not evaluated
+    assert resumed.invalid_count == search.invalid_count and resumed.n_evaluated == 12
+    # with the constraint (the default) the optimizer only proposes valid points
+    constrained = BayesSearch(space, seed=4, settings=BayesSettings(**FAST))
+    drive(constrained, 12)
+    assert constrained.invalid_count == 0
+
+
+def test_batched_asks_are_distinct_and_skip_pending_points() -> None:
+    search = BayesSearch(make_space(), seed=5, settings=BayesSettings(**FAST))
+    first = search.ask(4)
+    second = search.ask(4)  # nothing told yet: the design continues
+    keys = [config_key(c) for c in first + second]
+    assert len(set(keys)) == 8 and len(search.pending) == 8
+    for config in first + second[:2]:
+        search.tell(config, synthetic_time(config))
+    batch = search.ask(4)  # from the model, with the two pending points told a lie
+    batch_keys = {config_key(c) for c in batch}
+    assert len(batch_keys) == 4 and not batch_keys & set(keys)
+
+
+@pytest.mark.parametrize("strategy", ["cl_mean", "cl_max"])
+def test_other_constant_liar_strategies(strategy: str) -> None:
+    search = BayesSearch(make_space(), seed=6, settings=BayesSettings(batch_strategy=strategy,
+                                                                      **FAST))
+    asked = drive(search, 12, batch=4)
+    assert len({config_key(c) for c in asked}) == 12
+
+
+def test_warm_start_configs_are_asked_first() -> None:
+    space = make_space()
+    parent_best = [TrialConfig(options=("--use_fast_math",), block=Dim3(256)),
+                   TrialConfig(options=("--maxrregcount=64",), block=Dim3(128)),
+                   TrialConfig(options=("--maxrregcount=40",))]  # not a point: skipped
+    search = BayesSearch(space, seed=7, settings=BayesSettings(**FAST))
+    assert search.warm_start(parent_best) == 2
+    first = search.ask(3)
+    assert first[:2] == parent_best[:2]
+    assert config_key(first[2]) not in {config_key(c) for c in parent_best}
+    random_search = RandomSearch(space, seed=7)
+    random_search.warm_start(parent_best)
+    assert random_search.ask(1) == parent_best[:1]
+
+
+def test_resume_gives_the_same_next_asks() -> None:
+    space = make_space()
+    settings = BayesSettings(**FAST)
+    uninterrupted = BayesSearch(space, seed=8, settings=settings)
+    asked = drive(uninterrupted, 12)
+    interrupted = BayesSearch(space, seed=8, settings=settings)
+    drive(interrupted, 8)
+    assert [r.config for r in interrupted.history] == asked[:8]
+    resumed = BayesSearch(space, seed=8, settings=settings)
+    resumed.resume([(r.config, r.time_s) for r in interrupted.history])
+    assert resumed.n_evaluated == 8
+    assert drive(resumed, 12) == asked[8:]  # the same points an uninterrupted run asks
+
+
+def test_resume_after_batches_never_re_asks_evaluated_points() -> None:
+    space = make_space()
+    search = BayesSearch(space, seed=9, settings=BayesSettings(**FAST))
+    drive(search, 10, batch=3, fail=lambda c: c.block == Dim3(32))
+    pending = search.ask(3)  # lost in the crash
+    resumed = BayesSearch(space, seed=9, settings=BayesSettings(**FAST))
+    resumed.resume(search.history)
+    assert [r.key for r in resumed.history] == [r.key for r in search.history]
+    assert resumed.best() == search.best()
+    nxt = resumed.ask(3)
+    assert not {config_key(c) for c in nxt} & {r.key for r in search.history}
+    assert {config_key(c) for c in nxt} == {config_key(c) for c in pending}
+
+
+def test_time_budget_with_a_fake_clock() -> None:
+    now = [100.0]
+    budget = Budget(max_seconds=10.0, clock=lambda: now[0])
+    search = RandomSearch(make_space(), seed=1)
+    assert not search.done(budget)  # starts the clock
+    now[0] = 109.5
+    search.tell(search.ask(1)[0], 1e-4)
+    assert not search.done(budget) and search.elapsed(budget) == pytest.approx(9.5)
+    now[0] = 110.0
+    assert search.done(budget)
+    resumed = RandomSearch(make_space(), seed=1)
+    resumed.resume(search.history, elapsed_s=9.0)
+    assert not resumed.done(budget)  # 9 s spent before the crash, the clock restarts now
+    now[0] = 111.0
+    assert resumed.done(budget)
+
+
+def test_trial_budget_counts_pending_asks() -> None:
+    search = RandomSearch(make_space(), seed=2)
+    budget = Budget(max_trials=5)
+    assert search.remaining(budget) == 5
+    configs = search.ask(3)
+    assert search.remaining(budget) == 2 and not search.done(budget)
+    search.ask(2)
+    assert search.done(budget)
+    for config in configs:
+        search.tell(config, MeasurementStatus.CRASHED)
+    assert search.remaining(budget) == 0 and search.n_evaluated == 3
+
+
+@pytest.mark.parametrize("generator", GENERATORS)
+def test_every_initial_point_generator_gives_a_valid_design(generator: str) -> None:
+    space = make_space()
+    search = BayesSearch(space, seed=3, settings=BayesSettings(
+        initial_point_generator=generator, **FAST))
+    design = search.ask(6)
+    assert len({config_key(c) for c in design}) == 6
+    assert all(space.check(c) == [] for c in design)
+    again = BayesSearch(space, seed=3, settings=BayesSettings(
+        initial_point_generator=generator, **FAST))
+    assert again.ask(6) == design  # seeded
+
+
+def test_random_search_is_seeded_uniform_and_exhausts_a_small_space() -> None:
+    space = make_space()
+    assert RandomSearch(space, seed=4).ask(10) == RandomSearch(space, seed=4).ask(10)
+    assert RandomSearch(space, seed=4).ask(10) != RandomSearch(space, seed=5).ask(10)
+    search = RandomSearch(space, seed=4)
+    asked = drive(search, 10_000)
+    assert search.done(Budget()) and search.exhausted
+    assert sorted(map(config_key, asked)) == sorted(map(config_key, space.enumerate()))
+
+
+def test_exhaustive_search_covers_the_space_once() -> None:
+    space = make_space()
+    search = ExhaustiveSearch(space)
+    asked = drive(search, 10_000, batch=7)
+    assert asked == list(space.enumerate())
+    assert search.best() == min(((c, synthetic_time(c)) for c in asked), key=lambda p: p[1])
+
+
+def test_records_outside_the_space_count_for_best_but_not_the_model() -> None:
+    space = make_space()
+    outside = TrialConfig(options=("-lineinfo",))
+    search = BayesSearch(space, seed=5, settings=BayesSettings(**FAST))
+    search.tell(outside, 1e-6)
+    assert search.best() == (outside, 1e-6)
+    assert TrialRecord.of(outside, 1e-6).ok
+    drive(search, 10)
+    assert search.n_evaluated == 10

@@ -1,0 +1,182 @@
+"""Simulation mode: strategies replayed against a table of measurements.
+
+Two kinds of tables:
+
+- a SYNTHETIC table generated here from a made-up timing model (clearly not a GPU), to check the
+  machinery and that Bayesian search is not worse than random search on a structured space;
+- recorded H200 tables in ``tests/data/spaces/*.json`` (written by the GPU recording script),
+  on which the acceptance criteria are checked with the exact logic the benchmark uses
+  (``r3tui.search.simulation.score``).  Those tests skip until the files exist.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from r3tui.compile.options import accepted_options
+from r3tui.domain import Dim3, Measurement, MeasurementStatus, TimeStats, TrialConfig
+from r3tui.search.bayes import BayesSettings
+from r3tui.search.simulation import (
+    RecordedResult,
+    SimulatedEvaluator,
+    StrategyScore,
+    beats,
+    best_at,
+    make_search,
+    parse_space_file,
+    run_search,
+    score,
+    space_file,
+)
+from r3tui.search.space import LaunchSpec, SearchSpace, SpaceError, config_key, option_dims
+
+SPACES_DIR = Path(__file__).resolve().parents[1] / "data" / "spaces"
+RECORDED = sorted(SPACES_DIR.glob("*.json"))
+
+
+def synthetic_space() -> SearchSpace:
+    names = ("use_fast_math", "maxrregcount", "opt-level", "def-load-cache")
+    dims = [d for d in option_dims(accepted_options("nvrtc")) if d.name in names]
+    return SearchSpace.from_parts(dims, LaunchSpec(Dim3(16, 16), Dim3(2048, 2048), True))
+
+
+def _unit(key: str, salt: str) -> float:
+    digest = hashlib.blake2b(f"{salt}:{key}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") / 2**64
+
+
+def synthetic_table(space: SearchSpace) -> dict[str, RecordedResult]:
+    """SYNTHETIC, not a GPU: a GEMM-like timing model with +-3 % per-config jitter, and
+    compile errors for maxrregcount=32 with wide blocks (a structured failure)."""
+    table = {}
+    for config in space.enumerate():
+        key = config_key(config)
+        block = config.block or Dim3(16, 16)
+        opts = " ".join(config.options)
+        if "maxrregcount=32" in opts and block.volume >= 512:
+            table[key] = RecordedResult(MeasurementStatus.COMPILE_ERROR)
+            continue
+        t = 1e-3 * (1 + 0.5 * max(0.0, math.log2(32 / block.x))
+                    + 0.15 * abs(math.log2(block.volume) - 8) + 0.05 * abs(math.log2(block.y) - 2))
+        t *= 2.2 if "-O0" in opts else 1.25 if "-O1" in opts else 1.03 if "-O2" in opts else 1.0
+        t *= 1.3 if "maxrregcount=32" in opts else 0.96 if "maxrregcount=96" in opts else 1.0
+        t *= (0.92 if "use_fast_math" in opts else 1.0) * (0.95 if "dlcm=cg" in opts else 1.0)
+        table[key] = RecordedResult(MeasurementStatus.OK, t * (0.97 + 0.06 * _unit(key, "j")), 30)
+    return table
+
+
+@pytest.fixture(scope="module")
+def synthetic() -> tuple[SearchSpace, SimulatedEvaluator]:
+    space = synthetic_space()
+    return space, SimulatedEvaluator(synthetic_table(space))
+
+
+def test_the_evaluator_replays_the_table(synthetic) -> None:
+    space, evaluator = synthetic
+    baseline = space.baseline_config()
+    measured = evaluator.evaluate(baseline)
+    assert measured.ok and measured.time is not None
+    assert measured.time.median_s == evaluator.table[config_key(baseline)].median_s
+    failing = TrialConfig(options=("--maxrregcount=32",), block=Dim3(32, 16))
+    assert evaluator.evaluate(failing).status is MeasurementStatus.COMPILE_ERROR
+    with pytest.raises(KeyError):
+        evaluator.evaluate(TrialConfig(options=("-lineinfo",)))
+    lenient = SimulatedEvaluator(evaluator.table, missing="crash")
+    assert lenient.evaluate(TrialConfig(options=("-lineinfo",))).status is \
+        MeasurementStatus.CRASHED
+
+
+def test_space_file_round_trip(synthetic) -> None:
+    space, evaluator = synthetic
+    measurements = [(c, evaluator.evaluate(c)) for c in space.enumerate()]
+    data = space_file("sgemm", "SYNTHETIC (no GPU)", "2026-12-02T00:00:00Z",
+                      "pytest tests/unit/test_search_simulation.py", space, measurements)
+    parsed = parse_space_file(json.loads(json.dumps(data)))
+    assert parsed.example == "sgemm" and parsed.gpu == "SYNTHETIC (no GPU)"
+    assert parsed.table == evaluator.table
+    assert parsed.space.names == space.names and parsed.space.size() == space.size()
+    bad = json.loads(json.dumps(data))
+    bad["measurements"][0]["status"] = "fine"
+    with pytest.raises(SpaceError, match="bad recorded space file"):
+        parse_space_file(bad)
+    bad["measurements"][0].update(status="ok", median_s=None)
+    with pytest.raises(SpaceError, match="usable median"):
+        parse_space_file(bad)
+
+
+def test_run_search_traces_best_so_far(synthetic) -> None:
+    space, evaluator = synthetic
+    trace = run_search(make_search("random", space, seed=0), evaluator.evaluate, 30, batch=4)
+    assert len(trace) == 30
+    assert all(a >= b for a, b in itertools.pairwise(trace))
+    assert best_at(trace, 10) == trace[9] and best_at(trace, 99) == trace[-1]
+    exhaustive = run_search(make_search("exhaustive", space, 0), evaluator.evaluate, 10**6)
+    assert len(exhaustive) == space.size() and exhaustive[-1] == evaluator.optimum()
+
+
+def test_bayes_beats_random_on_a_synthetic_table(synthetic) -> None:
+    space, evaluator = synthetic
+    bayes = score("bayes", space, evaluator, (20,), range(10), settings=BayesSettings())[20]
+    rand = score("random", space, evaluator, (20,), range(10))[20]
+    assert beats(bayes, rand), (bayes.median_fraction, rand.median_fraction)
+    # ~3 of the 4680 configs are within 5 % of the optimum (the jitter spreads them)
+    assert bayes.median_fraction >= 0.8
+
+
+# -- recorded H200 spaces (skip until tests/data/spaces/*.json exist) ----------------------
+
+recorded = pytest.mark.skipif(
+    not RECORDED, reason="no recorded spaces in tests/data/spaces (recorded on a GPU node)")
+paths = pytest.mark.parametrize("path", RECORDED or [None],
+                                ids=lambda p: p.stem if p else "none")
+_SCORES: dict[Path, dict[str, dict[int, StrategyScore]]] = {}
+
+
+def _scores(path: Path) -> dict[str, dict[int, StrategyScore]]:
+    """BO and random search on one recorded file: 10 seeds, best at 20 and 50 evaluations."""
+    if path not in _SCORES:
+        parsed = parse_space_file(json.loads(path.read_text()))
+        evaluator = SimulatedEvaluator(parsed.table)
+        _SCORES[path] = {
+            strategy: score(strategy, parsed.space, evaluator, (20, 50), range(10))
+            for strategy in ("bayes", "random")
+        }
+    return _SCORES[path]
+
+
+@recorded
+@paths
+def test_recorded_space_covers_its_configs(path: Path) -> None:
+    parsed = parse_space_file(json.loads(path.read_text()))
+    missing = [c for c in parsed.space.enumerate() if config_key(c) not in parsed.table]
+    assert not missing, f"{len(missing)} configs of the space are not in the table"
+    assert any(r.status is MeasurementStatus.OK for r in parsed.table.values())
+
+
+@recorded
+@pytest.mark.slow
+@paths
+def test_bayes_reaches_95_percent_of_the_optimum_at_50_evaluations(path: Path) -> None:
+    bayes = _scores(path)["bayes"][50]
+    assert bayes.median_fraction >= 0.95
+
+
+@recorded
+@pytest.mark.slow
+@paths
+def test_bayes_beats_random_search_at_20_evaluations(path: Path) -> None:
+    scores = _scores(path)
+    assert beats(scores["bayes"][20], scores["random"][20])
+
+
+def test_measurement_from_a_recorded_result() -> None:
+    ok = RecordedResult(MeasurementStatus.OK, 2e-5, 40).measurement()
+    assert ok == Measurement(MeasurementStatus.OK, time=TimeStats(2e-5, 2e-5, 0.0, 40),
+                             verified=True)
+    assert not RecordedResult(MeasurementStatus.TIMEOUT).measurement().ok
