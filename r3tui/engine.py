@@ -1,0 +1,412 @@
+"""The loop: ask → (remix) → compile → replay → persist → tell.
+
+This module wires the pure search core to the compile pool, the replay worker and the
+experiment database.  The inner loop (one source variant, Bayesian optimization over its
+compiler options, launch configuration and tunables) lives here; the outer loop builds on it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, as_completed
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
+
+from r3tui.domain import Measurement, MeasurementStatus, TrialConfig
+
+if TYPE_CHECKING:
+    from db.session import Database
+    from r3tui.compile.base import CompiledKernel, CompileRequest
+    from r3tui.compile.pool import CompilePool
+    from r3tui.record.manifest import LaunchInfo
+    from r3tui.replay.candidate import Candidate
+    from r3tui.replay.worker import ReplayWorker, WorkerInfo
+    from r3tui.search import Budget, DeviceLimits, InnerSearch, SearchSpace, Winner
+
+
+@dataclass(frozen=True)
+class KernelSource:
+    """One source variant of the recorded kernel."""
+
+    text: str
+    kernel_name: str
+    source_name: str = "kernel.cu"
+    defines: tuple[tuple[str, str], ...] = ()  # the recording's own -D values
+    include_dirs: tuple[str, ...] = ()
+
+
+def compile_request(source: KernelSource, config: TrialConfig, arch: str) -> CompileRequest:
+    """What to compile for one configuration: launch bounds injected, tunables as -D."""
+    from r3tui.compile.base import CompileRequest
+    from r3tui.search import guard_defines, inject_launch_bounds
+
+    text = source.text
+    if config.tunables:
+        # a tunable's own `#define` must yield to the -D value the search chose
+        text = guard_defines(text, frozenset(config.tunables))
+    if config.launch_bounds is not None:
+        max_threads, min_blocks = config.launch_bounds
+        text = inject_launch_bounds(text, source.kernel_name, max_threads, min_blocks)
+    options = list(config.options)
+    if config.pipeline:
+        options.append(f"--passes={config.pipeline}")
+    tunables = {k: str(v) for k, v in config.tunables.items()}
+    defines = {**dict(source.defines), **tunables}
+    return CompileRequest(
+        source=text,
+        kernel_name=source.kernel_name,
+        arch=arch,
+        options=tuple(options),
+        defines=tuple(sorted(defines.items())),
+        include_dirs=source.include_dirs,
+        source_name=source.source_name,
+    )
+
+
+def _first_error(log: str) -> str:
+    for line in log.splitlines():
+        if "error" in line.lower():
+            return line.strip()
+    lines = log.strip().splitlines()
+    return lines[-1] if lines else "compile failed without a log"
+
+
+def compile_failure(compiled: CompiledKernel) -> Measurement:
+    return Measurement(
+        MeasurementStatus.COMPILE_ERROR,
+        compile_time_s=compiled.seconds,
+        error_text=_first_error(compiled.log),
+        compile_log=compiled.log,
+    )
+
+
+class ReplayEvaluator:
+    """Evaluates configurations of one source variant: compiles on every core, replays on one GPU.
+
+    Compiles are all submitted at once so the pool works while the GPU replays the ones
+    already built; replay happens in completion order, results come back in request order.
+    """
+
+    def __init__(
+        self, source: KernelSource, worker: ReplayWorker, pool: CompilePool, *, arch: str
+    ) -> None:
+        self.source = source
+        self.worker = worker
+        self.pool = pool
+        self.arch = arch
+        # what each successfully measured config ran as, for re-timing the finalists
+        self.candidates: dict[str, Candidate] = {}
+
+    def with_source(self, source: KernelSource) -> ReplayEvaluator:
+        return ReplayEvaluator(source, self.worker, self.pool, arch=self.arch)
+
+    def candidate(self, config: TrialConfig, compiled: CompiledKernel) -> Candidate:
+        from r3tui.replay.candidate import Candidate
+
+        return Candidate.from_compiled(compiled, block=config.block, label=str(config.options))
+
+    def evaluate(self, configs: Sequence[TrialConfig]) -> list[Measurement]:
+        futures: dict[Future[CompiledKernel], int] = {
+            self.pool.submit(c.toolchain, compile_request(self.source, c, self.arch)): i
+            for i, c in enumerate(configs)
+        }
+        results: list[Measurement | None] = [None] * len(configs)
+        for future in as_completed(futures):
+            index = futures[future]
+            compiled = future.result()
+            if not compiled.ok:
+                results[index] = compile_failure(compiled)
+                continue
+            candidate = self.candidate(configs[index], compiled)
+            measured = self.worker.evaluate(candidate)
+            if measured.ok:
+                from r3tui.search import config_key
+
+                self.candidates[config_key(configs[index])] = candidate
+            results[index] = replace(measured, compile_time_s=compiled.seconds)
+        return [m for m in results if m is not None]
+
+    def retime(self, configs: Sequence[TrialConfig], rounds: int) -> list[list[float]]:
+        """``samples[round][i]`` for ``configs`` (measured OK before), interleaved on the GPU."""
+        from r3tui.search import config_key
+
+        missing = [c for c in configs if config_key(c) not in self.candidates]
+        if missing:
+            self.evaluate(missing)
+        candidates = [self.candidates[config_key(c)] for c in configs]
+        per_candidate = self.worker.interleaved(candidates, rounds)
+        return [[per_candidate[i][r] for i in range(len(configs))] for r in range(rounds)]
+
+
+# -- the inner loop ----------------------------------------------------------------------
+@dataclass(frozen=True)
+class InnerSettings:
+    """How one variant's configurations are searched."""
+
+    strategy: str = "bayes"  # bayes | random | exhaustive
+    estimator: str = "GP"  # GP | RF | ET, for bayes
+    batch: int = 8  # configurations asked at once, so the compile pool stays busy
+    finalists: int = 3  # best configurations re-timed against the baseline
+    rounds: int = 9  # interleaved re-timing rounds
+    seed: int = 0
+    toolchain: str = "nvrtc"
+    launch_bounds: bool = True  # inject __launch_bounds__ as a dimension
+
+
+@dataclass(frozen=True)
+class InnerResult:
+    trials: int
+    failures: dict[str, int]
+    best: TrialConfig | None
+    best_s: float | None
+    winner: Winner | None
+
+
+def build_space(
+    launch: LaunchInfo, source: KernelSource, settings: InnerSettings, limits: DeviceLimits
+) -> SearchSpace:
+    """The variant's space: the toolchain's options, the launch, the source's tunables."""
+    from r3tui.compile.llvm import PIPELINES
+    from r3tui.compile.options import accepted_options
+    from r3tui.search import LaunchSpec, SearchSpace, option_dims, parse_relations, parse_tunables
+
+    specs = [s for s in accepted_options(settings.toolchain) if s.name != "passes"]
+    return SearchSpace.from_parts(
+        option_dims(specs),
+        LaunchSpec.of(launch),
+        parse_tunables(source.text),
+        parse_relations(source.text),
+        limits,
+        include_launch_bounds=settings.launch_bounds,
+        pipelines=list(PIPELINES) if settings.toolchain == "llvm" else None,
+        toolchain=settings.toolchain,
+    )
+
+
+def make_strategy(space: SearchSpace, settings: InnerSettings) -> InnerSearch:
+    from r3tui.search import BayesSettings
+    from r3tui.search.simulation import make_search
+
+    bayes = BayesSettings(estimator=settings.estimator) if settings.strategy == "bayes" else None
+    return make_search(settings.strategy, space, settings.seed, bayes)
+
+
+Progress = Callable[["InnerSearch"], None]
+
+
+class Evaluator(Protocol):
+    """What the inner loop needs: :class:`ReplayEvaluator` on a GPU."""
+
+    def evaluate(self, configs: Sequence[TrialConfig]) -> list[Measurement]: ...
+
+    def retime(self, configs: Sequence[TrialConfig], rounds: int) -> list[list[float]]: ...
+
+
+def run_inner(
+    database: Database,
+    campaign_id: int,
+    variant_id: int,
+    search: InnerSearch,
+    evaluator: Evaluator,
+    budget: Budget,
+    settings: InnerSettings,
+    progress: Progress | None = None,
+) -> InnerResult:
+    """Search one variant: ask a batch, evaluate it, store every trial, tell; then re-time.
+
+    Each batch's trials are committed together before they are told, so a kill loses at
+    most the batch in flight and a resume tells exactly what is stored.
+    """
+    from db import repository as repo
+    from r3tui.search import choose_winner, config_key
+
+    trial_ids: dict[str, int] = {}
+    while not search.done(budget):
+        remaining = search.remaining(budget)
+        configs = search.ask(
+            settings.batch if remaining is None else min(settings.batch, remaining)
+        )
+        if not configs:
+            break
+        measurements = evaluator.evaluate(configs)
+        with database.session_scope() as s:
+            rows = [
+                repo.NewTrial(campaign_id, variant_id, c, m)
+                for c, m in zip(configs, measurements, strict=True)
+            ]
+            ids = repo.insert_trials(s, rows)
+        for config, measurement, trial_id in zip(configs, measurements, ids, strict=True):
+            search.tell(config, measurement)
+            trial_ids[config_key(config)] = trial_id
+        if progress:
+            progress(search)
+
+    failures: dict[str, int] = {}
+    for record in search.history:
+        if not record.ok:
+            reason = str(record.status) if record.status else "invalid"
+            failures[reason] = failures.get(reason, 0) + 1
+    best = search.best()
+    winner = None
+    finalists = search.finalists(settings.finalists)
+    if finalists:
+        winner = choose_winner(
+            finalists,
+            search.space.baseline_config(),
+            evaluator.retime,
+            rounds=settings.rounds,
+            seed=settings.seed,
+        )
+    with database.session_scope() as s:
+        best_id = trial_ids.get(config_key(winner.config)) if winner else None
+        if winner is not None and best_id is None:
+            # the winner came from trials told on resume: find its stored row
+            for stored in repo.finished_trials(s, campaign_id, variant_id=variant_id):
+                if config_key(stored.config) == config_key(winner.config):
+                    best_id = stored.id
+        if best_id is not None:
+            repo.update_variant(s, variant_id, best_trial_id=best_id)
+        repo.add_event(
+            s,
+            campaign_id,
+            "inner_done",
+            f"{search.n_evaluated} trials; "
+            + (
+                f"winner {winner.speedup:.3f}x [{winner.best.low:.3f}, {winner.best.high:.3f}] "
+                f"over the recorded configuration"
+                if winner
+                else "no configuration succeeded"
+            ),
+            {
+                "failures": failures,
+                "winner": winner.config.to_json() if winner else None,
+                "speedup": winner.speedup if winner else None,
+                "ci": [winner.best.low, winner.best.high] if winner else None,
+            },
+        )
+    return InnerResult(
+        search.n_evaluated,
+        failures,
+        best[0] if best else None,
+        best[1] if best else None,
+        winner,
+    )
+
+
+@dataclass(frozen=True)
+class InnerCampaign:
+    """``r3 tune BUNDLE --inner-only``: the recorded source alone, its configurations searched."""
+
+    bundle_path: Path
+    db_path: Path
+    budget_trials: int | None = 50
+    budget_seconds: float | None = None
+    settings: InnerSettings = InnerSettings()
+    resume_campaign: int | None = None
+    name: str | None = None
+    timeout_s: float = 60.0  # per candidate, before the watchdog restarts the worker
+
+
+def _provenance(info: WorkerInfo, toolchain: str) -> dict[str, object]:
+    from r3tui.compile.base import get_toolchain
+
+    return {
+        "gpu": info.gpu,
+        "arch": info.arch,
+        "driver_version": info.driver_version,
+        "toolchain": toolchain,
+        "toolchain_version": get_toolchain(toolchain).version(),
+    }
+
+
+def run_inner_campaign(job: InnerCampaign, progress: Progress | None = None) -> InnerResult:
+    """Record-replay + BO on the original source, every trial in the experiment database."""
+    from db import repository as repo
+    from db.session import open_database
+    from r3tui.compile.cache import CompileCache, default_cache_dir
+    from r3tui.compile.pool import CompilePool
+    from r3tui.domain import Campaign, CampaignStatus, Variant, VariantOrigin
+    from r3tui.errors import R3Error, RecordingError
+    from r3tui.record.bundle import Bundle
+    from r3tui.record.commands import recording_of
+    from r3tui.replay.worker import ReplayWorker
+    from r3tui.search import Budget, DeviceLimits
+
+    bundle = Bundle.open(job.bundle_path, verify=True)
+    manifest = bundle.manifest
+    text = bundle.source()
+    if text is None:
+        raise RecordingError(f"{job.bundle_path} holds no kernel source: nothing to compile")
+    source = KernelSource(
+        text,
+        manifest.kernel.name,
+        manifest.kernel.sources[0].name if manifest.kernel.sources else "kernel.cu",
+        defines=manifest.kernel.defines,
+    )
+    settings = job.settings
+    database = open_database(job.db_path, create=True, upgrade=True)
+    with ReplayWorker(job.bundle_path, timeout_s=job.timeout_s) as worker:
+        info = worker.start()
+        with database.session_scope() as s:
+            if job.resume_campaign is None:
+                recording_id = repo.add_recording(s, recording_of(bundle), manifest.to_json())
+                campaign_id = repo.create_campaign(
+                    s,
+                    Campaign(
+                        name=job.name or f"{manifest.kernel.name}-inner",
+                        recording_id=recording_id,
+                        seed=settings.seed,
+                        settings={
+                            "mode": "inner-only",
+                            **settings.__dict__,
+                            "budget_trials": job.budget_trials,
+                            "budget_seconds": job.budget_seconds,
+                        },
+                        provenance=_provenance(info, settings.toolchain),
+                        status=CampaignStatus.RUNNING,
+                    ),
+                )
+                variant_id = repo.add_variant(s, Variant(campaign_id, text, VariantOrigin.SEED))
+                history = []
+            else:
+                campaign_id = job.resume_campaign
+                if repo.get_campaign(s, campaign_id) is None:
+                    raise R3Error(f"no campaign {campaign_id} in {job.db_path}")
+                seeds = [
+                    v
+                    for v in repo.campaign_variants(s, campaign_id)
+                    if v.origin is VariantOrigin.SEED
+                ]
+                if not seeds or seeds[0].id is None:
+                    raise R3Error(f"campaign {campaign_id} has no seed variant to resume")
+                variant_id = seeds[0].id
+                history = [
+                    (t.config, t.measurement)
+                    for t in repo.finished_trials(s, campaign_id, variant_id=variant_id)
+                ]
+                repo.set_campaign_status(s, campaign_id, CampaignStatus.RUNNING)
+            repo.add_event(
+                s,
+                campaign_id,
+                "start" if not history else "resume",
+                f"inner search on {info.gpu}, {len(history)} trials already stored",
+            )
+        space = build_space(manifest.launch, source, settings, DeviceLimits())
+        search = make_strategy(space, settings)
+        search.resume(history)
+        budget = Budget(max_trials=job.budget_trials, max_seconds=job.budget_seconds)
+        try:
+            with CompilePool(cache=CompileCache(default_cache_dir())) as pool:
+                evaluator = ReplayEvaluator(source, worker, pool, arch=info.arch)
+                result = run_inner(
+                    database, campaign_id, variant_id, search, evaluator, budget, settings, progress
+                )
+        except BaseException:
+            with database.session_scope() as s:
+                repo.set_campaign_status(s, campaign_id, CampaignStatus.CRASHED)
+            raise
+        with database.session_scope() as s:
+            repo.set_campaign_status(s, campaign_id, CampaignStatus.FINISHED, finished=True)
+    database.close()
+    return result
