@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One GPU session on the device machine: environment probe, the GPU test suite, a summary,
-# then the benchmarks (R3_SKIP_BENCH=1 leaves them out).
+# then the benchmarks named in R3_BENCH (default: eval_cost spaces inner_live; empty: none).
 #
 #   source .device/setup.sh && bash bench/gpu_session.sh
 #
@@ -84,10 +84,20 @@ for r in rows:
         print(f"{r['name']:11} {'x'.join(map(str, r['block'])):12} {'':9} {r['median_us']:9.2f}"
               "  (other block shape)")
 PY
-if [ "${R3_SKIP_BENCH:-0}" != 1 ]; then
-  echo "== benchmark: evaluation cost, replay fidelity, throughput"
-  python3 bench/eval_cost.py --out "$OUT/eval_cost.txt" 2>&1 | tee "$OUT/eval_cost.log"
-  bench_rc=${PIPESTATUS[0]}
-  [ "$bench_rc" -eq 0 ] || rc=$bench_rc
-fi
+# R3_BENCH: which benchmarks to run after the tests (default: all of them)
+bench=" ${R3_BENCH-eval_cost spaces inner_live} "
+run_bench() {  # name, then the command; the log goes to $OUT/<name>.log
+  local name=$1; shift
+  echo "== benchmark: $name"
+  "$@" 2>&1 | tee "$OUT/$name.log"
+  local brc=${PIPESTATUS[0]}
+  [ "$brc" -eq 0 ] || rc=$brc
+}
+case $bench in *" eval_cost "*)
+  run_bench eval_cost python3 bench/eval_cost.py --out "$OUT/eval_cost.txt";; esac
+case $bench in *" spaces "*)
+  run_bench spaces python3 bench/record_spaces.py --out "$OUT/spaces"
+  (cd "$OUT" && tar czf spaces.tgz spaces && rm -rf spaces);; esac
+case $bench in *" inner_live "*)
+  run_bench inner_live python3 bench/inner_live.py --db "$OUT/inner-live.sqlite";; esac
 exit "$rc"
