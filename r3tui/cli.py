@@ -98,12 +98,11 @@ def _cmd_runs(args: argparse.Namespace) -> int:
     from db import repository as repo
     from db.session import open_database
 
-    database = open_database(args.db, readonly=True, create=False)
-    try:
-        with database.session_scope() as session:
-            summaries = repo.list_campaign_summaries(session)
-    finally:
-        database.close()
+    with (
+        open_database(args.db, readonly=True, create=False) as database,
+        database.session_scope() as session,
+    ):
+        summaries = repo.list_campaign_summaries(session)
     console = Console()
     if not summaries:
         console.print(f"no campaigns in {args.db} yet")

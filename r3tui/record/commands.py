@@ -172,12 +172,11 @@ def cmd_recordings(args: argparse.Namespace) -> int:
     from db import repository as repo
     from db.session import open_database
 
-    database = open_database(args.db, readonly=True, create=False)
-    try:
-        with database.session_scope() as session:
-            rows = repo.list_recordings(session)
-    finally:
-        database.close()
+    with (
+        open_database(args.db, readonly=True, create=False) as database,
+        database.session_scope() as session,
+    ):
+        rows = repo.list_recordings(session)
     console = Console()
     if not rows:
         console.print(f"no recordings in {args.db} yet")
