@@ -64,19 +64,13 @@ def compile_request(source: KernelSource, config: TrialConfig, arch: str) -> Com
     )
 
 
-def _first_error(log: str) -> str:
-    for line in log.splitlines():
-        if "error" in line.lower():
-            return line.strip()
-    lines = log.strip().splitlines()
-    return lines[-1] if lines else "compile failed without a log"
-
-
 def compile_failure(compiled: CompiledKernel) -> Measurement:
+    from r3tui.compile.base import first_error_line
+
     return Measurement(
         MeasurementStatus.COMPILE_ERROR,
         compile_time_s=compiled.seconds,
-        error_text=_first_error(compiled.log),
+        error_text=first_error_line(compiled.log),
         compile_log=compiled.log,
     )
 

@@ -51,6 +51,15 @@ class CompileRequest:
     source_name: str = "kernel.cu"
 
 
+def first_error_line(log: str) -> str:
+    """The line of a compiler log to show a user in one line: the first error, else the last."""
+    for line in log.splitlines():
+        if "error" in line.lower():
+            return line.strip()
+    lines = log.strip().splitlines()
+    return lines[-1].strip() if lines else "the compiler failed without a log"
+
+
 @dataclass(frozen=True)
 class CompiledKernel:
     """The outcome of one compile; failures are values with the compiler's log."""

@@ -93,16 +93,9 @@ def load_inputs(path: Path, seed: int, scale: float = 1.0) -> KernelInputs:
     return inputs
 
 
-def _first_error_line(log: str) -> str:
-    for line in log.splitlines():
-        if "error" in line.lower():
-            return line.strip()
-    return (log.strip().splitlines() or ["no compiler output"])[0]
-
-
 def record_kernel(req: RecordKernelRequest, progress: Progress | None = None) -> Bundle:
     """Record one launch of ``req.kernel_name``; returns the committed bundle."""
-    from r3tui.compile.base import CompileRequest, get_toolchain
+    from r3tui.compile.base import CompileRequest, first_error_line, get_toolchain
     from r3tui.record import cuda_driver as cu
     from r3tui.record.arena import ALIGNMENT, Arena
     from r3tui.replay.timing import EventTimer, L2Flush, TimingPolicy, time_launches
@@ -133,7 +126,7 @@ def record_kernel(req: RecordKernelRequest, progress: Progress | None = None) ->
         ))
         if not compiled.ok or compiled.binary is None or compiled.lowered_name is None:
             raise RecordingError(f"{req.source_path}: the kernel does not compile with "
-                                 f"{req.toolchain}: {_first_error_line(compiled.log)}")
+                                 f"{req.toolchain}: {first_error_line(compiled.log)}")
         module = cu.load_module(compiled.binary)
         function = cu.get_function(module, compiled.lowered_name)
         layout = cu.param_layout(function)
