@@ -270,15 +270,7 @@ class CompilePool:
                 f"compiler process crashed: {why} while compiling {request.kernel_name!r} "
                 f"({job.toolchain}, {request.arch}, options {' '.join(request.options) or 'none'})"
             )
-            self._finish(
-                job,
-                CompiledKernel.failure(
-                    (job.toolchain, job.version),
-                    text,
-                    cache_key=job.key,
-                    seconds=time.monotonic() - job.started,
-                ),
-            )
+            self._fail_job(job, text)
         elif self._start_failures >= MAX_START_FAILURES:
             self._fail_all(f"compiler process could not start: {why}")
 
@@ -299,15 +291,17 @@ class CompilePool:
                     f"compile timed out after {self.timeout_s:g} s; the compiler process "
                     f"was killed while compiling {job.request.kernel_name!r}"
                 )
-                self._finish(
-                    job,
-                    CompiledKernel.failure(
-                        (job.toolchain, job.version),
-                        text,
-                        cache_key=job.key,
-                        seconds=now - job.started,
-                    ),
-                )
+                self._fail_job(job, text)
+
+    def _fail_job(self, job: _Job, text: str) -> None:
+        """End ``job`` as a failed compile whose log is ``text``."""
+        failure = CompiledKernel.failure(
+            (job.toolchain, job.version),
+            text,
+            cache_key=job.key,
+            seconds=time.monotonic() - job.started,
+        )
+        self._finish(job, failure)
 
     def _next_deadline(self) -> float | None:
         if self.timeout_s is None:
