@@ -255,6 +255,14 @@ def set_campaign_status(
     _require_one(_rowcount(result), "campaign", campaign_id)
 
 
+def set_campaign_provenance(s: Session, campaign_id: int, provenance: Mapping[str, Any]) -> None:
+    """What the campaign's numbers depend on (GPU, driver, toolchain), known once it runs."""
+    result = s.execute(
+        update(CampaignRow).where(CampaignRow.id == campaign_id).values(provenance=dict(provenance))
+    )
+    _require_one(_rowcount(result), "campaign", campaign_id)
+
+
 def get_campaign(s: Session, campaign_id: int) -> Campaign | None:
     row = s.get(CampaignRow, campaign_id)
     return None if row is None else _campaign(row)
@@ -376,6 +384,13 @@ def update_variant(
 def get_variant(s: Session, variant_id: int) -> Variant | None:
     row = s.get(VariantRow, variant_id)
     return None if row is None else _variant(row)
+
+
+def best_trial_id(s: Session, variant_id: int) -> int | None:
+    """The trial the engine chose as the variant's best (None until its inner loop ends)."""
+    return s.execute(
+        select(VariantRow.best_trial_id).where(VariantRow.id == variant_id)
+    ).scalar_one_or_none()
 
 
 def children(s: Session, variant_id: int) -> list[Variant]:

@@ -12,17 +12,18 @@ import importlib
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from r3tui import __version__
 from r3tui.config import load_settings, resolve_db_path
 from r3tui.errors import R3Error
 
-if TYPE_CHECKING:
-    from r3tui.search import InnerSearch
-
 # Subcommand groups that other layers contribute; each module exposes add_commands().
-COMMAND_MODULES = ("r3tui.record.commands", "r3tui.replay.commands")
+COMMAND_MODULES = (
+    "r3tui.record.commands",
+    "r3tui.replay.commands",
+    "r3tui.engine.commands",
+    "r3tui.report",
+)
 
 
 def _split_db_flag(argv: list[str]) -> tuple[list[str], str | None]:
@@ -143,92 +144,6 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
     return 1 if any(c.required and not c.ok for c in checks) else 0
 
 
-def parse_budget(text: str) -> tuple[int | None, float | None]:
-    """``50`` (trials) or ``90s`` / ``10m`` / ``1h`` (wall time)."""
-    units = {"s": 1.0, "m": 60.0, "h": 3600.0}
-    try:
-        if text and text[-1] in units:
-            seconds = float(text[:-1]) * units[text[-1]]
-            if seconds > 0:
-                return None, seconds
-        elif int(text) > 0:
-            return int(text), None
-    except ValueError:
-        pass
-    raise R3Error(f"bad --budget {text!r}: give a number of trials (50) or a time (90s, 10m, 1h)")
-
-
-def _cmd_tune(args: argparse.Namespace) -> int:
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    from r3tui.engine import InnerCampaign, InnerSettings, run_inner_campaign
-    from r3tui.record.bundle import Bundle
-
-    if not args.inner_only:
-        raise R3Error(
-            "the LLM-driven outer loop is not in this build yet",
-            hint="run `r3 tune BUNDLE --inner-only` for record-replay + Bayesian optimization",
-        )
-    trials, seconds = parse_budget(args.budget)
-    Bundle.open(args.bundle)  # a bad path fails here, in one line, before any progress bar
-    settings = InnerSettings(
-        strategy=args.strategy,
-        estimator=args.estimator,
-        batch=args.batch,
-        seed=args.seed,
-        toolchain=args.toolchain or args.settings.compile.toolchain,
-        launch_bounds=not args.no_launch_bounds,
-    )
-    job = InnerCampaign(
-        args.bundle,
-        args.db,
-        trials,
-        seconds,
-        settings,
-        resume_campaign=args.resume,
-        name=args.name,
-    )
-    console = Console(stderr=True)
-    columns = (
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        TextColumn("{task.fields[best]}"),
-    )
-    with Progress(*columns, console=console, transient=False) as bar:
-        task = bar.add_task("tuning", total=trials, best="")
-
-        def show(search: InnerSearch) -> None:
-            best = search.best()
-            text = f"best {best[1] * 1e6:.2f} µs" if best else "no success yet"
-            bar.update(task, completed=search.n_evaluated, best=text)
-
-        result = run_inner_campaign(job, show)
-    out = Console(highlight=False)
-    out.print(
-        f"trials: {result.trials}"
-        + (
-            f" ({', '.join(f'{n} {k}' for k, n in sorted(result.failures.items()))})"
-            if result.failures
-            else ""
-        )
-    )
-    if result.winner is None:
-        out.print("no configuration measured successfully")
-        return 1
-    w = result.winner
-    out.print(f"baseline: {w.baseline_median_s * 1e6:.2f} µs (recorded configuration, re-timed)")
-    out.print(
-        f"winner: {w.best.median_s * 1e6:.2f} µs, speedup {w.speedup:.3f}x "
-        f"[{w.best.low:.3f}, {w.best.high:.3f}] over {w.rounds} interleaved rounds"
-        + ("" if w.best.significant else " (not beyond the noise)")
-    )
-    out.print(f"config: {w.config.to_json()}")
-    return 0
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="r3",
@@ -253,39 +168,6 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("doctor", help="check GPU, compilers, model and database").set_defaults(
         handler=_cmd_doctor
     )
-    tune = sub.add_parser("tune", help="search a recorded kernel's configurations (and source)")
-    tune.add_argument("bundle", type=Path, help="recording bundle directory")
-    tune.add_argument(
-        "--inner-only",
-        action="store_true",
-        help="only Bayesian optimization of options/launch/tunables, no LLM",
-    )
-    tune.add_argument("--budget", default="50", help="trials (50) or wall time (90s, 10m, 1h)")
-    tune.add_argument("--strategy", choices=("bayes", "random", "exhaustive"), default="bayes")
-    tune.add_argument(
-        "--estimator",
-        choices=("GP", "RF", "ET"),
-        default="GP",
-        help="surrogate model of the Bayesian search",
-    )
-    tune.add_argument(
-        "--toolchain",
-        choices=("nvrtc", "nvcc", "llvm"),
-        help="compiler (default: [compile] toolchain, nvrtc)",
-    )
-    tune.add_argument("--batch", type=int, default=8, help="configurations asked at once")
-    tune.add_argument("--seed", type=int, default=0)
-    tune.add_argument("--name", help="campaign name")
-    tune.add_argument(
-        "--resume",
-        type=int,
-        metavar="CAMPAIGN",
-        help="continue a killed campaign from its stored trials",
-    )
-    tune.add_argument(
-        "--no-launch-bounds", action="store_true", help="do not search __launch_bounds__"
-    )
-    tune.set_defaults(handler=_cmd_tune)
     for module_name in COMMAND_MODULES:
         importlib.import_module(module_name).add_commands(sub)
     return parser

@@ -206,21 +206,36 @@ def run_inner(
     budget: Budget,
     settings: InnerSettings,
     progress: Progress | None = None,
+    *,
+    give_up_after: int | None = None,
+    should_stop: Callable[[], bool] | None = None,
 ) -> InnerResult:
     """Search one variant: ask a batch, evaluate it, store every trial, tell; then re-time.
 
     Each batch's trials are committed together before they are told, so a kill loses at
-    most the batch in flight and a resume tells exactly what is stored.
+    most the batch in flight and a resume tells exactly what is stored.  ``give_up_after``
+    abandons a variant whose first that many trials all failed (a child that does not compile
+    or verify costs a few trials, not a whole budget); ``should_stop`` is polled between batches.
     """
     from db import repository as repo
     from r3tui.search import choose_winner, config_key
 
     trial_ids: dict[str, int] = {}
     while not search.done(budget):
+        if should_stop is not None and should_stop():
+            break
+        if (
+            give_up_after is not None
+            and search.n_evaluated >= give_up_after
+            and search.best() is None
+        ):
+            break
         remaining = search.remaining(budget)
-        configs = search.ask(
-            settings.batch if remaining is None else min(settings.batch, remaining)
-        )
+        batch = settings.batch if remaining is None else min(settings.batch, remaining)
+        if give_up_after is not None and search.best() is None:
+            # until something works, ask only as many as may be wasted
+            batch = max(1, min(batch, give_up_after - search.n_evaluated))
+        configs = search.ask(batch)
         if not configs:
             break
         measurements = evaluator.evaluate(configs)
@@ -273,6 +288,7 @@ def run_inner(
                 else "no configuration succeeded"
             ),
             {
+                "variant_id": variant_id,
                 "failures": failures,
                 "winner": winner.config.to_json() if winner else None,
                 "speedup": winner.speedup if winner else None,

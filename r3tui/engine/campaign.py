@@ -1,0 +1,573 @@
+"""The outer loop: MAP-Elites over source variants, each tuned by the inner loop.
+
+One step: pick an island and a parent from the archive, ask the remix layer (LLM or rule
+operator) for one small, named change, store the proposal, then push it through the funnel
+apply → compile → verify → inner BO on replay; a verified variant is offered to the archive
+with its best time as fitness.  Every proposal, LLM call, trial and archive change is in the
+database before the next step starts.
+
+The next proposal is generated while the GPU evaluates the current one (the LLM is the slow
+part on a login node), from the archive as it was before the current evaluation.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+from r3tui.domain import Variant, VariantOrigin, VariantStatus
+from r3tui.engine.control import CampaignControl
+from r3tui.engine.inner import Evaluator, InnerSettings, KernelSource, build_space, run_inner
+from r3tui.engine.lineage import (
+    EVALUATED_OK,
+    ArchiveState,
+    best_configs,
+    classify,
+    family_of,
+    features_for,
+    fitness_of,
+    rebuild_archive,
+    store_elites,
+)
+from r3tui.search.strategy import derive_seed
+
+if TYPE_CHECKING:
+    from db.session import Database
+    from r3tui.record.manifest import LaunchInfo
+    from r3tui.remix.mutation import Mutator, Proposal
+    from r3tui.remix.prompt import Inspiration, VariantProfile
+    from r3tui.search import DeviceLimits
+    from r3tui.search.elites import ArchiveSettings
+
+
+@dataclass(frozen=True)
+class CampaignSettings:
+    """How a campaign searches; stored with the campaign so a resume searches the same way."""
+
+    variants: int | None = 20  # child proposals to make (the outer budget)
+    seconds: float | None = None  # or a wall-time budget
+    inner_trials: int = 12  # configurations tried per child variant
+    seed_trials: int = 40  # configurations tried for the original source
+    warm_start: int = 3  # a child first tries its parent's best configurations
+    give_up_after: int = 4  # trials without one success before a variant is abandoned
+    islands: int = 2
+    migration_interval: int = 10
+    seed: int = 0
+    llm_share: float = 1.0  # fraction of proposals asked of the LLM (0: rules only)
+    edit_format: str = "search_replace"
+    prefetch: bool = True  # generate the next proposal while the GPU evaluates
+    inner: InnerSettings = field(default_factory=InnerSettings)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> CampaignSettings:
+        known = {f for f in cls.__dataclass_fields__}
+        values = {k: v for k, v in data.items() if k in known and k != "inner"}
+        inner_known = set(InnerSettings.__dataclass_fields__)
+        inner = InnerSettings(
+            **{k: v for k, v in data.get("inner", {}).items() if k in inner_known}
+        )
+        return cls(**values, inner=inner)
+
+    def archive_settings(self) -> ArchiveSettings:
+        from r3tui.search.elites import ArchiveSettings
+
+        return ArchiveSettings(islands=self.islands, migration_interval=self.migration_interval)
+
+
+@dataclass(frozen=True)
+class StepReport:
+    """What the CLI's progress display and the event log show after each proposal."""
+
+    index: int  # 0-based proposal number in the campaign
+    variant_id: int
+    origin: VariantOrigin
+    operator: str
+    status: VariantStatus
+    reason: str | None
+    best_s: float | None
+    seed_s: float | None
+
+
+Progress = Callable[[StepReport], None]
+EvaluatorFactory = Callable[[KernelSource], Evaluator]
+
+
+@dataclass
+class Timing:
+    """Where the campaign's wall time went (the paper's "inference-bound" question)."""
+
+    llm_s: float = 0.0  # model time, summed over calls (overlapped or not)
+    llm_wait_s: float = 0.0  # time the evaluation side waited for the model
+    evaluate_s: float = 0.0  # inner loops: compile + replay + bookkeeping
+    started: float = field(default_factory=time.monotonic)
+
+    def wall_s(self) -> float:
+        return time.monotonic() - self.started
+
+
+@dataclass(frozen=True)
+class _Request:
+    """Everything one proposal is made from, read from the DB on the engine's thread."""
+
+    index: int
+    island: int
+    parent: Variant
+    profile: VariantProfile | None
+    inspirations: tuple[Inspiration, ...]
+    inspiration_ids: tuple[int, ...] = ()
+
+
+class CampaignRun:
+    """One campaign's outer loop over an open database (a single writer)."""
+
+    def __init__(
+        self,
+        database: Database,
+        campaign_id: int,
+        settings: CampaignSettings,
+        seed_source: KernelSource,
+        launch: LaunchInfo,
+        limits: DeviceLimits,
+        mutator: Mutator | None,
+        evaluator_for: EvaluatorFactory | None,
+        *,
+        control: CampaignControl | None = None,
+        progress: Progress | None = None,
+    ) -> None:
+        self.database = database
+        self.campaign_id = campaign_id
+        self.settings = settings
+        self.seed_source = seed_source
+        self.launch = launch
+        self.limits = limits
+        self.mutator = mutator
+        self.evaluator_for = evaluator_for
+        self.control = control or CampaignControl()
+        self.progress = progress
+        self.timing = Timing()
+        self.state = self._load_state()
+
+    # -- state from the database ---------------------------------------------------------
+    def _variants(self) -> list[Variant]:
+        from db import repository as repo
+
+        with self.database.session_scope() as s:
+            return repo.campaign_variants(s, self.campaign_id)
+
+    def _load_state(self) -> ArchiveState:
+        with self.database.session_scope() as s:
+            from db import repository as repo
+
+            variants = repo.campaign_variants(s, self.campaign_id)
+            return rebuild_archive(
+                s,
+                variants,
+                self.settings.archive_settings(),
+                self.launch.block,
+                seed=self.settings.seed,
+            )
+
+    def seed_variant(self) -> Variant:
+        """The original source's variant, created on first use."""
+        from db import repository as repo
+
+        with self.database.session_scope() as s:
+            for v in repo.campaign_variants(s, self.campaign_id):
+                if v.origin is VariantOrigin.SEED:
+                    return v
+            vid = repo.add_variant(
+                s,
+                Variant(
+                    self.campaign_id,
+                    self.seed_source.text,
+                    VariantOrigin.SEED,
+                    operator="original",
+                    features={"family": "seed"},
+                ),
+            )
+            variant = repo.get_variant(s, vid)
+        assert variant is not None
+        return variant
+
+    def n_children(self) -> int:
+        return sum(1 for v in self._variants() if v.origin is not VariantOrigin.SEED)
+
+    def _fitness_s(self, variant_id: int | None) -> float | None:
+        from db import repository as repo
+
+        if variant_id is None:
+            return None
+        with self.database.session_scope() as s:
+            v = repo.get_variant(s, variant_id)
+            fit = fitness_of(s, v, self.launch.block) if v is not None else None
+        return fit.median_s if fit else None
+
+    # -- proposals -------------------------------------------------------------------------
+    def _profile(self, variant: Variant) -> VariantProfile | None:
+        from db import repository as repo
+        from r3tui.remix.prompt import VariantProfile
+
+        assert variant.id is not None
+        with self.database.session_scope() as s:
+            fit = fitness_of(s, variant, self.launch.block)
+            trial = repo.get_trial(s, fit.trial_id) if fit else None
+        if fit is None:
+            return None
+        log = trial.measurement.compile_log if trial else None
+        return VariantProfile(
+            median_s=fit.median_s,
+            registers=fit.registers,
+            spills_bytes=fit.spills_bytes,
+            occupancy=fit.occupancy,
+            shared_mem_bytes=fit.shared_mem_bytes,
+            achieved_fraction=None,
+            ceiling=None,
+            compile_warnings=_warnings(log),
+        )
+
+    def _request(self, index: int) -> _Request:
+        """Parent and inspirations for proposal ``index``, chosen from the archive."""
+        rng = random.Random(derive_seed(self.settings.seed, "select", index))
+        archive = self.state.archive
+        island = archive.island_for(index)
+        elite = archive.select_parent(island, rng)
+        others = archive.inspirations(island, elite, rng) if elite is not None else []
+        parent_id = elite.variant_id if elite is not None else self.seed_variant().id
+        assert parent_id is not None
+        return self.request_for(index, island, parent_id, [e.variant_id for e in others])
+
+    def request_for(
+        self,
+        index: int,
+        island: int,
+        parent_id: int,
+        inspiration_ids: list[int],
+        *,
+        as_parent: Variant | None = None,
+    ) -> _Request:
+        """A proposal's inputs from stored variants: the parent's source and measured profile,
+        each inspiration's source and fitness.  ``as_parent`` stands in for the parent row
+        (a re-run links its proposals to its own copy of the recorded parent)."""
+        from db import repository as repo
+        from r3tui.remix.prompt import Inspiration
+
+        with self.database.session_scope() as s:
+            parent = repo.get_variant(s, parent_id)
+            inspirations: list[Inspiration] = []
+            for vid in inspiration_ids:
+                v = repo.get_variant(s, vid)
+                fit = fitness_of(s, v, self.launch.block) if v is not None else None
+                if v is not None and fit is not None:
+                    inspirations.append(Inspiration(v.source, fit.median_s))
+        assert parent is not None
+        return _Request(
+            index,
+            island,
+            as_parent or parent,
+            self._profile(parent),
+            tuple(inspirations),
+            tuple(inspiration_ids),
+        )
+
+    def generate_proposal(self, request: _Request) -> tuple[Proposal, float]:
+        """Ask the remix layer for one change to the request's parent (any thread)."""
+        from r3tui.remix.prompt import MutationContext
+
+        assert self.mutator is not None
+        rng = random.Random(derive_seed(self.settings.seed, "propose", request.index))
+        started = time.monotonic()
+        context = MutationContext(
+            kernel_name=self.seed_source.kernel_name,
+            parent_source=request.parent.source,
+            profile=request.profile,
+            inspirations=request.inspirations,
+        )
+        proposal = self.mutator.propose(context, rng)
+        return proposal, time.monotonic() - started
+
+    def store_proposal(self, request: _Request, proposal: Proposal) -> Variant:
+        """The proposal as a variant row (pending, or apply_failed with the reason)."""
+        from db import repository as repo
+
+        with self.database.session_scope() as s:
+            call_id = (
+                repo.add_llm_call(s, self.campaign_id, proposal.llm_call)
+                if proposal.llm_call is not None
+                else None
+            )
+            ok = proposal.ok and proposal.source is not None
+            reason = proposal.reason
+            if ok:
+                # the same source twice would cost a second inner loop and say nothing new
+                twin = next(
+                    (
+                        v.id
+                        for v in repo.campaign_variants(s, self.campaign_id)
+                        if v.source == proposal.source
+                    ),
+                    None,
+                )
+                if twin is not None:
+                    ok, reason = False, f"duplicate of variant {twin}"
+            vid = repo.add_variant(
+                s,
+                Variant(
+                    self.campaign_id,
+                    proposal.source if proposal.source is not None else request.parent.source,
+                    proposal.origin,
+                    parent_id=request.parent.id,
+                    diff=proposal.diff,
+                    operator=proposal.operator,
+                    status=VariantStatus.PENDING if ok else VariantStatus.APPLY_FAILED,
+                    status_reason=None if ok else reason,
+                    island=request.island,
+                    features={
+                        "family": proposal.transformation.family,
+                        "index": request.index,
+                        "inspirations": list(request.inspiration_ids),
+                    },
+                    llm_call_id=call_id,
+                ),
+            )
+            if not ok:
+                repo.add_event(
+                    s,
+                    self.campaign_id,
+                    "variant",
+                    f"#{vid} {proposal.origin.value}:{proposal.operator} → apply_failed ({reason})",
+                    {"variant_id": vid, "status": VariantStatus.APPLY_FAILED.value, "best_s": None},
+                )
+            variant = repo.get_variant(s, vid)
+        assert variant is not None
+        return variant
+
+    # -- evaluation -----------------------------------------------------------------------
+    def evaluate(self, variant: Variant) -> StepReport:
+        """Tune one pending variant and put it where it belongs in the funnel and archive."""
+        from db import repository as repo
+        from r3tui.errors import R3Error
+        from r3tui.search import Budget
+        from r3tui.search.simulation import make_search
+
+        assert variant.id is not None and self.evaluator_for is not None
+        is_seed = variant.origin is VariantOrigin.SEED
+        source = replace(self.seed_source, text=variant.source)
+        started = time.monotonic()
+        inner = self.settings.inner
+        try:
+            space = build_space(self.launch, source, inner, self.limits)
+        except (R3Error, ValueError) as exc:
+            return self._finish(variant, VariantStatus.APPLY_FAILED, f"search space: {exc}", None)
+        search = make_search(
+            inner.strategy,
+            space,
+            derive_seed(self.settings.seed, "inner", variant.id),
+            None if inner.strategy != "bayes" else _bayes(inner),
+        )
+        with self.database.session_scope() as s:
+            stored = [(t.config, t.measurement) for t in repo.trials_of_variant(s, variant.id)]
+            if variant.parent_id is not None:
+                search.warm_start(best_configs(s, variant.parent_id, self.settings.warm_start))
+        search.warm_start([space.baseline_config()])
+        search.resume(stored)
+        trials = self.settings.seed_trials if is_seed else self.settings.inner_trials
+        result = run_inner(
+            self.database,
+            self.campaign_id,
+            variant.id,
+            search,
+            self.evaluator_for(source),
+            Budget(max_trials=trials),
+            replace(inner, seed=derive_seed(self.settings.seed, "winner", variant.id)),
+            give_up_after=None if is_seed else self.settings.give_up_after,
+            should_stop=lambda: self.control.stop_requested,
+        )
+        self.timing.evaluate_s += time.monotonic() - started
+        parent_s = self._fitness_s(variant.parent_id)
+        best_s = self._fitness_s(variant.id)
+        status, reason = classify(result.failures, best_s, parent_s)
+        return self._finish(variant, status, reason, best_s)
+
+    def _finish(
+        self, variant: Variant, status: VariantStatus, reason: str | None, best_s: float | None
+    ) -> StepReport:
+        from db import repository as repo
+
+        assert variant.id is not None
+        family = family_of(variant)
+        with self.database.session_scope() as s:
+            features: dict[str, Any] = dict(variant.features)
+            if status in EVALUATED_OK:
+                fit = fitness_of(s, variant, self.launch.block)
+                assert fit is not None
+                features = {**features, **features_for(fit, family), "family": family}
+            repo.update_variant(
+                s, variant.id, status=status, status_reason=reason, features=features
+            )
+            if status in EVALUATED_OK and best_s is not None:
+                placed, moved = self.state.offer(
+                    replace(variant, features=features), features, best_s, seed=self.settings.seed
+                )
+                store_elites(s, self.campaign_id, placed, moved)
+                if moved:
+                    repo.add_event(
+                        s,
+                        self.campaign_id,
+                        "migration",
+                        f"{len(moved)} elite(s) migrated along the island ring",
+                        {"moved": [[e.variant_id, i] for e, i in moved]},
+                    )
+            seed_s = None
+            report = StepReport(
+                int(variant.features.get("index", -1)),
+                variant.id,
+                variant.origin,
+                variant.operator or "",
+                status,
+                reason,
+                best_s,
+                seed_s,
+            )
+            repo.add_event(
+                s,
+                self.campaign_id,
+                "variant",
+                f"#{variant.id} {variant.origin.value}:{variant.operator} → {status.value}"
+                + (f" ({reason})" if reason else "")
+                + (f", {best_s * 1e6:.1f} µs" if best_s is not None else ""),
+                {"variant_id": variant.id, "status": status.value, "best_s": best_s},
+            )
+        if self.progress:
+            self.progress(report)
+        return report
+
+    def pending(self) -> list[Variant]:
+        return [v for v in self._variants() if v.status is VariantStatus.PENDING]
+
+    # -- the loop ---------------------------------------------------------------------------
+    def _budget_left(self, made: int) -> bool:
+        if self.control.stop_requested:
+            return False
+        if self.settings.variants is not None and made >= self.settings.variants:
+            return False
+        seconds = self.settings.seconds
+        return seconds is None or self.timing.wall_s() < seconds
+
+    def _checkpoint(self) -> None:
+        from db import repository as repo
+        from r3tui.domain import CampaignStatus
+
+        def paused() -> None:
+            with self.database.session_scope() as s:
+                repo.set_campaign_status(s, self.campaign_id, CampaignStatus.PAUSED)
+                repo.add_event(s, self.campaign_id, "pause", "paused by request")
+
+        def resumed() -> None:
+            with self.database.session_scope() as s:
+                repo.set_campaign_status(s, self.campaign_id, CampaignStatus.RUNNING)
+                repo.add_event(s, self.campaign_id, "resume", "resumed by request")
+
+        self.control.wait_while_paused(paused, resumed)
+
+    def evaluate_pending(self) -> int:
+        """Evaluate every pending variant, seed first (also what `r3 evaluate` does)."""
+        done = 0
+        for variant in sorted(
+            self.pending(), key=lambda v: (v.origin is not VariantOrigin.SEED, v.id or 0)
+        ):
+            self._checkpoint()
+            if self.control.stop_requested:
+                break
+            self.evaluate(variant)
+            done += 1
+        return done
+
+    def run(self) -> int:
+        """Propose and evaluate until the budget is spent or a stop is requested."""
+        seed = self.seed_variant()
+        if seed.status is VariantStatus.PENDING:
+            self.evaluate(seed)
+        self.evaluate_pending()
+        made = self.n_children()
+        if self.mutator is None:
+            return made
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="r3-remix") as llm:
+            ahead: tuple[_Request, Future[tuple[Proposal, float]]] | None = None
+            while self._budget_left(made):
+                self._checkpoint()
+                if self.control.stop_requested:
+                    break
+                if ahead is None:
+                    request = self._request(made)
+                    ahead = (request, llm.submit(self.generate_proposal, request))
+                request, future = ahead
+                waited = time.monotonic()
+                proposal, llm_s = future.result()
+                self.timing.llm_wait_s += time.monotonic() - waited
+                self.timing.llm_s += llm_s
+                variant = self.store_proposal(request, proposal)
+                made += 1
+                ahead = None
+                if self.settings.prefetch and self._budget_left(made):
+                    # from the archive before this evaluation: overlap costs one step of lag
+                    nxt = self._request(made)
+                    ahead = (nxt, llm.submit(self.generate_proposal, nxt))
+                if variant.status is VariantStatus.PENDING:
+                    self.evaluate(variant)
+                elif self.progress:
+                    self.progress(
+                        StepReport(
+                            request.index,
+                            variant.id or 0,
+                            variant.origin,
+                            variant.operator or "",
+                            variant.status,
+                            variant.status_reason,
+                            None,
+                            None,
+                        )
+                    )
+            if ahead is not None:
+                # a stop or the budget arrived with a proposal in flight: keep it for resume
+                request, future = ahead
+                proposal, llm_s = future.result()
+                self.timing.llm_s += llm_s
+                if self.control.stop_requested:
+                    self.store_proposal(request, proposal)
+                    made += 1
+        return made
+
+    def generate(self, n: int) -> list[Variant]:
+        """Generational mode: write ``n`` pending proposals from the archive as it stands."""
+        seed = self.seed_variant()
+        made = self.n_children()
+        out: list[Variant] = [] if seed.status is not VariantStatus.PENDING else [seed]
+        for _ in range(n):
+            if self.control.stop_requested:
+                break
+            request = self._request(made)
+            proposal, llm_s = self.generate_proposal(request)
+            self.timing.llm_s += llm_s
+            out.append(self.store_proposal(request, proposal))
+            made += 1
+        return out
+
+
+def _bayes(inner: InnerSettings) -> Any:
+    from r3tui.search import BayesSettings
+
+    return BayesSettings(estimator=inner.estimator)
+
+
+def _warnings(log: str | None) -> str | None:
+    if not log:
+        return None
+    lines = [ln.strip() for ln in log.splitlines() if "warning" in ln.lower()]
+    return "\n".join(lines[:5]) or None

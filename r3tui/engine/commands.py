@@ -1,0 +1,315 @@
+"""``r3 tune`` and ``r3 evaluate``: the campaign commands, with rich progress on stderr."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from r3tui.errors import R3Error
+
+if TYPE_CHECKING:
+    from r3tui.engine.campaign import StepReport
+    from r3tui.remix.backends import BackendSpec
+    from r3tui.search import InnerSearch
+
+
+def parse_budget(text: str) -> tuple[int | None, float | None]:
+    """``50`` (a count) or ``90s`` / ``10m`` / ``1h`` (wall time)."""
+    units = {"s": 1.0, "m": 60.0, "h": 3600.0}
+    try:
+        if text and text[-1] in units:
+            seconds = float(text[:-1]) * units[text[-1]]
+            if seconds > 0:
+                return None, seconds
+        elif int(text) > 0:
+            return int(text), None
+    except ValueError:
+        pass
+    raise R3Error(f"bad --budget {text!r}: give a count (50) or a time (90s, 10m, 1h)")
+
+
+@contextmanager
+def _bar(total: int | None, description: str) -> Iterator[tuple[Any, Any]]:
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    columns = (
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("{task.fields[note]}"),
+    )
+    with Progress(*columns, console=Console(stderr=True), transient=False) as bar:
+        yield bar, bar.add_task(description, total=total, note="")
+
+
+def _inner_settings(args: argparse.Namespace) -> Any:
+    from r3tui.engine import InnerSettings
+
+    return InnerSettings(
+        strategy=args.strategy,
+        estimator=args.estimator,
+        batch=args.batch,
+        seed=args.seed,
+        toolchain=args.toolchain or args.settings.compile.toolchain,
+        launch_bounds=not args.no_launch_bounds,
+    )
+
+
+def _tune_inner_only(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from r3tui.engine import InnerCampaign, run_inner_campaign
+    from r3tui.record.bundle import Bundle
+
+    if args.bundle is None:
+        raise R3Error("--inner-only needs the recording bundle")
+    trials, seconds = parse_budget(args.budget)
+    Bundle.open(args.bundle)  # a bad path fails here, in one line, before any progress bar
+    job = InnerCampaign(
+        args.bundle,
+        args.db,
+        trials,
+        seconds,
+        _inner_settings(args),
+        resume_campaign=args.resume,
+        name=args.name,
+    )
+    with _bar(trials, "tuning") as (bar, task):
+
+        def show(search: InnerSearch) -> None:
+            best = search.best()
+            note = f"best {best[1] * 1e6:.2f} µs" if best else "no success yet"
+            bar.update(task, completed=search.n_evaluated, note=note)
+
+        result = run_inner_campaign(job, show)
+    out = Console(highlight=False)
+    failures = ", ".join(f"{n} {k}" for k, n in sorted(result.failures.items()))
+    out.print(f"trials: {result.trials}" + (f" ({failures})" if failures else ""))
+    if result.winner is None:
+        out.print("no configuration measured successfully")
+        return 1
+    w = result.winner
+    out.print(f"baseline: {w.baseline_median_s * 1e6:.2f} µs (recorded configuration, re-timed)")
+    out.print(
+        f"winner: {w.best.median_s * 1e6:.2f} µs, speedup {w.speedup:.3f}x "
+        f"[{w.best.low:.3f}, {w.best.high:.3f}] over {w.rounds} interleaved rounds"
+        + ("" if w.best.significant else " (not beyond the noise)")
+    )
+    out.print(f"config: {w.config.to_json()}")
+    return 0
+
+
+def backend_spec(args: argparse.Namespace) -> BackendSpec | None:
+    """The model the campaign talks to, or None for rule mutations only."""
+    from r3tui.remix.backends import BackendSpec
+    from r3tui.remix.models import resolve_model
+
+    if args.rules_only:
+        return None
+    if args.llm_url:
+        return BackendSpec(kind="http", base_url=args.llm_url, model_name=args.llm_model_name)
+    location = resolve_model(args.model, args.settings.model.path)
+    return BackendSpec(kind="llama_cpp", model_path=location.path, n_ctx=args.n_ctx)
+
+
+def _campaign_settings(
+    args: argparse.Namespace, variants: int | None, seconds: float | None
+) -> Any:
+    from r3tui.engine.campaign import CampaignSettings
+
+    return CampaignSettings(
+        variants=variants,
+        seconds=seconds,
+        inner_trials=args.inner_budget,
+        seed_trials=args.seed_budget,
+        islands=args.islands,
+        seed=args.seed,
+        llm_share=0.0 if args.rules_only else args.llm_share,
+        inner=_inner_settings(args),
+    )
+
+
+def _show_steps(bar: Any, task: Any) -> Any:
+    best: list[float] = []
+
+    def show(step: StepReport) -> None:
+        if step.best_s is not None and step.status.value in ("verified", "improved"):
+            best.append(step.best_s)
+        note = f"#{step.variant_id} {step.operator} → {step.status.value}"
+        if best:
+            note += f" · best {min(best) * 1e6:.2f} µs"
+        bar.update(task, advance=0 if step.index < 0 else 1, note=note)
+
+    return show
+
+
+def _cmd_tune(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from r3tui.engine.tune import CampaignJob, run_campaign
+
+    if args.inner_only:
+        return _tune_inner_only(args)
+    if args.replay_llm is not None:
+        from r3tui.engine.replay_llm import replay_campaign
+
+        with _bar(None, "re-running") as (bar, task):
+            outcome = replay_campaign(
+                args.db, args.replay_llm, args.bundle, progress=_show_steps(bar, task)
+            )
+        Console(highlight=False).print(
+            f"campaign {outcome.campaign_id}: {outcome.proposals} variants re-run from "
+            f"campaign {args.replay_llm}'s recorded LLM answers ({outcome.status})"
+        )
+        return 0
+    if args.bundle is None and args.resume is None:
+        raise R3Error("give the recording bundle (or --resume CAMPAIGN)")
+    variants, seconds = parse_budget(args.budget)
+    if args.bundle is not None:
+        from r3tui.record.bundle import Bundle
+
+        Bundle.open(args.bundle)
+    settings = _campaign_settings(args, variants, seconds)
+    job = CampaignJob(
+        args.bundle,
+        args.db,
+        settings,
+        backend_spec(args),
+        resume_campaign=args.resume,
+        name=args.name,
+    )
+    generate = variants if args.generate_only else None
+    if args.generate_only and variants is None:
+        raise R3Error("--generate-only needs a count for --budget (how many variants to write)")
+    with _bar(variants, "generating" if generate else "remixing") as (bar, task):
+        outcome = run_campaign(job, _show_steps(bar, task), generate_only=generate)
+    Console(highlight=False).print(
+        f"campaign {outcome.campaign_id}: {outcome.proposals} variant(s), {outcome.status}; "
+        f"see `r3 report {outcome.campaign_id}`"
+        + (
+            f", then `r3 evaluate --campaign {outcome.campaign_id}` on a GPU node"
+            if generate
+            else ""
+        )
+    )
+    return 0
+
+
+def _cmd_evaluate(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from db import repository as repo
+    from db.session import open_database
+    from r3tui.domain import VariantStatus
+    from r3tui.engine.campaign import CampaignSettings
+    from r3tui.engine.tune import CampaignJob, run_campaign
+
+    with (
+        open_database(args.db, readonly=True, create=False) as database,
+        database.session_scope() as s,
+    ):
+        summaries = repo.list_campaign_summaries(s)
+        if args.campaign is None:
+            remix = [
+                c
+                for c in summaries
+                if (camp := repo.get_campaign(s, c.id)) and camp.settings.get("mode") == "remix"
+            ]
+            if not remix:
+                raise R3Error(f"no remix campaign in {args.db}")
+            args.campaign = remix[-1].id
+        pending = [
+            v for v in repo.campaign_variants(s, args.campaign) if v.status is VariantStatus.PENDING
+        ]
+    job = CampaignJob(args.bundle, args.db, CampaignSettings(), None, resume_campaign=args.campaign)
+    with _bar(len(pending), "evaluating") as (bar, task):
+        outcome = run_campaign(job, _show_steps(bar, task), evaluate_only=True)
+    Console(highlight=False).print(
+        f"campaign {outcome.campaign_id}: {outcome.proposals} pending variant(s) evaluated"
+    )
+    return 0
+
+
+def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    tune = sub.add_parser("tune", help="remix and tune a recorded kernel (or --inner-only)")
+    tune.add_argument("bundle", type=Path, nargs="?", help="recording bundle directory")
+    tune.add_argument(
+        "--inner-only",
+        action="store_true",
+        help="only Bayesian optimization of options/launch/tunables, no remix",
+    )
+    tune.add_argument(
+        "--budget",
+        default="20",
+        help="variants (20) or wall time (90s, 10m, 1h); trials with --inner-only",
+    )
+    tune.add_argument(
+        "--model",
+        type=Path,
+        help="GGUF model file (default: R3_MODEL, config, then the bundled SmolLM2)",
+    )
+    tune.add_argument("--llm-url", help="OpenAI-compatible server instead of a local model")
+    tune.add_argument("--llm-model-name", help="model id on that server")
+    tune.add_argument("--n-ctx", type=int, default=4096, help="llama.cpp context length")
+    tune.add_argument(
+        "--rules-only",
+        action="store_true",
+        help="deterministic rule mutations only, no language model",
+    )
+    tune.add_argument(
+        "--llm-share",
+        type=float,
+        default=0.75,
+        help="fraction of proposals asked of the model (rest: rule operators)",
+    )
+    tune.add_argument("--islands", type=int, default=2, help="MAP-Elites islands")
+    tune.add_argument("--inner-budget", type=int, default=12, help="trials per child variant")
+    tune.add_argument("--seed-budget", type=int, default=40, help="trials for the original source")
+    tune.add_argument(
+        "--generate-only",
+        action="store_true",
+        help="write pending variants without a GPU (then `r3 evaluate`)",
+    )
+    tune.add_argument(
+        "--replay-llm",
+        type=int,
+        metavar="CAMPAIGN",
+        help="re-run CAMPAIGN from its recorded LLM answers, no model loaded",
+    )
+    tune.add_argument("--strategy", choices=("bayes", "random", "exhaustive"), default="bayes")
+    tune.add_argument(
+        "--estimator",
+        choices=("GP", "RF", "ET"),
+        default="GP",
+        help="surrogate model of the Bayesian search",
+    )
+    tune.add_argument(
+        "--toolchain",
+        choices=("nvrtc", "nvcc", "llvm"),
+        help="compiler (default: [compile] toolchain, nvrtc)",
+    )
+    tune.add_argument("--batch", type=int, default=8, help="configurations asked at once")
+    tune.add_argument("--seed", type=int, default=0)
+    tune.add_argument("--name", help="campaign name")
+    tune.add_argument(
+        "--resume",
+        type=int,
+        metavar="CAMPAIGN",
+        help="continue a killed or stopped campaign from the database",
+    )
+    tune.add_argument(
+        "--no-launch-bounds", action="store_true", help="do not search __launch_bounds__"
+    )
+    tune.set_defaults(handler=_cmd_tune)
+
+    evaluate = sub.add_parser("evaluate", help="evaluate a campaign's pending variants on this GPU")
+    evaluate.add_argument("--campaign", type=int, help="campaign id (default: the latest remix)")
+    evaluate.add_argument(
+        "--bundle", type=Path, help="the recording on this node (default: the stored path)"
+    )
+    evaluate.set_defaults(handler=_cmd_evaluate)

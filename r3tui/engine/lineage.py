@@ -1,0 +1,208 @@
+"""A campaign's variants as the outer loop sees them, read from and written to the database.
+
+The database is the campaign's only state: the MAP-Elites archive is rebuilt by offering the
+evaluated variants again in the order they were created (migrations included, at the same
+points), so a resumed campaign continues from exactly the archive it had; ``elite_cells`` is
+the persisted view of that archive for readers such as the TUI.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from r3tui.domain import (
+    EliteCell,
+    MeasurementStatus,
+    TrialConfig,
+    Variant,
+    VariantOrigin,
+    VariantStatus,
+)
+from r3tui.search.occupancy import occupancy
+from r3tui.search.strategy import derive_seed
+
+if TYPE_CHECKING:
+    from sqlalchemy.orm import Session
+
+    from db.repository import TrialRecord
+    from r3tui.domain import Dim3
+    from r3tui.search.elites import ArchiveSettings, Elite, EliteArchive
+
+# Variants that made it through the funnel (apply → compile → verify → tune).
+EVALUATED_OK = (VariantStatus.VERIFIED, VariantStatus.IMPROVED)
+
+
+@dataclass(frozen=True)
+class VariantFitness:
+    """A variant's best stored trial: its fitness and what the compiler and replay said."""
+
+    variant_id: int
+    median_s: float
+    config: TrialConfig
+    registers: int | None
+    spills_bytes: int | None
+    shared_mem_bytes: int | None
+    occupancy: float | None
+    trial_id: int
+
+
+def fitness_of(
+    s: Session, variant: Variant, recorded_block: Dim3, dynamic_shared: int = 0
+) -> VariantFitness | None:
+    """The variant's best trial: the one the inner loop chose (re-timed against the baseline),
+    or the fastest ok trial when it chose none."""
+    from db import repository as repo
+
+    assert variant.id is not None
+    trial: TrialRecord | None = None
+    chosen = repo.best_trial_id(s, variant.id)
+    if chosen is not None:
+        trial = repo.get_trial(s, chosen)
+    if trial is None or trial.measurement.time is None:
+        ok = [
+            t
+            for t in repo.trials_of_variant(s, variant.id)
+            if t.measurement.status is MeasurementStatus.OK and t.measurement.time is not None
+        ]
+        if not ok:
+            return None
+        trial = min(ok, key=lambda t: t.measurement.time.median_s if t.measurement.time else 0)
+    assert trial.measurement.time is not None
+    res = trial.measurement.resources
+    block = trial.config.block or recorded_block
+    static = res.shared_mem_bytes or 0
+    return VariantFitness(
+        variant.id,
+        trial.measurement.time.median_s,
+        trial.config,
+        res.registers,
+        res.spills_bytes,
+        static + dynamic_shared,
+        occupancy(block.volume, res.registers, static + dynamic_shared),
+        trial.id,
+    )
+
+
+def best_configs(s: Session, variant_id: int, k: int) -> list[TrialConfig]:
+    """The ``k`` fastest successful configurations of a variant (a child's warm start)."""
+    from db import repository as repo
+
+    ok = [
+        t
+        for t in repo.trials_of_variant(s, variant_id)
+        if t.measurement.status is MeasurementStatus.OK and t.measurement.time is not None
+    ]
+    ok.sort(key=lambda t: (t.measurement.time.median_s if t.measurement.time else 0.0, t.id))
+    out: list[TrialConfig] = []
+    for t in ok:
+        if t.config not in out:
+            out.append(t.config)
+        if len(out) >= k:
+            break
+    return out
+
+
+def family_of(variant: Variant) -> str:
+    """The transformation family the variant came from (a MAP-Elites feature)."""
+    if variant.origin is VariantOrigin.SEED:
+        return "seed"
+    family = variant.features.get("family") if variant.features else None
+    return str(family) if family else "other"
+
+
+def features_for(fitness: VariantFitness, family: str) -> dict[str, Any]:
+    from r3tui.search.elites import describe
+
+    return describe(fitness.registers, fitness.shared_mem_bytes, fitness.occupancy, family)
+
+
+def migration_rng(seed: int, n_evaluated: int) -> random.Random:
+    return random.Random(derive_seed(seed, "migrate", n_evaluated))
+
+
+@dataclass
+class ArchiveState:
+    """The archive plus how many variants it has seen (migrations are due by that count)."""
+
+    archive: EliteArchive
+    n_evaluated: int = 0
+    migrations: int = 0
+
+    def offer(
+        self, variant: Variant, features: Mapping[str, Any], fitness_s: float, *, seed: int
+    ) -> tuple[list[Elite], list[tuple[Elite, int]]]:
+        """Offer an evaluated variant; the seed goes to every island.  Returns the cells it
+        took and the migrations that became due."""
+        assert variant.id is not None
+        islands = (
+            range(self.archive.settings.islands)
+            if variant.origin is VariantOrigin.SEED
+            else [variant.island]
+        )
+        placed = [
+            e
+            for e in (self.archive.offer(i, variant.id, features, fitness_s) for i in islands)
+            if e is not None
+        ]
+        self.n_evaluated += 1
+        moved: list[tuple[Elite, int]] = []
+        if self.archive.due_migration(self.n_evaluated):
+            moved = self.archive.migrate(migration_rng(seed, self.n_evaluated))
+            self.migrations += 1
+        return placed, moved
+
+
+def rebuild_archive(
+    s: Session,
+    variants: Sequence[Variant],
+    settings: ArchiveSettings,
+    recorded_block: Dim3,
+    *,
+    seed: int,
+) -> ArchiveState:
+    """Replay the campaign's evaluated variants into a fresh archive, in creation order."""
+    from r3tui.search.elites import EliteArchive
+
+    state = ArchiveState(EliteArchive(settings))
+    for v in variants:
+        if v.status not in EVALUATED_OK:
+            continue
+        fit = fitness_of(s, v, recorded_block)
+        if fit is None:
+            continue
+        state.offer(v, v.features or features_for(fit, family_of(v)), fit.median_s, seed=seed)
+    return state
+
+
+def store_elites(
+    s: Session, campaign_id: int, placed: Sequence[Elite], moved: Sequence[tuple[Elite, int]]
+) -> None:
+    from db import repository as repo
+
+    for e in placed:
+        repo.upsert_elite(
+            s, EliteCell(campaign_id, e.island, e.cell_key, e.variant_id, e.fitness_s)
+        )
+    for e, island in moved:
+        repo.upsert_elite(s, EliteCell(campaign_id, island, e.cell_key, e.variant_id, e.fitness_s))
+
+
+def classify(
+    failures: Mapping[str, int], best_s: float | None, parent_s: float | None
+) -> tuple[VariantStatus, str | None]:
+    """Where a variant ended in the funnel, from its inner loop's outcome."""
+    if best_s is None:
+        if not failures:
+            return VariantStatus.COMPILE_FAILED, "no configuration was evaluated"
+        reason, _ = max(failures.items(), key=lambda kv: kv[1])
+        status = {
+            MeasurementStatus.COMPILE_ERROR.value: VariantStatus.COMPILE_FAILED,
+            MeasurementStatus.WRONG_RESULT.value: VariantStatus.WRONG_RESULT,
+        }.get(reason, VariantStatus.CRASHED)
+        return status, f"{reason} in {sum(failures.values())} trial(s)"
+    if parent_s is not None and best_s < parent_s:
+        return VariantStatus.IMPROVED, None
+    return VariantStatus.VERIFIED, None

@@ -1,0 +1,259 @@
+"""``r3 tune`` (outer + inner loop), ``r3 tune --generate-only`` and ``r3 evaluate``.
+
+Wires a campaign to its recording, the database, the replay worker, the compile pool and the
+remix layer, and keeps the campaign's status honest: running while it runs, finished when
+the budget is spent, stopped on request, crashed (and resumable) when anything escapes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from r3tui.engine.campaign import CampaignRun, CampaignSettings, Progress
+from r3tui.engine.control import CampaignControl
+from r3tui.engine.inner import KernelSource, ReplayEvaluator
+
+if TYPE_CHECKING:
+    from db.session import Database
+    from r3tui.record.bundle import Bundle
+    from r3tui.remix.backends import BackendSpec, LLMBackend
+    from r3tui.remix.mutation import Mutator
+
+
+@dataclass(frozen=True)
+class CampaignJob:
+    bundle_path: Path | None  # None: the recording's stored path (resume / evaluate)
+    db_path: Path
+    settings: CampaignSettings = field(default_factory=CampaignSettings)
+    backend: BackendSpec | None = None  # None: rule mutations only
+    resume_campaign: int | None = None
+    name: str | None = None
+    timeout_s: float = 60.0  # per candidate, before the watchdog restarts the worker
+
+
+@dataclass(frozen=True)
+class CampaignOutcome:
+    campaign_id: int
+    proposals: int
+    status: str
+    timing: dict[str, float]
+
+
+def seed_source(bundle: Bundle) -> KernelSource:
+    from r3tui.errors import RecordingError
+
+    manifest = bundle.manifest
+    text = bundle.source()
+    if text is None:
+        raise RecordingError(f"{bundle.path} holds no kernel source: nothing to compile")
+    return KernelSource(
+        text,
+        manifest.kernel.name,
+        manifest.kernel.sources[0].name if manifest.kernel.sources else "kernel.cu",
+        defines=manifest.kernel.defines,
+    )
+
+
+def make_mutator(settings: CampaignSettings, backend: BackendSpec | None) -> Mutator:
+    """The campaign's mutation sources: the model ``backend`` names (if any) and the rules."""
+    from r3tui.remix.backends import open_backend
+
+    llm = open_backend(backend) if backend is not None and settings.llm_share > 0 else None
+    return make_mutator_from(settings, llm)
+
+
+def make_mutator_from(settings: CampaignSettings, llm: LLMBackend | None) -> Mutator:
+    from r3tui.remix.mutation import Mutator, MutatorSettings
+
+    return Mutator(
+        llm,
+        MutatorSettings(
+            edit_format=settings.edit_format,
+            llm_share=settings.llm_share if llm is not None else 0.0,
+        ),
+    )
+
+
+def _open_campaign(job: CampaignJob, database: Database) -> tuple[int, CampaignSettings, Path]:
+    """Create the campaign (or find the one to resume); returns its id, settings, bundle."""
+    from db import repository as repo
+    from r3tui.domain import Campaign, CampaignStatus
+    from r3tui.errors import R3Error
+    from r3tui.record.bundle import Bundle
+    from r3tui.record.commands import recording_of
+
+    with database.session_scope() as s:
+        if job.resume_campaign is None:
+            if job.bundle_path is None:
+                raise R3Error("a new campaign needs a recording bundle")
+            bundle = Bundle.open(job.bundle_path, verify=True)
+            recording_id = repo.add_recording(s, recording_of(bundle), bundle.manifest.to_json())
+            settings = job.settings
+            campaign_id = repo.create_campaign(
+                s,
+                Campaign(
+                    name=job.name or f"{bundle.manifest.kernel.name}-remix",
+                    recording_id=recording_id,
+                    seed=settings.seed,
+                    settings={
+                        "mode": "remix",
+                        **settings.to_json(),
+                        "model": _model_json(job.backend),
+                    },
+                    status=CampaignStatus.CREATED,
+                ),
+            )
+            return campaign_id, settings, job.bundle_path
+        campaign = repo.get_campaign(s, job.resume_campaign)
+        if campaign is None:
+            raise R3Error(f"no campaign {job.resume_campaign} in {job.db_path}")
+        if campaign.settings.get("mode") != "remix":
+            raise R3Error(
+                f"campaign {job.resume_campaign} is an inner-only search",
+                hint="resume it with `r3 tune BUNDLE --inner-only --resume ID`",
+            )
+        recording = repo.get_recording(s, campaign.recording_id)
+        assert recording is not None
+        bundle_path = job.bundle_path or Path(recording.bundle_path)
+        return job.resume_campaign, CampaignSettings.from_json(dict(campaign.settings)), bundle_path
+
+
+def _model_json(spec: BackendSpec | None) -> dict[str, Any] | None:
+    if spec is None:
+        return None
+    return {k: (str(v) if isinstance(v, Path) else v) for k, v in spec.__dict__.items()}
+
+
+@contextmanager
+def _gpu(bundle_path: Path, timeout_s: float) -> Iterator[tuple[Any, Any, Any]]:
+    """The replay worker and the compile pool, started together and torn down together."""
+    from r3tui.compile.cache import CompileCache, default_cache_dir
+    from r3tui.compile.pool import CompilePool
+    from r3tui.replay.worker import ReplayWorker
+
+    with ReplayWorker(bundle_path, timeout_s=timeout_s) as worker:
+        info = worker.start()
+        with CompilePool(cache=CompileCache(default_cache_dir())) as pool:
+            yield worker, pool, info
+
+
+def _provenance(info: Any, settings: CampaignSettings) -> dict[str, object]:
+    from r3tui.compile.base import get_toolchain
+
+    return {
+        "gpu": info.gpu,
+        "arch": info.arch,
+        "driver_version": info.driver_version,
+        "toolchain": settings.inner.toolchain,
+        "toolchain_version": get_toolchain(settings.inner.toolchain).version(),
+    }
+
+
+def run_campaign(
+    job: CampaignJob,
+    progress: Progress | None = None,
+    *,
+    generate_only: int | None = None,
+    evaluate_only: bool = False,
+    control: CampaignControl | None = None,
+) -> CampaignOutcome:
+    """Run (or resume) a campaign.  ``generate_only=N`` writes N pending proposals and touches
+    no GPU; ``evaluate_only`` evaluates the pending ones and proposes nothing."""
+    from db import repository as repo
+    from db.session import open_database
+    from r3tui.domain import CampaignStatus
+    from r3tui.record.bundle import Bundle
+    from r3tui.search import DeviceLimits
+
+    control = control or CampaignControl()
+    database = open_database(job.db_path, create=True, upgrade=True)
+    try:
+        campaign_id, settings, bundle_path = _open_campaign(job, database)
+        bundle = Bundle.open(bundle_path, verify=True)
+        source = seed_source(bundle)
+        mutator = None if evaluate_only else make_mutator(settings, job.backend)
+        needs_gpu = generate_only is None
+        with (
+            control.signals(),
+            _gpu(bundle_path, job.timeout_s) if needs_gpu else nullcontext(None) as gpu,
+        ):
+            evaluator_for = None
+            with database.session_scope() as s:
+                if gpu is not None:
+                    worker, pool, info = gpu
+                    arch = info.arch
+
+                    def evaluator_for(src: KernelSource) -> ReplayEvaluator:
+                        return ReplayEvaluator(src, worker, pool, arch=arch)
+
+                    repo.set_campaign_provenance(s, campaign_id, _provenance(info, settings))
+                repo.set_campaign_status(s, campaign_id, CampaignStatus.RUNNING)
+                repo.add_event(
+                    s,
+                    campaign_id,
+                    "start" if job.resume_campaign is None else "resume",
+                    _start_message(generate_only, evaluate_only),
+                )
+            run = CampaignRun(
+                database,
+                campaign_id,
+                settings,
+                source,
+                bundle.manifest.launch,
+                DeviceLimits(),
+                mutator,
+                evaluator_for,
+                control=control,
+                progress=progress,
+            )
+            try:
+                if generate_only is not None:
+                    made = len(run.generate(generate_only))
+                elif evaluate_only:
+                    made = run.evaluate_pending()
+                else:
+                    made = run.run()
+            except BaseException as exc:
+                with database.session_scope() as s:
+                    repo.set_campaign_status(s, campaign_id, CampaignStatus.CRASHED)
+                    repo.add_event(s, campaign_id, "crash", f"{type(exc).__name__}: {exc}"[:500])
+                raise
+        timing = {
+            "wall_s": run.timing.wall_s(),
+            "llm_s": run.timing.llm_s,
+            "llm_wait_s": run.timing.llm_wait_s,
+            "evaluate_s": run.timing.evaluate_s,
+        }
+        stopped = control.stop_requested
+        status = (
+            CampaignStatus.STOPPED
+            if stopped
+            else (CampaignStatus.PAUSED if generate_only is not None else CampaignStatus.FINISHED)
+        )
+        with database.session_scope() as s:
+            repo.set_campaign_status(
+                s, campaign_id, status, finished=status is not CampaignStatus.PAUSED
+            )
+            repo.add_event(
+                s,
+                campaign_id,
+                "stop" if stopped else "finish",
+                f"{made} variant(s) {'written' if generate_only is not None else 'done'}; "
+                + ("stopped by request" if stopped else "budget spent"),
+                timing,
+            )
+        return CampaignOutcome(campaign_id, made, status.value, timing)
+    finally:
+        database.close()
+
+
+def _start_message(generate_only: int | None, evaluate_only: bool) -> str:
+    if generate_only is not None:
+        return f"generating {generate_only} pending variant(s), no GPU"
+    if evaluate_only:
+        return "evaluating pending variants"
+    return "outer loop: remix + inner BO on replay"

@@ -1,0 +1,305 @@
+"""``r3 report CAMPAIGN`` and ``r3 export CAMPAIGN``: what a campaign found, read from the DB.
+
+The report splits the best variant's speedup over the original into what each level of the
+search contributed, as a product of ratios of measured medians:
+
+- source: the best variant at the recorded configuration vs the original at it;
+- options / pipeline / tunables: the best variant's fastest trial that keeps the recorded
+  launch vs the variant at the recorded configuration;
+- launch (block shape, launch bounds): its fastest trial overall vs that.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import json
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from r3tui.domain import MeasurementStatus, TrialConfig, Variant, VariantOrigin, VariantStatus
+from r3tui.errors import R3Error
+
+if TYPE_CHECKING:
+    from sqlalchemy.orm import Session
+
+    from db.repository import TrialRecord
+
+_OK_STATUSES = (VariantStatus.VERIFIED, VariantStatus.IMPROVED)
+
+
+def is_recorded_config(config: TrialConfig) -> bool:
+    """The configuration the application launched with: nothing changed by the search."""
+    return (
+        not config.options
+        and config.block is None
+        and config.launch_bounds is None
+        and not config.tunables
+        and config.pipeline is None
+    )
+
+
+def _median(t: TrialRecord) -> float | None:
+    m = t.measurement
+    return m.time.median_s if m.status is MeasurementStatus.OK and m.time else None
+
+
+def _best(trials: list[TrialRecord], keep: Any = None) -> float | None:
+    times = [x for t in trials if (keep is None or keep(t.config)) and (x := _median(t))]
+    return min(times) if times else None
+
+
+@dataclass(frozen=True)
+class SourceYield:
+    proposals: int = 0
+    applied: int = 0
+    compiled: int = 0
+    verified: int = 0
+    improved: int = 0
+
+    @property
+    def valid_fraction(self) -> float:
+        return self.verified / self.proposals if self.proposals else 0.0
+
+
+@dataclass(frozen=True)
+class CampaignReport:
+    campaign_id: int
+    name: str
+    kernel: str
+    status: str
+    gpu: str | None
+    variants: int
+    trials: int
+    original_s: float | None
+    best_variant: Variant | None
+    best_s: float | None
+    best_config: TrialConfig | None
+    contributions: dict[str, float] = field(default_factory=dict)
+    spread: tuple[float, float] | None = None  # the best variant's re-timed CI (own baseline)
+    time_split: dict[str, float] = field(default_factory=dict)
+    yields: dict[str, SourceYield] = field(default_factory=dict)
+
+    @property
+    def speedup(self) -> float | None:
+        if self.original_s and self.best_s:
+            return self.original_s / self.best_s
+        return None
+
+
+def _yields(variants: list[Variant]) -> dict[str, SourceYield]:
+    out: dict[str, Counter[str]] = {}
+    for v in variants:
+        if v.origin is VariantOrigin.SEED:
+            continue
+        c = out.setdefault(v.origin.value, Counter())
+        c["proposals"] += 1
+        if v.status is VariantStatus.PENDING:
+            continue
+        if v.status is not VariantStatus.APPLY_FAILED:
+            c["applied"] += 1
+        if v.status not in (VariantStatus.APPLY_FAILED, VariantStatus.COMPILE_FAILED):
+            c["compiled"] += 1
+        if v.status in _OK_STATUSES:
+            c["verified"] += 1
+        if v.status is VariantStatus.IMPROVED:
+            c["improved"] += 1
+    return {k: SourceYield(**dict(c)) for k, c in out.items()}
+
+
+def build_report(s: Session, campaign_id: int) -> CampaignReport:
+    from db import repository as repo
+
+    campaign = repo.get_campaign(s, campaign_id)
+    if campaign is None:
+        raise R3Error(f"no campaign {campaign_id} in this database", hint="list them: `r3 runs`")
+    recording = repo.get_recording(s, campaign.recording_id)
+    variants = repo.campaign_variants(s, campaign_id)
+    trials: dict[int, list[TrialRecord]] = {}
+    for t in repo.finished_trials(s, campaign_id):
+        trials.setdefault(t.variant_id, []).append(t)
+    seeds = [v for v in variants if v.origin is VariantOrigin.SEED]
+    original_s = _best(trials.get(seeds[0].id or -1, []), is_recorded_config) if seeds else None
+    best: tuple[float, Variant] | None = None
+    for v in variants:
+        if v.status in _OK_STATUSES or v.origin is VariantOrigin.SEED:
+            t_best = _best(trials.get(v.id or -1, []))
+            if t_best is not None and (best is None or t_best < best[0]):
+                best = (t_best, v)
+    contributions: dict[str, float] = {}
+    best_config = None
+    spread = None
+    if best is not None:
+        own = trials.get(best[1].id or -1, [])
+        best_config = min((t for t in own if _median(t)), key=lambda t: _median(t) or 0).config
+        at_recorded = _best(own, is_recorded_config)
+        same_launch = _best(own, lambda c: c.block is None and c.launch_bounds is None)
+        if original_s and at_recorded and same_launch:
+            contributions = {
+                "source": original_s / at_recorded,
+                "options": at_recorded / same_launch,
+                "launch": same_launch / best[0],
+            }
+        for e in repo.events(s, campaign_id, limit=1_000_000):
+            if e.kind == "inner_done" and e.data and e.data.get("variant_id") == best[1].id:
+                ci = e.data.get("ci")
+                if ci:
+                    spread = (float(ci[0]), float(ci[1]))
+    all_trials = [t for ts in trials.values() for t in ts]
+    llm_s = sum(c.latency_s for _, c in repo.campaign_llm_calls(s, campaign_id))
+    compile_s = sum(t.measurement.compile_time_s or 0.0 for t in all_trials)
+    replay_s = sum(t.measurement.replay_wall_s or 0.0 for t in all_trials)
+    wall_s = sum(
+        float(e.data.get("wall_s", 0.0))
+        for e in repo.events(s, campaign_id, limit=1_000_000)
+        if e.kind in ("finish", "stop") and e.data
+    )
+    split = {"llm_s": llm_s, "compile_s": compile_s, "replay_s": replay_s, "wall_s": wall_s}
+    if wall_s > 0:
+        split["inference_share"] = min(1.0, llm_s / wall_s)
+    provenance = campaign.provenance or {}
+    return CampaignReport(
+        campaign_id,
+        campaign.name,
+        recording.kernel_name if recording else "?",
+        campaign.status.value,
+        provenance.get("gpu") if isinstance(provenance, dict) else None,
+        len(variants),
+        len(all_trials),
+        original_s,
+        best[1] if best else None,
+        best[0] if best else None,
+        best_config,
+        contributions,
+        spread,
+        split,
+        _yields(variants),
+    )
+
+
+def render(report: CampaignReport) -> list[str]:
+    us = 1e6
+    lines = [
+        f"campaign {report.campaign_id} {report.name!r}: kernel {report.kernel}, "
+        f"{report.status}, GPU {report.gpu or '?'}",
+        f"variants: {report.variants}, trials: {report.trials}",
+    ]
+    if report.original_s:
+        lines.append(f"original (recorded configuration): {report.original_s * us:.2f} µs")
+    if report.best_variant is not None and report.best_s is not None:
+        v = report.best_variant
+        line = (
+            f"best: variant #{v.id} ({v.origin.value}"
+            + (f", {v.operator}" if v.operator else "")
+            + f"): {report.best_s * us:.2f} µs"
+        )
+        if report.speedup:
+            line += f", speedup {report.speedup:.3f}x over the original"
+        lines.append(line)
+        if report.spread:
+            lines.append(
+                f"  re-timed against its own recorded configuration: "
+                f"[{report.spread[0]:.3f}, {report.spread[1]:.3f}] (95% CI)"
+            )
+        if report.best_config is not None:
+            lines.append(f"  config: {json.dumps(report.best_config.to_json())}")
+    if report.contributions:
+        parts = ", ".join(f"{k} {x:.3f}x" for k, x in report.contributions.items())
+        lines.append(f"contributions: {parts}")
+    t = report.time_split
+    if t:
+        lines.append(
+            f"time: LLM {t['llm_s']:.1f} s, compile {t['compile_s']:.1f} s (summed over the "
+            f"pool), replay {t['replay_s']:.1f} s, campaign wall {t['wall_s']:.1f} s"
+            + (f"; inference_share: {t['inference_share']:.3f}" if "inference_share" in t else "")
+        )
+    for origin, y in sorted(report.yields.items()):
+        lines.append(
+            f"yield {origin}: {y.proposals} proposed, {y.applied} applied, {y.compiled} "
+            f"compiled, {y.verified} verified ({y.valid_fraction:.0%}), {y.improved} improved"
+        )
+    return lines
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    from db.session import open_database
+
+    with (
+        open_database(args.db, readonly=True, create=False) as database,
+        database.session_scope() as s,
+    ):
+        report = build_report(s, args.campaign)
+    for line in render(report):
+        print(line)
+    return 0
+
+
+def export_variant(s: Session, campaign_id: int, variant_id: int | None, out: Path) -> list[Path]:
+    """Write the variant's source, options, launch and a patch against the original."""
+    from db import repository as repo
+
+    report = build_report(s, campaign_id)
+    variant = repo.get_variant(s, variant_id) if variant_id is not None else report.best_variant
+    if variant is None or variant.campaign_id != campaign_id:
+        raise R3Error(f"no variant {variant_id} in campaign {campaign_id}")
+    own = [t for t in repo.trials_of_variant(s, variant.id or -1) if _median(t)]
+    config = min(own, key=lambda t: _median(t) or 0).config if own else TrialConfig()
+    seeds = [v for v in repo.campaign_variants(s, campaign_id) if v.origin is VariantOrigin.SEED]
+    original = seeds[0].source if seeds else ""
+    recording = repo.get_recording(s, repo.get_campaign(s, campaign_id).recording_id)  # type: ignore[union-attr]
+    name = recording.kernel_name if recording else "kernel"
+    out.mkdir(parents=True, exist_ok=True)
+    files = {
+        out / f"{name}.cu": variant.source,
+        out / "options.txt": " ".join(config.options) + "\n",
+        out / "launch.json": json.dumps(
+            {
+                "block": list(config.block.as_tuple()) if config.block else None,
+                "launch_bounds": list(config.launch_bounds) if config.launch_bounds else None,
+                "tunables": dict(config.tunables),
+                "toolchain": config.toolchain,
+                "pipeline": config.pipeline,
+                "variant_id": variant.id,
+                "median_s": _median(min(own, key=lambda t: _median(t) or 0)) if own else None,
+            },
+            indent=2,
+        )
+        + "\n",
+        out / f"{name}.patch": "".join(
+            difflib.unified_diff(
+                original.splitlines(keepends=True),
+                variant.source.splitlines(keepends=True),
+                fromfile=f"a/{name}.cu",
+                tofile=f"b/{name}.cu",
+            )
+        ),
+    }
+    for path, text in files.items():
+        path.write_text(text)
+    return list(files)
+
+
+def _cmd_export(args: argparse.Namespace) -> int:
+    from db.session import open_database
+
+    with (
+        open_database(args.db, readonly=True, create=False) as database,
+        database.session_scope() as s,
+    ):
+        out = args.out or Path(f"r3-export-{args.campaign}")
+        for path in export_variant(s, args.campaign, args.variant, out):
+            print(path)
+    return 0
+
+
+def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    report = sub.add_parser("report", help="what a campaign found and where its time went")
+    report.add_argument("campaign", type=int)
+    report.set_defaults(handler=_cmd_report)
+    export = sub.add_parser("export", help="write a variant's source, options, launch and patch")
+    export.add_argument("campaign", type=int)
+    export.add_argument("--variant", type=int, help="variant id (default: the campaign's best)")
+    export.add_argument("--out", type=Path, help="directory (default: r3-export-CAMPAIGN)")
+    export.set_defaults(handler=_cmd_export)

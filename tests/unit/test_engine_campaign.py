@@ -1,0 +1,247 @@
+"""The outer loop on CPU: rule mutations, real NVRTC compiles, real skopt, a real SQLite file.
+
+The GPU replay is replaced by ``CompiledCostEvaluator`` (a named fake: real compiles, modelled
+times); the real path runs in tests/gpu/test_gpu_campaign.py on the device.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from db import repository as repo
+from db.session import Database, open_database
+from r3tui.domain import (
+    Campaign,
+    Dim3,
+    KernelLaunch,
+    Recording,
+    VariantOrigin,
+    VariantStatus,
+)
+from r3tui.engine import InnerSettings, KernelSource
+from r3tui.engine.campaign import CampaignRun, CampaignSettings, StepReport
+from r3tui.engine.control import CampaignControl
+from r3tui.engine.replay_llm import replay_tree
+from r3tui.engine.tune import make_mutator_from
+from r3tui.record.manifest import LaunchInfo
+from r3tui.report import build_report, export_variant, render
+from r3tui.search import DeviceLimits
+from tests.unit.campaign_fakes import CompiledCostEvaluator
+
+REPO = Path(__file__).resolve().parents[2]
+SOURCE = KernelSource((REPO / "examples/stencil7/kernel.cu").read_text(), "stencil7")
+LAUNCH = LaunchInfo(
+    grid=Dim3(8, 8, 8), block=Dim3(8, 8, 8), work=Dim3(64, 64, 64), block_tunable=True
+)
+SETTINGS = CampaignSettings(
+    variants=5,
+    inner_trials=4,
+    seed_trials=6,
+    give_up_after=2,
+    llm_share=0.0,
+    migration_interval=3,
+    inner=InnerSettings(batch=3, finalists=2, rounds=3),
+)
+
+
+def new_campaign(database: Database, settings: CampaignSettings = SETTINGS) -> int:
+    with database.session_scope() as s:
+        launch = KernelLaunch("stencil7", LAUNCH.grid, LAUNCH.block)
+        rid = repo.add_recording(s, Recording("b", "ab" * 32, "stencil7", launch), {})
+        return repo.create_campaign(
+            s,
+            Campaign(
+                "remix", rid, seed=settings.seed, settings={"mode": "remix", **settings.to_json()}
+            ),
+        )
+
+
+def make_run(
+    database: Database,
+    cid: int,
+    settings: CampaignSettings = SETTINGS,
+    control: CampaignControl | None = None,
+    progress=None,
+    backend=None,
+) -> CampaignRun:
+    return CampaignRun(
+        database,
+        cid,
+        settings,
+        SOURCE,
+        LAUNCH,
+        DeviceLimits(),
+        make_mutator_from(settings, backend),
+        CompiledCostEvaluator,
+        control=control,
+        progress=progress,
+    )
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, int, CampaignRun]:
+    db = tmp_path_factory.mktemp("campaign") / "c.sqlite"
+    database = open_database(db)
+    cid = new_campaign(database)
+    run = make_run(database, cid)
+    assert run.run() == SETTINGS.variants
+    return db, cid, run
+
+
+def test_a_campaign_stores_a_tree_of_rule_variants_with_their_funnel_outcome(
+    finished: tuple[Path, int, CampaignRun],
+) -> None:
+    db, cid, _ = finished
+    with open_database(db, readonly=True) as database, database.session_scope() as s:
+        variants = repo.campaign_variants(s, cid)
+        trials = repo.finished_trials(s, cid)
+        events = repo.events(s, cid)
+        elites = repo.elites(s, cid)
+    seed, *children = variants
+    assert seed.origin is VariantOrigin.SEED and seed.status is VariantStatus.VERIFIED
+    assert len(children) == SETTINGS.variants
+    ids = {v.id for v in variants}
+    for child in children:
+        assert child.origin is VariantOrigin.RULE and child.parent_id in ids
+        assert child.status is not VariantStatus.PENDING
+        assert child.operator and "family" in child.features
+        if child.status is not VariantStatus.APPLY_FAILED:
+            assert child.diff and child.source != seed.source
+    per_variant = {v.id: sum(1 for t in trials if t.variant_id == v.id) for v in variants}
+    assert per_variant[seed.id] == SETTINGS.seed_trials
+    assert all(per_variant[c.id] <= SETTINGS.inner_trials for c in children)
+    assert sum(1 for e in events if e.kind == "variant") == 1 + SETTINGS.variants
+    verified = {
+        v.id for v in variants if v.status in (VariantStatus.VERIFIED, VariantStatus.IMPROVED)
+    }
+    assert elites and {e.variant_id for e in elites} <= verified
+    assert {e.island for e in elites} == set(range(SETTINGS.islands))
+
+
+def test_a_child_is_warm_started_from_its_parents_best_configurations(
+    finished: tuple[Path, int, CampaignRun],
+) -> None:
+    db, cid, _ = finished
+    with open_database(db, readonly=True) as database, database.session_scope() as s:
+        variants = repo.campaign_variants(s, cid)
+        evaluated = [v for v in variants[1:] if v.status is not VariantStatus.APPLY_FAILED]
+        assert evaluated
+        child = evaluated[0]
+        parent_trials = repo.trials_of_variant(s, child.parent_id)
+        child_trials = repo.trials_of_variant(s, child.id)
+    best_parent = min(
+        (t for t in parent_trials if t.measurement.time), key=lambda t: t.measurement.time.median_s
+    )
+    assert child_trials[0].config == best_parent.config
+
+
+def test_resume_rebuilds_the_same_archive(finished: tuple[Path, int, CampaignRun]) -> None:
+    db, cid, run = finished
+    with open_database(db) as database:
+        again = make_run(database, cid)
+        assert again.state.archive.elites() == run.state.archive.elites()
+        assert again.state.n_evaluated == run.state.n_evaluated
+
+
+def test_a_stopped_campaign_resumes_to_its_budget_without_repeating_work(tmp_path: Path) -> None:
+    database = open_database(tmp_path / "stop.sqlite")
+    cid = new_campaign(database)
+    control = CampaignControl()
+    seen: list[StepReport] = []
+
+    def stop_after_two(step: StepReport) -> None:
+        seen.append(step)
+        if len([x for x in seen if x.origin is not VariantOrigin.SEED]) == 2:
+            control.request_stop()
+
+    made = make_run(database, cid, control=control, progress=stop_after_two).run()
+    assert 2 <= made < SETTINGS.variants
+    with database.session_scope() as s:
+        trials_before = len(repo.finished_trials(s, cid))
+    resumed = make_run(database, cid).run()
+    assert resumed == SETTINGS.variants
+    with database.session_scope() as s:
+        variants = repo.campaign_variants(s, cid)
+        trials = repo.finished_trials(s, cid)
+    indices = [v.features["index"] for v in variants if v.origin is not VariantOrigin.SEED]
+    assert sorted(indices) == list(range(SETTINGS.variants))
+    assert all(v.status is not VariantStatus.PENDING for v in variants)
+    assert len(trials) > trials_before
+    database.close()
+
+
+def test_generational_mode_writes_pending_variants_that_evaluate_later(tmp_path: Path) -> None:
+    database = open_database(tmp_path / "gen.sqlite")
+    cid = new_campaign(database)
+    generator = CampaignRun(
+        database,
+        cid,
+        SETTINGS,
+        SOURCE,
+        LAUNCH,
+        DeviceLimits(),
+        make_mutator_from(SETTINGS, None),
+        None,
+    )
+    written = generator.generate(3)
+    assert written[0].origin is VariantOrigin.SEED
+    with database.session_scope() as s:
+        assert repo.finished_trials(s, cid) == []
+        pending = [v for v in repo.campaign_variants(s, cid) if v.status is VariantStatus.PENDING]
+    assert len(pending) >= 2  # the seed and the rule variants that applied
+    evaluated = make_run(database, cid).evaluate_pending()
+    assert evaluated == len(pending)
+    assert make_run(database, cid).pending() == []
+    database.close()
+
+
+def test_a_re_run_from_the_record_rebuilds_the_same_tree(
+    finished: tuple[Path, int, CampaignRun],
+) -> None:
+    db, cid, _ = finished
+    with open_database(db) as database:
+        new = new_campaign(database)
+        run = make_run(database, new)
+        assert replay_tree(run, cid) == SETTINGS.variants
+        with database.session_scope() as s:
+            old = repo.campaign_variants(s, cid)
+            redo = repo.campaign_variants(s, new)
+    index = {v.id: i for i, v in enumerate(old)}
+    index_new = {v.id: i for i, v in enumerate(redo)}
+
+    def shape(variants, idx):
+        return [
+            (
+                v.source,
+                v.origin,
+                v.operator,
+                v.status is VariantStatus.APPLY_FAILED,
+                idx.get(v.parent_id),
+            )
+            for v in variants
+        ]
+
+    assert shape(redo, index_new) == shape(old, index)
+
+
+def test_report_and_export_describe_the_best_variant(
+    finished: tuple[Path, int, CampaignRun], tmp_path: Path
+) -> None:
+    db, cid, _ = finished
+    with open_database(db, readonly=True) as database, database.session_scope() as s:
+        report = build_report(s, cid)
+        files = export_variant(s, cid, None, tmp_path / "export")
+    assert report.original_s and report.best_s and report.best_s <= report.original_s
+    assert report.speedup == pytest.approx(report.original_s / report.best_s)
+    if report.contributions:
+        product = 1.0
+        for x in report.contributions.values():
+            product *= x
+        assert product == pytest.approx(report.speedup)
+    assert "rule" in report.yields and report.yields["rule"].proposals == SETTINGS.variants
+    text = "\n".join(render(report))
+    assert "speedup" in text and "yield rule" in text
+    names = {p.name for p in files}
+    assert {"stencil7.cu", "options.txt", "launch.json", "stencil7.patch"} <= names
