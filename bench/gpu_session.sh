@@ -25,6 +25,10 @@ for name in ("cuda-bindings", "nvidia-cuda-nvrtc", "numpy", "pycuda", "pytest"):
 PY
 } 2>&1 | tee "$OUT/environment.txt"
 
+rc=0
+if [ -n "${R3_SKIP_TESTS:-}" ]; then
+  echo "== GPU tests skipped (R3_SKIP_TESTS)"
+else
 echo "== GPU tests"
 export R3_GPU_REPORT="$OUT/replay-times.jsonl"
 rm -f "$R3_GPU_REPORT"
@@ -84,6 +88,7 @@ for r in rows:
         print(f"{r['name']:11} {'x'.join(map(str, r['block'])):12} {'':9} {r['median_us']:9.2f}"
               "  (other block shape)")
 PY
+fi
 # R3_BENCH: which benchmarks to run after the tests (default: all of them)
 bench=" ${R3_BENCH-eval_cost spaces inner_live} "
 run_bench() {  # name, then the command; the log goes to $OUT/<name>.log
@@ -100,4 +105,26 @@ case $bench in *" spaces "*)
   (cd "$OUT" && tar czf spaces.tgz spaces && rm -rf spaces);; esac
 case $bench in *" inner_live "*)
   run_bench inner_live python3 bench/inner_live.py --db "$OUT/inner-live.sqlite";; esac
+case $bench in *" bundles "*)
+  # small recordings, for generating LLM variants on the CPU machine (one archive each:
+  # the device tool brings back files of up to 16 MiB)
+  run_bench bundles python3 -c "
+import sys; sys.path[:0] = ['bench', 'examples']
+from pathlib import Path
+from campaigns import record
+out = Path('$OUT/bundles'); out.mkdir(exist_ok=True)
+for name in '${R3_BUNDLE_EXAMPLES:-stencil7,softmax,reduce_sum}'.split(','):
+    print(name, record(name, out, ${R3_BUNDLE_SCALE:-0.05}))
+"
+  (cd "$OUT/bundles" && for b in *.r3b; do tar czf "../bundle-${b%.r3b}.tgz" "$b"; done)
+  rm -rf "$OUT/bundles"; ls -la "$OUT"/bundle-*.tgz;; esac
+case $bench in *" campaigns "*)
+  run_bench campaigns timeout "${R3_CAMPAIGNS_TIMEOUT:-400}" python3 bench/campaigns.py \
+    --db "$OUT/campaigns.sqlite" ${R3_CAMPAIGNS_ARGS:-};; esac
+case $bench in *" evaluate_llm "*)
+  mkdir -p /tmp/r3-bundles && for f in bench/work/bundle-*.tgz; do
+    tar xzf "$f" -C /tmp/r3-bundles; done
+  cp bench/work/llm.sqlite "$OUT/llm.sqlite"
+  run_bench evaluate_llm python3 bench/campaigns.py --evaluate-db "$OUT/llm.sqlite" \
+    --bundles /tmp/r3-bundles;; esac
 exit "$rc"

@@ -81,6 +81,7 @@ class CampaignReport:
     spread: tuple[float, float] | None = None  # the best variant's re-timed CI (own baseline)
     time_split: dict[str, float] = field(default_factory=dict)
     yields: dict[str, SourceYield] = field(default_factory=dict)
+    final: dict[str, Any] | None = None  # the best re-timed interleaved with the original
 
     @property
     def speedup(self) -> float | None:
@@ -147,6 +148,10 @@ def build_report(s: Session, campaign_id: int) -> CampaignReport:
                 ci = e.data.get("ci")
                 if ci:
                     spread = (float(ci[0]), float(ci[1]))
+    final = None
+    for e in repo.events(s, campaign_id, limit=1_000_000):
+        if e.kind == "final" and e.data and e.data.get("ci"):
+            final = e.data
     all_trials = [t for ts in trials.values() for t in ts]
     llm_s = sum(c.latency_s for _, c in repo.campaign_llm_calls(s, campaign_id))
     compile_s = sum(t.measurement.compile_time_s or 0.0 for t in all_trials)
@@ -176,6 +181,7 @@ def build_report(s: Session, campaign_id: int) -> CampaignReport:
         spread,
         split,
         _yields(variants),
+        final,
     )
 
 
@@ -202,6 +208,13 @@ def render(report: CampaignReport) -> list[str]:
             lines.append(
                 f"  re-timed against its own recorded configuration: "
                 f"[{report.spread[0]:.3f}, {report.spread[1]:.3f}] (95% CI)"
+            )
+        if report.final:
+            f = report.final
+            lines.append(
+                f"  re-timed interleaved with the original ({f['rounds']} rounds): variant "
+                f"#{f['variant_id']} {f['speedup']:.3f}x [{f['ci'][0]:.3f}, {f['ci'][1]:.3f}] "
+                "(95% CI)"
             )
         if report.best_config is not None:
             lines.append(f"  config: {json.dumps(report.best_config.to_json())}")

@@ -175,6 +175,8 @@ def _cmd_tune(args: argparse.Namespace) -> int:
 
         Bundle.open(args.bundle)
     settings = _campaign_settings(args, variants, seconds)
+    if args.resume is not None and _stored_llm_share(args.db, args.resume) == 0:
+        args.rules_only = True  # a rules-only campaign resumes without a model
     job = CampaignJob(
         args.bundle,
         args.db,
@@ -198,6 +200,21 @@ def _cmd_tune(args: argparse.Namespace) -> int:
         )
     )
     return 0
+
+
+def _stored_llm_share(db: Path, campaign_id: int) -> float | None:
+    from db import repository as repo
+    from db.session import open_database
+
+    with (
+        open_database(db, readonly=True, create=False) as database,
+        database.session_scope() as s,
+    ):
+        campaign = repo.get_campaign(s, campaign_id)
+    if campaign is None:
+        raise R3Error(f"no campaign {campaign_id} in {db}", hint="list them: `r3 runs`")
+    share = campaign.settings.get("llm_share")
+    return float(share) if share is not None else None
 
 
 def _cmd_evaluate(args: argparse.Namespace) -> int:

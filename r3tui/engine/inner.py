@@ -121,6 +121,18 @@ class ReplayEvaluator:
             results[index] = replace(measured, compile_time_s=compiled.seconds)
         return [m for m in results if m is not None]
 
+    def interleave_with(
+        self, other: ReplayEvaluator, mine: TrialConfig, theirs: TrialConfig, rounds: int
+    ) -> tuple[list[float], list[float]]:
+        """Times of ``mine`` (this source) and ``theirs`` (``other``'s source), interleaved on
+        the GPU round by round; both must have been measured OK before."""
+        from r3tui.search import config_key
+
+        a = self.candidates[config_key(mine)]
+        b = other.candidates[config_key(theirs)]
+        per_candidate = self.worker.interleaved([a, b], rounds)
+        return list(per_candidate[0]), list(per_candidate[1])
+
     def retime(self, configs: Sequence[TrialConfig], rounds: int) -> list[list[float]]:
         """``samples[round][i]`` for ``configs`` (measured OK before), interleaved on the GPU."""
         from r3tui.search import config_key

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -119,7 +119,10 @@ def _open_campaign(job: CampaignJob, database: Database) -> tuple[int, CampaignS
         recording = repo.get_recording(s, campaign.recording_id)
         assert recording is not None
         bundle_path = job.bundle_path or Path(recording.bundle_path)
-        return job.resume_campaign, CampaignSettings.from_json(dict(campaign.settings)), bundle_path
+        # the stored settings, with the budget this invocation gives
+        stored = CampaignSettings.from_json(dict(campaign.settings))
+        settings = replace(stored, variants=job.settings.variants, seconds=job.settings.seconds)
+        return job.resume_campaign, settings, bundle_path
 
 
 def _model_json(spec: BackendSpec | None) -> dict[str, Any] | None:
