@@ -130,6 +130,7 @@ def _campaign_settings(
         islands=args.islands,
         seed=args.seed,
         llm_share=0.0 if args.rules_only else args.llm_share,
+        edit_format=args.edit_format,
         inner=_inner_settings(args),
     )
 
@@ -283,6 +284,12 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
         type=float,
         default=0.75,
         help="fraction of proposals asked of the model (rest: rule operators)",
+    )
+    tune.add_argument(
+        "--edit-format",
+        choices=("search_replace", "whole"),
+        default="search_replace",
+        help="how the model answers: SEARCH/REPLACE edits or the whole kernel",
     )
     tune.add_argument("--islands", type=int, default=2, help="MAP-Elites islands")
     tune.add_argument("--inner-budget", type=int, default=12, help="trials per child variant")

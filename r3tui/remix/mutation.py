@@ -1,0 +1,322 @@
+"""One mutation of a parent kernel: by the language model or by a rule, as a :class:`Proposal`.
+
+The :class:`Mutator` picks the source (the model for a ``llm_share`` of proposals when there is
+one, rules otherwise or when the model is absent) and a transformation from the catalogue,
+builds the prompt, asks the backend under the answer format's grammar, parses and applies the
+answer, and diffs the result against the parent.  For SEARCH/REPLACE answers the grammar is
+built from the parent (``anchor_search``): SEARCH text can only be a run of the parent's own
+lines, so the commonest failure of a small model, a SEARCH text that is not in the kernel,
+cannot happen; the recorded grammar name is then ``search_replace_anchored``.
+
+Every way a model's answer can be wrong (unparseable, cut off, not matching the parent, a
+changed entry point, malformed ``// r3:`` lines) is a failed proposal with its reason, never
+an exception; a prompt too long for the context is retried without inspirations, then failed
+the same way.  A backend that cannot
+answer at all (server down, model not loadable) raises
+:class:`~r3tui.remix.backends.BackendError`: that stops a campaign rather than failing every
+proposal.
+
+Random choices come from the ``rng`` passed in (the campaign's), including the sampling seed
+when the settings fix none, so a re-run with the same seed asks the same questions, which is
+what :class:`~r3tui.remix.recorded.RecordedBackend` needs.  A mutator may be called from a
+background thread; backend calls are serialized.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import functools
+import random
+import re
+import threading
+from dataclasses import dataclass, field
+from importlib import resources
+
+from r3tui.domain import LLMCall, VariantOrigin
+from r3tui.errors import ConfigError
+from r3tui.remix.backends import Completion, LLMBackend, PromptTooLong, Sampling
+from r3tui.remix.catalogue import CATALOGUE, Transformation, mechanical
+from r3tui.remix.edits import (
+    ApplyResult,
+    apply_edits,
+    apply_whole,
+    parse_search_replace,
+    parse_whole,
+)
+from r3tui.remix.prompt import EDIT_FORMATS, MutationContext, build_messages
+from r3tui.remix.rules import apply_rule
+
+# The grammar that forces each answer format (grammars/<name>.gbnf).
+GRAMMAR_FOR_FORMAT = {"search_replace": "search_replace", "whole": "fenced_cuda"}
+ANCHORED_GRAMMAR = "search_replace_anchored"  # its search rule built from the parent
+_SEARCH_RULE = re.compile(r"^search[ \t]+::=.*$", re.MULTILINE)
+
+
+@functools.cache
+def load_grammar(name: str) -> str:
+    """The rules of ``grammars/<name>.gbnf``, its comment lines left out (they are for people;
+    a remote server need not parse them)."""
+    path = resources.files("r3tui.remix").joinpath("grammars", f"{name}.gbnf")
+    if not path.is_file():
+        raise ConfigError(f"no grammar {name!r}", hint=f"known: {', '.join(GRAMMAR_FOR_FORMAT)}")
+    lines = path.read_text("utf-8").splitlines()
+    return "".join(line + "\n" for line in lines if not line.lstrip().startswith("#"))
+
+
+def gbnf_literal(text: str) -> str:
+    """``text`` as the inside of a GBNF string literal."""
+    escapes = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+    return "".join(
+        escapes.get(c) or (f"\\x{ord(c):02X}" if ord(c) < 0x20 or ord(c) == 0x7F else c)
+        for c in text
+    )
+
+
+def anchored_search_grammar(parent: str) -> str:
+    """The SEARCH/REPLACE grammar with SEARCH text limited to runs of consecutive lines of
+    ``parent`` (starting at a line of code), so that a model copies them exactly: the most
+    common way a small model's edit fails is a SEARCH text that is not in the kernel."""
+    lines = parent.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    rules, starts = [], []
+    for index, line in enumerate(lines):
+        rest = f" pl{index + 1}?" if index + 1 < len(lines) else ""
+        rules.append(f'pl{index} ::= "{gbnf_literal(line + chr(10))}"{rest}')
+        code = line.strip()
+        if code and not code.startswith(("//", "/*", "*")):
+            starts.append(f"pl{index}")
+    base = load_grammar(GRAMMAR_FOR_FORMAT["search_replace"])
+    if not starts:
+        return base
+    search = "search ::= " + " | ".join(starts) + "\n" + "\n".join(rules)
+    return _SEARCH_RULE.sub(lambda _: search, base, count=1)
+
+
+@dataclass(frozen=True)
+class MutatorSettings:
+    edit_format: str = field(
+        default="search_replace",
+        metadata={"help": "how the model answers: search_replace edits or the whole kernel"},
+    )
+    sampling: Sampling = field(
+        default_factory=Sampling, metadata={"help": "temperature, top_p, max_tokens, seed"}
+    )
+    llm_share: float = field(
+        default=0.8,
+        metadata={"help": "fraction of proposals from the model when there is one (rest: rules)"},
+    )
+    use_grammar: bool = field(
+        default=True, metadata={"help": "constrain answers with the format's GBNF grammar"}
+    )
+    anchor_search: bool = field(
+        default=True,
+        metadata={"help": "allow only runs of the parent's own lines as SEARCH text (grammar)"},
+    )
+
+    def __post_init__(self) -> None:
+        if self.edit_format not in EDIT_FORMATS:
+            raise ConfigError(
+                f"unknown edit format {self.edit_format!r}", hint=f"known: {EDIT_FORMATS}"
+            )
+        if not 0.0 <= self.llm_share <= 1.0:
+            raise ConfigError(f"llm_share must be in [0, 1], got {self.llm_share}")
+
+
+@dataclass(frozen=True)
+class Proposal:
+    """A candidate child of the parent, or why there is none."""
+
+    source: str | None
+    origin: VariantOrigin  # LLM or RULE
+    operator: str  # the transformation's name
+    transformation: Transformation
+    llm_call: LLMCall | None
+    ok: bool
+    reason: str | None  # why it failed (recorded as the variant's apply_failed reason)
+    diff: str | None  # unified diff against the parent
+    detail: str | None = None  # what a rule changed, or how the model's answer was applied
+
+
+def unified_diff(parent: str, child: str, name: str = "kernel.cu") -> str:
+    return "".join(
+        difflib.unified_diff(
+            parent.splitlines(keepends=True),
+            child.splitlines(keepends=True),
+            fromfile=f"parent/{name}",
+            tofile=f"variant/{name}",
+        )
+    )
+
+
+def declaration_problem(source: str) -> str | None:
+    """Why the variant's ``// r3:`` declarations would stop the inner loop, or ``None``."""
+    from r3tui.search.source import DeclarationError, parse_relations, parse_tunables
+
+    try:
+        parse_tunables(source)
+        parse_relations(source)
+    except DeclarationError as exc:
+        return f"its r3 declarations do not parse: {exc.one_line()}"
+    return None
+
+
+class Mutator:
+    def __init__(self, backend: LLMBackend | None, settings: MutatorSettings | None = None):
+        self.backend = backend
+        self.settings = settings or MutatorSettings()
+        self._lock = threading.Lock()
+
+    def propose(self, ctx: MutationContext, rng: random.Random) -> Proposal:
+        """One proposal: the model or a rule (see the module docstring for which)."""
+        wanted = ctx.transformation
+        if self.backend is None:
+            return self.propose_rule(ctx, rng)
+        if wanted is not None and wanted.rule is None:
+            return self.propose_llm(ctx, rng)
+        if rng.random() < self.settings.llm_share:
+            return self.propose_llm(ctx, rng)
+        proposal = self.propose_rule(ctx, rng)
+        if not proposal.ok and wanted is None:
+            return self.propose_llm(ctx, rng)  # no rule applies to this parent
+        return proposal
+
+    # ------------------------------------------------------------------------------------
+
+    def propose_rule(self, ctx: MutationContext, rng: random.Random) -> Proposal:
+        """The first mechanical transformation (in an order drawn from ``rng``) whose rule
+        applies; or ``ctx.transformation``'s rule alone."""
+        if ctx.transformation is not None:
+            if ctx.transformation.rule is None:
+                return self._failed(
+                    ctx.transformation,
+                    VariantOrigin.RULE,
+                    f"{ctx.transformation.name} has no rule; it needs the model",
+                )
+            candidates = [ctx.transformation]
+        else:
+            candidates = rng.sample(mechanical(), len(mechanical()))
+        reasons = []
+        for transformation in candidates:
+            assert transformation.rule is not None
+            result = apply_rule(transformation.rule, ctx.parent_source, ctx.kernel_name, rng)
+            if result.ok and result.source is not None:
+                return self._finish(
+                    ctx, transformation, VariantOrigin.RULE, None, result.source, result.detail
+                )
+            reasons.append(f"{transformation.rule}: {result.reason}")
+        return self._failed(
+            candidates[0], VariantOrigin.RULE, "no rule applies (" + "; ".join(reasons) + ")"
+        )
+
+    def propose_llm(self, ctx: MutationContext, rng: random.Random) -> Proposal:
+        """Ask the model for ``ctx.transformation`` (or one drawn from the catalogue)."""
+        if self.backend is None:
+            raise ConfigError("an LLM proposal needs a model", hint="pass --model or use rules")
+        transformation = ctx.transformation or rng.choice(CATALOGUE)
+        settings = self.settings
+        sampling = settings.sampling
+        if sampling.seed is None:
+            sampling = dataclasses.replace(sampling, seed=rng.randrange(2**31))
+        edit_format = ctx.edit_format or settings.edit_format
+        grammar_name: str | None = None
+        grammar: str | None = None
+        if settings.use_grammar and edit_format == "search_replace" and settings.anchor_search:
+            grammar_name, grammar = ANCHORED_GRAMMAR, anchored_search_grammar(ctx.parent_source)
+        elif settings.use_grammar:
+            grammar_name = GRAMMAR_FOR_FORMAT[edit_format]
+            grammar = load_grammar(grammar_name)
+        asked = dataclasses.replace(ctx, transformation=transformation, edit_format=edit_format)
+        try:
+            completion = self._complete(asked, sampling, grammar, grammar_name)
+        except PromptTooLong as exc:
+            if not asked.inspirations:
+                return self._failed(transformation, VariantOrigin.LLM, exc.one_line())
+            try:  # the inspirations are the part of the prompt that can go
+                asked = dataclasses.replace(asked, inspirations=())
+                completion = self._complete(asked, sampling, grammar, grammar_name)
+            except PromptTooLong as again:
+                return self._failed(transformation, VariantOrigin.LLM, again.one_line())
+        call = completion.call
+        cut_off = completion.finish_reason == "length"
+        if edit_format == "whole":
+            parsed = parse_whole(completion.text)
+        else:
+            parsed = parse_search_replace(completion.text)
+        if not parsed.ok:
+            reason = parsed.reason or "the answer does not parse"
+            if cut_off and "max_tokens" not in reason:
+                reason += f" (the answer was cut off at {sampling.max_tokens} tokens)"
+            return self._failed(transformation, VariantOrigin.LLM, reason, call)
+        applied: ApplyResult
+        if parsed.source is not None:
+            applied = apply_whole(ctx.parent_source, parsed.source, ctx.kernel_name)
+            how = "whole kernel"
+        else:
+            applied = apply_edits(ctx.parent_source, parsed.edits, ctx.kernel_name)
+            how = f"{len(parsed.edits)} edit(s)" + (
+                ", whitespace-tolerant" if applied.tolerant else ""
+            )
+        if not applied.ok or applied.source is None:
+            reason = applied.reason or "the answer does not apply"
+            return self._failed(transformation, VariantOrigin.LLM, reason, call)
+        return self._finish(ctx, transformation, VariantOrigin.LLM, call, applied.source, how)
+
+    # ------------------------------------------------------------------------------------
+
+    def _complete(
+        self,
+        ctx: MutationContext,
+        sampling: Sampling,
+        grammar: str | None,
+        grammar_name: str | None,
+    ) -> Completion:
+        assert self.backend is not None
+        messages = build_messages(ctx)
+        with self._lock:
+            return self.backend.complete(
+                messages, sampling=sampling, grammar=grammar, grammar_name=grammar_name
+            )
+
+    def _finish(
+        self,
+        ctx: MutationContext,
+        transformation: Transformation,
+        origin: VariantOrigin,
+        call: LLMCall | None,
+        source: str,
+        detail: str | None,
+    ) -> Proposal:
+        problem = declaration_problem(source)
+        if problem:
+            return self._failed(transformation, origin, problem, call)
+        return Proposal(
+            source=source,
+            origin=origin,
+            operator=transformation.name,
+            transformation=transformation,
+            llm_call=call,
+            ok=True,
+            reason=None,
+            diff=unified_diff(ctx.parent_source, source),
+            detail=detail,
+        )
+
+    @staticmethod
+    def _failed(
+        transformation: Transformation,
+        origin: VariantOrigin,
+        reason: str,
+        call: LLMCall | None = None,
+    ) -> Proposal:
+        return Proposal(
+            source=None,
+            origin=origin,
+            operator=transformation.name,
+            transformation=transformation,
+            llm_call=call,
+            ok=False,
+            reason=reason,
+            diff=None,
+        )

@@ -1,0 +1,144 @@
+"""The prompt for one mutation: the parent, what it measured, a few inspirations, one change.
+
+Templates are text files in ``prompts/`` (``string.Template``, ``$name`` placeholders, so the
+braces of CUDA code need no escaping), loaded with :mod:`importlib.resources` so they work from
+a wheel.  The prompt is short and concrete: a small model follows one named change far better
+than a general request, and every token of prompt is a token less for the answer.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from dataclasses import dataclass
+from importlib import resources
+from string import Template
+
+from r3tui.remix.backends import ChatMessage
+from r3tui.remix.catalogue import Transformation
+from r3tui.remix.edits import find_kernel
+
+EDIT_FORMATS = ("search_replace", "whole")
+MAX_INSPIRATIONS = 3
+_WARNING_CHARS = 300
+
+
+@dataclass(frozen=True)
+class VariantProfile:
+    """What the parent measured, as far as it is known (``None``: not measured)."""
+
+    median_s: float | None = None
+    registers: int | None = None
+    spills_bytes: int | None = None
+    occupancy: float | None = None  # 0..1, achieved or theoretical
+    shared_mem_bytes: int | None = None
+    achieved_fraction: float | None = None  # of the GPU's ceiling below
+    ceiling: str | None = None  # "bandwidth" | "FLOP/s"
+    compile_warnings: str | None = None
+
+
+@dataclass(frozen=True)
+class Inspiration:
+    """A variant from the archive shown to the model for ideas."""
+
+    source: str
+    median_s: float | None = None
+
+
+@dataclass(frozen=True)
+class MutationContext:
+    kernel_name: str
+    parent_source: str
+    profile: VariantProfile | None = None
+    inspirations: tuple[Inspiration, ...] = ()
+    transformation: Transformation | None = None  # None: the mutator picks one
+    edit_format: str | None = None  # "search_replace" | "whole"; None: the mutator's setting
+
+    def __post_init__(self) -> None:
+        if self.edit_format is not None and self.edit_format not in EDIT_FORMATS:
+            raise ValueError(f"edit_format must be one of {EDIT_FORMATS}, not {self.edit_format!r}")
+
+
+@functools.cache
+def template(name: str) -> Template:
+    """``prompts/<name>.txt`` as a template."""
+    text = resources.files("r3tui.remix").joinpath("prompts", f"{name}.txt").read_text("utf-8")
+    return Template(text)
+
+
+def format_seconds(seconds: float) -> str:
+    if seconds < 1e-3:
+        return f"{seconds * 1e6:.1f} µs"
+    if seconds < 1.0:
+        return f"{seconds * 1e3:.2f} ms"
+    return f"{seconds:.2f} s"
+
+
+def describe_profile(profile: VariantProfile | None) -> str:
+    """One line of measurements (and one of compiler warnings), or nothing."""
+    if profile is None:
+        return ""
+    parts = []
+    if profile.median_s is not None:
+        parts.append(f"median time {format_seconds(profile.median_s)}")
+    if profile.registers is not None:
+        parts.append(f"{profile.registers} registers per thread")
+    if profile.spills_bytes is not None:
+        parts.append(
+            "no register spills" if profile.spills_bytes == 0 else
+            f"{profile.spills_bytes} bytes of register spills"
+        )  # fmt: skip
+    if profile.occupancy is not None:
+        parts.append(f"occupancy {profile.occupancy:.0%}")
+    if profile.shared_mem_bytes:
+        parts.append(f"{profile.shared_mem_bytes} bytes of shared memory")
+    if profile.achieved_fraction is not None:
+        ceiling = profile.ceiling or "peak"
+        parts.append(f"{profile.achieved_fraction:.0%} of the GPU's {ceiling} ceiling")
+    text = f"Measured: {', '.join(parts)}.\n" if parts else ""
+    if profile.compile_warnings and profile.compile_warnings.strip():
+        warnings = " ".join(profile.compile_warnings.split())
+        if len(warnings) > _WARNING_CHARS:
+            warnings = warnings[:_WARNING_CHARS] + "..."
+        text += f"Compiler warnings: {warnings}\n"
+    return text
+
+
+def _code(source: str) -> str:
+    text = source.replace("\r\n", "\n").replace("\r", "\n")
+    return text if text.endswith("\n") else text + "\n"
+
+
+def _inspiration_code(source: str, kernel_name: str) -> str:
+    """The inspiration's kernel function only: the rest the model already has from the parent."""
+    text = _code(source)
+    span = find_kernel(text, kernel_name)
+    return _code(text[span.start : span.body_end]) if span is not None else text
+
+
+def describe_inspirations(inspirations: Sequence[Inspiration], kernel_name: str) -> str:
+    blocks = []
+    for inspiration in list(inspirations)[:MAX_INSPIRATIONS]:
+        median = (
+            f"median {format_seconds(inspiration.median_s)}"
+            if inspiration.median_s is not None
+            else "not timed"
+        )
+        code = _inspiration_code(inspiration.source, kernel_name)
+        blocks.append(template("inspiration").substitute(median=median, source=code))
+    return "".join(blocks)
+
+
+def build_messages(ctx: MutationContext) -> list[ChatMessage]:
+    """The system and user messages asking for ``ctx.transformation`` on the parent."""
+    if ctx.transformation is None:
+        raise ValueError("a prompt needs a transformation; the mutator picks one")
+    user = template(ctx.edit_format or "search_replace").substitute(
+        kernel_name=ctx.kernel_name,
+        source=_code(ctx.parent_source),
+        profile=describe_profile(ctx.profile),
+        inspirations=describe_inspirations(ctx.inspirations, ctx.kernel_name),
+        instruction=ctx.transformation.instruction,
+    )
+    system = template("system").substitute().strip()
+    return [ChatMessage("system", system), ChatMessage("user", user.strip() + "\n")]

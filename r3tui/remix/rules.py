@@ -1,0 +1,329 @@
+"""Deterministic source operators: the catalogue's mechanical changes, made without a model.
+
+Every operator is ``(source, kernel_name, rng) -> RuleResult``.  It either declines with a
+reason (``ok=False``: not applicable to this kernel, recorded as ``apply_failed``) or returns a
+source that keeps the kernel's entry point and parameter types; whether the change is correct
+for the recorded data is for the replay to verify, as for any variant.  The ``rng`` picks among
+the places and values an operator could use, so a campaign's seed fixes what it does.
+
+The analysis is textual and conservative: a pointer parameter counts as "only read" when
+every use of it is an element read ``p[...]`` or initializes a ``const`` pointer; anything it
+cannot classify (``*p``, ``&p[i]``, ``p + i`` passed to a call) counts as a write.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from r3tui.errors import ConfigError
+from r3tui.remix.edits import KernelSpan, entry_point_problem, find_kernel, mask_source, matching
+
+
+@dataclass(frozen=True)
+class RuleResult:
+    ok: bool
+    source: str | None
+    reason: str | None = None  # why the rule declined
+    detail: str | None = None  # what it changed, for the variant's operator note
+
+
+Rule = Callable[[str, str, random.Random], RuleResult]
+
+_ASSIGN = re.compile(r"\s*(?:[-+*/%&|^]|<<|>>)?=(?!=)|\s*(?:\+\+|--)")
+_MEMBER = re.compile(r"\s*(?:\.|->)\s*[A-Za-z_]\w*")
+_CONST_POINTER_INIT = re.compile(
+    r"^\s*const\s+[A-Za-z_][\w:<>\s]*\*\s*(?:__restrict__\s*)?[A-Za-z_]\w*\s*=[^=]"
+)
+# Element types __ldg has an overload for (sm_35 and later).
+LDG_TYPES = frozenset(
+    {
+        "char", "signed char", "unsigned char", "short", "unsigned short", "int",
+        "unsigned int", "unsigned", "long", "unsigned long", "long long",
+        "unsigned long long", "float", "double", "char2", "char4", "uchar2", "uchar4",
+        "short2", "short4", "ushort2", "ushort4", "int2", "int4", "uint2", "uint4",
+        "longlong2", "ulonglong2", "float2", "float4", "double2",
+    }
+)  # fmt: skip
+
+
+def _declined(reason: str) -> RuleResult:
+    return RuleResult(False, None, reason)
+
+
+def _kernel(source: str, kernel_name: str) -> KernelSpan | RuleResult:
+    span = find_kernel(source, kernel_name)
+    if span is None:
+        return _declined(f"no __global__ function {kernel_name!r} is defined in the source")
+    return span
+
+
+def _finish(parent: str, child: str, kernel_name: str, detail: str) -> RuleResult:
+    problem = entry_point_problem(parent, child, kernel_name)
+    if problem:  # a rule that breaks the entry point is a bug in the rule; decline anyway
+        return _declined(f"the rewrite would break the kernel: {problem}")
+    return RuleResult(True, child, None, detail)
+
+
+# ----------------------------------------------------------------------------------------
+# Uses of a pointer parameter inside the kernel body
+
+
+@dataclass(frozen=True)
+class Use:
+    start: int  # of the name, in the source
+    kind: str  # "read" (p[...] as a value), "const_alias" (initializes a const T*), "other"
+    index_open: int | None = None  # the '[' of a read
+    index_close: int | None = None  # its ']'
+
+
+def _uses(masked: str, span: KernelSpan, name: str) -> list[Use]:
+    uses = []
+    for match in re.finditer(rf"\b{re.escape(name)}\b", masked[span.body_open : span.body_end]):
+        at = span.body_open + match.start()
+        before = masked[:at].rstrip()
+        if before.endswith((".", "->")):  # a member of something else that has this name
+            continue
+        after = match.end() + span.body_open
+        rest = masked[after:]
+        gap = len(rest) - len(rest.lstrip())
+        if rest[gap : gap + 1] == "[":
+            open_at = after + gap
+            close_at = matching(masked, open_at)
+            if close_at is None:
+                uses.append(Use(at, "other"))
+                continue
+            tail = close_at + 1
+            while member := _MEMBER.match(masked, tail):
+                tail = member.end()
+            address_taken = before.endswith("&") and not before.endswith("&&")
+            stepped = before.endswith(("++", "--"))
+            written = _ASSIGN.match(masked, tail) is not None
+            kind = "other" if (address_taken or stepped or written) else "read"
+            uses.append(Use(at, kind, open_at, close_at))
+            continue
+        statement_start = max(masked.rfind(c, 0, at) for c in ";{}") + 1
+        if _CONST_POINTER_INIT.match(masked[statement_start:at] + " "):
+            uses.append(Use(at, "const_alias"))
+        else:
+            uses.append(Use(at, "other"))
+    return uses
+
+
+def read_only_pointers(source: str, span: KernelSpan) -> list[str]:
+    """Names of the kernel's pointer parameters that the body reads and never writes."""
+    masked = mask_source(source)
+    names = []
+    for param in span.params:
+        if param.is_pointer and param.name:
+            uses = _uses(masked, span, param.name)
+            # An unused parameter is not "read": qualifying it would change nothing.
+            if uses and all(use.kind != "other" for use in uses):
+                names.append(param.name)
+    return names
+
+
+# ----------------------------------------------------------------------------------------
+# The rules
+
+
+def restrict_const(source: str, kernel_name: str, rng: random.Random) -> RuleResult:
+    """``const T* __restrict__`` on every pointer parameter the kernel only reads."""
+    span = _kernel(source, kernel_name)
+    if isinstance(span, RuleResult):
+        return span
+    if span.declarations:
+        return _declined("the kernel is also declared elsewhere; qualifiers would mismatch")
+    read_only = set(read_only_pointers(source, span))
+    if not read_only:
+        return _declined("no pointer parameter is only read")
+    edits: list[tuple[int, int, str]] = []
+    changed = []
+    for param in span.params:
+        if param.name not in read_only:
+            continue
+        before, after = param.qualifiers()
+        text = param.text
+        if "__restrict__" not in after and "__restrict" not in after:
+            star = text.rindex("*")
+            text = f"{text[: star + 1].rstrip()} __restrict__ {text[star + 1 :].lstrip()}"
+        if "const" not in before:
+            text = "const " + text
+        if text != param.text:
+            edits.append((param.start, param.end, text))
+            changed.append(param.name)
+    if not edits:
+        return _declined("every read-only pointer parameter is already const __restrict__")
+    out = source
+    for start, end, text in sorted(edits, reverse=True):
+        out = out[:start] + text + out[end:]
+    return _finish(source, out, kernel_name, "const __restrict__ on " + ", ".join(changed))
+
+
+def ldg_loads(source: str, kernel_name: str, rng: random.Random) -> RuleResult:
+    """Element reads of read-only pointer parameters through ``__ldg(&p[i])``: all of them,
+    or (by the rng) those of one parameter."""
+    span = _kernel(source, kernel_name)
+    if isinstance(span, RuleResult):
+        return span
+    masked = mask_source(source)
+    by_name = {p.name: p for p in span.params if p.name}
+    eligible = []
+    for name in read_only_pointers(source, span):
+        param = by_name[name]
+        uses = _uses(masked, span, name)
+        if param.element_type in LDG_TYPES and any(u.kind == "read" for u in uses):
+            eligible.append(name)
+    if not eligible:
+        return _declined("no read-only pointer parameter of a type __ldg loads is read")
+    chosen = eligible if rng.random() < 0.5 or len(eligible) == 1 else [rng.choice(eligible)]
+    reads: dict[int, Use] = {}
+    for name in chosen:
+        for use in _uses(masked, span, name):
+            if use.kind == "read" and not _inside_ldg(masked, use.start):
+                reads[use.start] = use
+    if not reads:
+        return _declined("every read of the read-only parameters already goes through __ldg")
+    body = _rewrite_reads(source, span.body_open, span.body_end, reads)
+    out = source[: span.body_open] + body + source[span.body_end :]
+    return _finish(source, out, kernel_name, "__ldg loads of " + ", ".join(chosen))
+
+
+def _inside_ldg(masked: str, at: int) -> bool:
+    return re.search(r"__ldg\s*\(\s*&\s*$", masked[max(0, at - 16) : at]) is not None
+
+
+def _rewrite_reads(source: str, start: int, end: int, reads: dict[int, Use]) -> str:
+    """``source[start:end]`` with every read in ``reads`` (nested ones too) wrapped in __ldg."""
+    out = []
+    cursor = start
+    for at in sorted(reads):
+        use = reads[at]
+        if at < cursor or at >= end or use.index_open is None or use.index_close is None:
+            continue
+        name = source[at : use.index_open].strip()
+        inner = _rewrite_reads(source, use.index_open + 1, use.index_close, reads)
+        out.append(source[cursor:at])
+        out.append(f"__ldg(&{name}[{inner}])")
+        cursor = use.index_close + 1
+    out.append(source[cursor:end])
+    return "".join(out)
+
+
+def unroll_pragma(source: str, kernel_name: str, rng: random.Random) -> RuleResult:
+    """``#pragma unroll N`` (N from 2, 4, 8) before one innermost ``for`` loop without one."""
+    span = _kernel(source, kernel_name)
+    if isinstance(span, RuleResult):
+        return span
+    masked = mask_source(source)
+    candidates = []
+    for match in re.finditer(r"\bfor\s*\(", masked[span.body_open : span.body_end]):
+        at = span.body_open + match.start()
+        header_close = matching(masked, span.body_open + match.end() - 1)
+        if header_close is None:
+            continue
+        rest = masked[header_close + 1 :]
+        body_at = header_close + 1 + len(rest) - len(rest.lstrip())
+        if masked[body_at : body_at + 1] == "{":
+            body_end = matching(masked, body_at) or body_at
+        else:
+            body_end = masked.find(";", body_at)
+        if re.search(r"\b(?:for|while|do)\b", masked[body_at:body_end]):
+            continue  # not innermost
+        line_start = source.rfind("\n", 0, at) + 1
+        if source[line_start:at].strip():
+            continue  # the loop does not start its line (`if (c) for (...)`): no room
+        previous = source[: max(line_start - 1, 0)].rsplit("\n", 1)[-1].strip()
+        if previous.startswith("#pragma") and "unroll" in previous:
+            continue
+        candidates.append((line_start, at))
+    if not candidates:
+        return _declined("no innermost for loop without an unroll pragma")
+    line_start, at = rng.choice(candidates)
+    factor = rng.choice((2, 4, 8))
+    indent = source[line_start:at]
+    out = source[:line_start] + f"{indent}#pragma unroll {factor}\n" + source[line_start:]
+    line = source.count("\n", 0, at) + 1
+    return _finish(source, out, kernel_name, f"#pragma unroll {factor} on the loop at line {line}")
+
+
+_DEFINE = re.compile(
+    r"^[ \t]*#[ \t]*define[ \t]+([A-Za-z_]\w*)[ \t]+([0-9]+)[ \t]*(?://.*)?$", re.M
+)
+_THREADS_NAME = re.compile(r"THREAD", re.IGNORECASE)
+
+
+def _tunable_values(name: str, value: int) -> list[int]:
+    if value & (value - 1) == 0:  # a power of two: its neighbours among the powers of two
+        values = [value // 4, value // 2, value, value * 2]
+    else:
+        values = [value // 2, value, value * 2]
+    cap = 1024 if _THREADS_NAME.search(name) else max(value * 2, 1)
+    return sorted({v for v in values if 1 <= v <= cap})
+
+
+def expose_tunable(source: str, kernel_name: str, rng: random.Random) -> RuleResult:
+    """``// r3: tune NAME ...`` above one ``#define NAME <integer>`` that is not yet tuned.
+
+    A thread-count constant (its name says THREAD) that sizes per-thread storage also gets
+    ``// r3: require BLOCK_THREADS <= NAME``, so the tuner never launches more threads than it.
+    """
+    from r3tui.search.source import DeclarationError, parse_relations, parse_tunables
+
+    span = _kernel(source, kernel_name)
+    if isinstance(span, RuleResult):
+        return span
+    try:
+        tuned = {t.name for t in parse_tunables(source)}
+    except DeclarationError as exc:
+        return _declined(f"the source's r3 declarations do not parse: {exc}")
+    candidates = []
+    for match in _DEFINE.finditer(source):
+        name, value = match.group(1), int(match.group(2))
+        values = _tunable_values(name, value)
+        if name in tuned or name.startswith("__") or value < 1 or len(values) < 2:
+            continue
+        if not re.search(rf"\b{name}\b", mask_source(source)[span.body_open : span.body_end]):
+            continue  # the kernel does not use it: tuning it changes nothing
+        candidates.append((match, name, values))
+    if not candidates:
+        return _declined("no #define NAME <integer> that the kernel uses and is not yet tuned")
+    match, name, values = rng.choice(candidates)
+    lines = [f"// r3: tune {name} {' '.join(str(v) for v in values)}"]
+    if _THREADS_NAME.search(name):
+        lines.append(f"// r3: require BLOCK_THREADS <= {name}")
+    at = source.rfind("\n", 0, match.start()) + 1
+    previous_start = source.rfind("\n", 0, max(at - 1, 0)) + 1
+    if re.match(
+        rf"[ \t]*#[ \t]*if(?:ndef[ \t]+{name}\b|[ \t]+!defined)", source[previous_start:at]
+    ):
+        at = previous_start  # above its #ifndef guard, so the guard stays intact
+    out = source[:at] + "".join(line + "\n" for line in lines) + source[at:]
+    try:
+        parse_tunables(out)
+        parse_relations(out)
+    except DeclarationError as exc:
+        return _declined(f"the declaration would not parse: {exc}")
+    return _finish(source, out, kernel_name, f"tunable {name} in {values}")
+
+
+RULES: dict[str, Rule] = {
+    "restrict_const": restrict_const,
+    "ldg_loads": ldg_loads,
+    "unroll_pragma": unroll_pragma,
+    "expose_tunable": expose_tunable,
+}
+
+
+def apply_rule(name: str, source: str, kernel_name: str, rng: random.Random) -> RuleResult:
+    """Run the rule called ``name``; a rule that fails on odd text declines, never raises."""
+    try:
+        rule = RULES[name]
+    except KeyError:
+        raise ConfigError(f"unknown rule {name!r}", hint=f"known: {', '.join(RULES)}") from None
+    try:
+        return rule(source, kernel_name, rng)
+    except (ValueError, IndexError) as exc:  # text the analysis does not expect
+        return _declined(f"{name} cannot analyse this source: {exc}")

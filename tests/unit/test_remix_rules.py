@@ -1,0 +1,175 @@
+"""Every rule on every example kernel: it declines with a reason, or its source compiles with
+real NVRTC for sm_90 and keeps the entry point; and what each rule does, on real kernels."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+
+from r3tui.compile import CompileRequest, get_toolchain
+from r3tui.remix.catalogue import CATALOGUE, FAMILIES, mechanical, transformation
+from r3tui.remix.edits import entry_point_problem, find_kernel
+from r3tui.remix.rules import RULES, apply_rule, read_only_pointers
+from r3tui.search.source import parse_relations, parse_tunables
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+KERNELS = {p.parent.name: p.read_text() for p in sorted(EXAMPLES.glob("*/kernel.cu"))}
+
+
+def test_all_seven_examples_are_here() -> None:
+    assert len(KERNELS) == 7
+
+
+@pytest.mark.parametrize("rule", sorted(RULES))
+@pytest.mark.parametrize("example", sorted(KERNELS))
+def test_rule_declines_or_compiles_keeping_the_entry_point(rule: str, example: str) -> None:
+    source = KERNELS[example]
+    for seed in (0, 1):
+        result = apply_rule(rule, source, example, random.Random(seed))
+        if not result.ok:
+            assert result.source is None and result.reason, result
+            continue
+        assert result.source is not None and result.source != source
+        assert result.detail
+        assert entry_point_problem(source, result.source, example) is None
+        parse_tunables(result.source)
+        parse_relations(result.source)
+        compiled = get_toolchain("nvrtc").compile(
+            CompileRequest(result.source, example, arch="sm_90")
+        )
+        assert compiled.ok, f"{rule} on {example}:\n{result.source}\n{compiled.log}"
+        assert compiled.lowered_name == example  # extern "C" entry point kept
+
+
+def test_rules_apply_to_the_kernels_they_are_for() -> None:
+    """Which rule applies where, so a rule that silently stops applying is caught."""
+    applies = {
+        (rule, example)
+        for rule in RULES
+        for example, source in KERNELS.items()
+        if apply_rule(rule, source, example, random.Random(0)).ok
+    }
+    for example in ("nbody", "reduce_sum", "sgemm", "softmax", "spmv_csr", "stencil7"):
+        assert ("restrict_const", example) in applies
+    for example in ("nbody", "reduce_sum", "sgemm", "spmv_csr", "stencil7"):
+        assert ("ldg_loads", example) in applies
+    for example in ("nbody", "reduce_sum", "sgemm", "softmax", "spmv_csr"):
+        assert ("unroll_pragma", example) in applies
+    assert {e for r, e in applies if r == "expose_tunable"} == {"reduce_sum", "softmax"}
+    assert ("unroll_pragma", "stencil7") not in applies  # it has no loop
+
+
+def test_read_only_analysis_on_real_kernels() -> None:
+    def read_only(example: str) -> list[str]:
+        span = find_kernel(KERNELS[example], example)
+        assert span is not None
+        return read_only_pointers(KERNELS[example], span)
+
+    assert read_only("sgemm") == ["A", "B"]  # C is read and written in place
+    assert read_only("spmv_csr") == ["rowptr", "cols", "vals", "x"]
+    assert read_only("softmax") == ["x"]  # read through `const float* xr = x + ...`
+    assert read_only("reduce_sum") == ["x"]  # out goes to atomicAdd
+    assert read_only("ptr_struct") == ["pairs"]  # x0..y2 are never used
+
+
+def test_restrict_const_qualifies_only_read_pointers() -> None:
+    result = apply_rule("restrict_const", KERNELS["spmv_csr"], "spmv_csr", random.Random(0))
+    assert result.ok and result.source is not None
+    assert "const int* __restrict__ rowptr" in result.source
+    assert "const double* __restrict__ x" in result.source
+    assert "double* y)" in result.source  # written: untouched
+    again = apply_rule("restrict_const", result.source, "spmv_csr", random.Random(0))
+    assert not again.ok and "already" in (again.reason or "")
+
+
+def test_restrict_const_declines_when_the_kernel_is_also_declared() -> None:
+    source = (
+        'extern "C" __global__ void k(const float* x, float* y);\n'
+        'extern "C" __global__ void k(const float* x, float* y) { y[0] = x[0]; }\n'
+    )
+    result = apply_rule("restrict_const", source, "k", random.Random(0))
+    assert not result.ok and "declared elsewhere" in (result.reason or "")
+
+
+def test_ldg_wraps_nested_reads_and_leaves_writes() -> None:
+    rng = random.Random(0)
+    while True:  # the rng picks "all eligible parameters" about half the time
+        result = apply_rule("ldg_loads", KERNELS["spmv_csr"], "spmv_csr", rng)
+        assert result.ok and result.source is not None
+        if "rowptr, cols, vals, x" in (result.detail or ""):
+            break
+    assert "__ldg(&x[__ldg(&cols[k])])" in result.source
+    assert "__ldg(&rowptr[row + 1])" in result.source
+    assert "y[row] = sum;" in result.source
+
+
+def test_ldg_skips_pointers_that_are_written_or_address_taken() -> None:
+    source = (
+        'extern "C" __global__ void k(const float* a, float* b, float* c, double* d) {\n'
+        "    int i = threadIdx.x;\n"
+        "    b[i] += a[i];\n"
+        "    atomicAdd(&d[0], (double)c[i]);\n"
+        "    c[i]++;\n"
+        "}\n"
+    )
+    result = apply_rule("ldg_loads", source, "k", random.Random(0))
+    assert result.ok and result.source is not None
+    assert "b[i] += __ldg(&a[i]);" in result.source
+    assert "atomicAdd(&d[0], (double)c[i]);" in result.source
+    compiled = get_toolchain("nvrtc").compile(CompileRequest(result.source, "k"))
+    assert compiled.ok, compiled.log
+
+
+def test_unroll_factor_and_loop_come_from_the_rng() -> None:
+    seen = set()
+    for seed in range(12):
+        result = apply_rule("unroll_pragma", KERNELS["softmax"], "softmax", random.Random(seed))
+        assert result.ok and result.source is not None
+        assert result.source.count("#pragma unroll") == 1
+        seen.add(result.detail)
+    assert len(seen) > 3  # several loops x factors 2, 4, 8
+    one = apply_rule("unroll_pragma", KERNELS["sgemm"], "sgemm", random.Random(3)).source
+    assert one == apply_rule("unroll_pragma", KERNELS["sgemm"], "sgemm", random.Random(3)).source
+    assert one is not None
+    done = apply_rule("unroll_pragma", one, "sgemm", random.Random(3))
+    assert not done.ok  # its only loop already has a pragma
+
+
+def test_expose_tunable_declares_a_parseable_tunable_with_its_relation() -> None:
+    result = apply_rule("expose_tunable", KERNELS["reduce_sum"], "reduce_sum", random.Random(0))
+    assert result.ok and result.source is not None
+    (tunable,) = parse_tunables(result.source)
+    assert tunable.name == "MAX_THREADS" and tunable.values == (256, 512, 1024)
+    assert tunable.default == 1024
+    (relation,) = parse_relations(result.source)
+    assert relation.names == {"BLOCK_THREADS", "MAX_THREADS"}
+    assert not relation.holds({"BLOCK_THREADS": 512, "MAX_THREADS": 256})
+    assert relation.holds({"BLOCK_THREADS": 256, "MAX_THREADS": 256})
+    # the declaration sits above the #ifndef guard, which stays intact
+    assert "// r3: require BLOCK_THREADS <= MAX_THREADS\n#ifndef MAX_THREADS\n" in result.source
+    small = get_toolchain("nvrtc").compile(
+        CompileRequest(result.source, "reduce_sum", defines=(("MAX_THREADS", "256"),))
+    )
+    assert small.ok, small.log
+    assert small.resources.shared_mem_bytes == 256 * 4
+    again = apply_rule("expose_tunable", result.source, "reduce_sum", random.Random(0))
+    assert not again.ok
+
+
+def test_rules_decline_a_missing_kernel_and_unknown_rules_raise() -> None:
+    result = apply_rule("restrict_const", KERNELS["sgemm"], "not_here", random.Random(0))
+    assert not result.ok and "not_here" in (result.reason or "")
+    with pytest.raises(Exception, match="unknown rule"):
+        apply_rule("make_it_fast", KERNELS["sgemm"], "sgemm", random.Random(0))
+
+
+def test_catalogue_families_and_rules() -> None:
+    assert 10 <= len(CATALOGUE) <= 16
+    assert {t.family for t in CATALOGUE} == set(FAMILIES)
+    assert len({t.name for t in CATALOGUE}) == len(CATALOGUE)
+    assert {t.rule for t in mechanical()} == set(RULES)
+    assert transformation("restrict_const").rule == "restrict_const"
+    with pytest.raises(Exception, match="unknown transformation"):
+        transformation("launch_bounds")
