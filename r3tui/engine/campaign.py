@@ -521,19 +521,8 @@ class CampaignRun:
                     ahead = (nxt, llm.submit(self.generate_proposal, nxt))
                 if variant.status is VariantStatus.PENDING:
                     self.evaluate(variant)
-                elif self.progress:
-                    self.progress(
-                        StepReport(
-                            request.index,
-                            variant.id or 0,
-                            variant.origin,
-                            variant.operator or "",
-                            variant.status,
-                            variant.status_reason,
-                            None,
-                            None,
-                        )
-                    )
+                else:
+                    self._announce(request.index, variant)
             if ahead is not None:
                 # a stop or the budget arrived with a proposal in flight: keep it for resume
                 request, future = ahead
@@ -547,51 +536,25 @@ class CampaignRun:
         return made
 
     def compare_with_original(self, rounds: int = 15) -> dict[str, Any] | None:
-        """Re-time the archive's best against the original at its recorded configuration,
-        interleaved on the GPU, and store the speedup with its interval (event ``final``)."""
-        from db import repository as repo
-        from r3tui.search.winner import summarize
+        from r3tui.engine.comparison import compare_with_original
 
-        best = self.state.archive.best()
-        if best is None or self.evaluator_for is None:
-            return None
-        with self.database.session_scope() as s:
-            variant = repo.get_variant(s, best.variant_id)
-            fit = fitness_of(s, variant, self.launch.block) if variant else None
-        seed = self.seed_variant()
-        if variant is None or fit is None:
-            return None
-        space = build_space(self.launch, self.seed_source, self.settings.inner, self.limits)
-        original = self.evaluator_for(self.seed_source)
-        tuned = self.evaluator_for(replace(self.seed_source, text=variant.source))
-        if not (
-            hasattr(original, "interleave_with")
-            and original.evaluate([space.baseline_config()])[0].ok
-            and tuned.evaluate([fit.config])[0].ok
-        ):
-            return None
-        base, times = original.interleave_with(tuned, space.baseline_config(), fit.config, rounds)
-        f = summarize(fit.config, base, times, seed=self.settings.seed)
-        data = {
-            "variant_id": variant.id,
-            "seed_variant_id": seed.id,
-            "speedup": f.speedup,
-            "ci": [f.low, f.high],
-            "rounds": rounds,
-            "median_s": f.median_s,
-            "config": fit.config.to_json(),
-        }
-        with self.database.session_scope() as s:
-            repo.add_event(
-                s,
-                self.campaign_id,
-                "final",
-                f"best variant #{variant.id}: {f.speedup:.3f}x "
-                f"[{f.low:.3f}, {f.high:.3f}] over the original, {rounds} "
-                "interleaved rounds",
-                data,
+        return compare_with_original(self, rounds)
+
+    def _announce(self, index: int, variant: Variant) -> None:
+        """Progress for a proposal that is not evaluated (failed to apply, or pending)."""
+        if self.progress:
+            self.progress(
+                StepReport(
+                    index,
+                    variant.id or 0,
+                    variant.origin,
+                    variant.operator or "",
+                    variant.status,
+                    variant.status_reason,
+                    None,
+                    None,
+                )
             )
-        return data
 
     def generate(self, n: int) -> list[Variant]:
         """Generational mode: write ``n`` pending proposals from the archive as it stands."""
@@ -607,19 +570,7 @@ class CampaignRun:
             variant = self.store_proposal(request, proposal)
             out.append(variant)
             made += 1
-            if self.progress:
-                self.progress(
-                    StepReport(
-                        request.index,
-                        variant.id or 0,
-                        variant.origin,
-                        variant.operator or "",
-                        variant.status,
-                        variant.status_reason,
-                        None,
-                        None,
-                    )
-                )
+            self._announce(request.index, variant)
         return out
 
 
