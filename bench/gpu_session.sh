@@ -126,5 +126,21 @@ case $bench in *" evaluate_llm "*)
     tar xzf "$f" -C /tmp/r3-bundles; done
   cp bench/work/llm.sqlite "$OUT/llm.sqlite"
   run_bench evaluate_llm python3 bench/campaigns.py --evaluate-db "$OUT/llm.sqlite" \
-    --bundles /tmp/r3-bundles;; esac
+    --bundles /tmp/r3-bundles
+  # and one rules-only campaign deep enough to show a tree (the demo database)
+  run_bench demo_campaign python3 -m r3tui tune /tmp/r3-bundles/stencil7.r3b --rules-only \
+    --budget "${R3_DEMO_VARIANTS:-16}" --inner-budget 6 --seed-budget 16 \
+    --db "$OUT/llm.sqlite" --name stencil7-rules
+  python3 -m r3tui report "$(python3 -c "
+import sqlite3; print(sqlite3.connect('$OUT/llm.sqlite').execute('select max(id) from campaigns').fetchone()[0])")" \
+    --db "$OUT/llm.sqlite" | tee "$OUT/demo_report.log";; esac
+if [ -n "${R3_PACK:-}" ]; then
+  # the device tool brings back at most 8 files: logs in one archive, databases checkpointed
+  for db in "$OUT"/*.sqlite; do
+    [ -e "$db" ] && python3 -c "import sqlite3,sys; sqlite3.connect(sys.argv[1]).execute('pragma wal_checkpoint(TRUNCATE)')" "$db"
+  done
+  rm -f "$OUT"/*.sqlite-wal "$OUT"/*.sqlite-shm
+  (cd "$OUT" && tar czf logs.tgz --remove-files $(ls *.log *.txt *.xml *.jsonl 2>/dev/null))
+  ls -la "$OUT"
+fi
 exit "$rc"

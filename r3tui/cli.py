@@ -23,6 +23,8 @@ COMMAND_MODULES = (
     "r3tui.replay.commands",
     "r3tui.engine.commands",
     "r3tui.report",
+    "r3tui.ui.commands",
+    "r3tui.demo",
 )
 
 

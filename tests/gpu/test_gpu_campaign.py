@@ -89,6 +89,7 @@ def test_a_stopped_campaign_resumes(stencil_bundle: Path, tmp_path: Path) -> Non
     from db import repository as repo
     from db.session import open_database
     from r3tui.domain import CampaignStatus, VariantStatus
+    from r3tui.errors import R3Error
 
     db = tmp_path / "stop.sqlite"
     child = subprocess.Popen(
@@ -116,7 +117,11 @@ def test_a_stopped_campaign_resumes(stencil_bundle: Path, tmp_path: Path) -> Non
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline:
         time.sleep(1)
-        if db.exists() and sum(v.status is not VariantStatus.PENDING for v in variants(db, 1)) >= 3:
+        try:
+            done = sum(v.status is not VariantStatus.PENDING for v in variants(db, 1))
+        except R3Error:  # the engine is still creating the file and its schema
+            continue
+        if done >= 3:
             break
     child.send_signal(signal.SIGTERM)
     _, err = child.communicate(timeout=240)

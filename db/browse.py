@@ -1,0 +1,821 @@
+"""Read-only queries of the terminal UI: pages, filters, deltas.
+
+Everything here only reads, takes a ``Session`` first and returns frozen values (no ORM rows),
+like ``db.repository``.  The shapes follow what a screen needs in one round trip: the tree is
+loaded one page of children at a time (a campaign of 10,000 variants opens without reading
+them all), live updates ask only for rows newer than the ones already shown, and the
+convergence series keeps only the trials that improved the best time.
+
+"The original" is the recorded configuration of the kernel: its time is the baseline that the
+recorder stored in the bundle manifest (``launch.baseline.median_s``); where a manifest has
+none, the seed variant's best time stands in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any
+
+from sqlalchemy import ColumnElement, Select, case, func, literal, select
+from sqlalchemy.orm import Session
+
+from db.models import (
+    CampaignRow,
+    EventRow,
+    LLMCallRow,
+    RecordingRow,
+    TrialRow,
+    VariantRow,
+)
+
+# _measurement: the one mapping of trial rows to Measurement lives in the repository.
+from db.repository import (
+    EventRecord,
+    TrialRecord,
+    events,
+    get_trial,
+    list_campaign_summaries,
+)
+from db.repository import _measurement as _measurement_of
+from r3tui.domain import (
+    CampaignStatus,
+    MeasurementStatus,
+    TrialConfig,
+    VariantOrigin,
+    VariantStatus,
+)
+
+FAILED_STATUSES = frozenset(
+    {
+        VariantStatus.APPLY_FAILED,
+        VariantStatus.COMPILE_FAILED,
+        VariantStatus.WRONG_RESULT,
+        VariantStatus.CRASHED,
+    }
+)
+
+_OK: ColumnElement[bool] = TrialRow.status == MeasurementStatus.OK
+_BASELINE = func.json_extract(RecordingRow.manifest, "$.launch.baseline.median_s")
+
+
+def _speedup(reference_s: float | None, time_s: float | None) -> float | None:
+    return reference_s / time_s if reference_s and time_s else None
+
+
+# ------------------------------------------------------------------------------- campaigns
+
+
+@dataclass(frozen=True)
+class CampaignListRow:
+    """One line of the campaign list: the repository's summary with the original's time."""
+
+    id: int
+    name: str
+    kernel_name: str
+    gpu: str | None
+    status: CampaignStatus
+    n_variants: int
+    n_trials: int
+    best_time_s: float | None
+    original_s: float | None  # the recorded configuration's time (see the module doc)
+    started_at: datetime
+
+    @property
+    def best_speedup(self) -> float | None:
+        return _speedup(self.original_s, self.best_time_s)
+
+
+def campaign_rows(s: Session) -> list[CampaignListRow]:
+    """Every campaign with counts, best time and the original's time, oldest first."""
+    baselines = dict(
+        s.execute(
+            select(CampaignRow.id, _BASELINE).join(
+                RecordingRow, RecordingRow.id == CampaignRow.recording_id
+            )
+        )
+        .tuples()
+        .all()
+    )
+    rows = []
+    for c in list_campaign_summaries(s):
+        original = baselines.get(c.id)
+        rows.append(
+            CampaignListRow(
+                id=c.id,
+                name=c.name,
+                kernel_name=c.kernel_name,
+                gpu=c.gpu,
+                status=c.status,
+                n_variants=c.n_variants,
+                n_trials=c.n_trials,
+                best_time_s=c.best_time_s,
+                original_s=float(original) if original is not None else c.seed_time_s,
+                started_at=c.started_at,
+            )
+        )
+    return rows
+
+
+def find_campaign(s: Session, name: str) -> int | None:
+    """The newest campaign of that name (how the TUI finds the campaign it launched)."""
+    return s.execute(
+        select(CampaignRow.id)
+        .where(CampaignRow.name == name)
+        .order_by(CampaignRow.id.desc())
+        .limit(1)
+    ).scalar_one_or_none()
+
+
+@dataclass(frozen=True)
+class CampaignHeader:
+    """What the campaign screen shows above and below its panes."""
+
+    id: int
+    name: str
+    kernel_name: str
+    gpu: str | None
+    status: CampaignStatus
+    settings: dict[str, Any]
+    provenance: dict[str, Any]
+    started_at: datetime
+    finished_at: datetime | None
+    updated_at: datetime
+    bundle_path: str
+    original_s: float | None
+    n_variants: int
+    last_variant_id: int  # 0 while there is none: live updates ask for ids above these
+    last_trial_id: int
+    last_event_id: int
+    islands: tuple[int, ...]
+
+
+def _gpu(provenance: Mapping[str, Any] | None) -> str | None:
+    gpu = (provenance or {}).get("gpu")
+    if isinstance(gpu, Mapping):
+        gpu = gpu.get("name")
+    return None if gpu is None else str(gpu)
+
+
+def campaign_header(
+    s: Session, campaign_id: int, *, islands: tuple[int, ...] | None = None
+) -> CampaignHeader | None:
+    """The header; pass the ``islands`` already known to skip the one query that reads
+    every variant row (polls do: islands come and go only with new variants, which the
+    tree sees anyway)."""
+    row = s.execute(
+        select(CampaignRow, RecordingRow.kernel_name, RecordingRow.bundle_path, _BASELINE)
+        .join(RecordingRow, RecordingRow.id == CampaignRow.recording_id)
+        .where(CampaignRow.id == campaign_id)
+    ).one_or_none()
+    if row is None:
+        return None
+    campaign, kernel, bundle, baseline = row
+    n_variants, last_variant = s.execute(
+        select(func.count(), func.coalesce(func.max(VariantRow.id), 0)).where(
+            VariantRow.campaign_id == campaign_id
+        )
+    ).one()
+    last_trial = s.execute(
+        select(func.coalesce(func.max(TrialRow.id), 0)).where(TrialRow.campaign_id == campaign_id)
+    ).scalar_one()
+    last_event = s.execute(
+        select(func.coalesce(func.max(EventRow.id), 0)).where(EventRow.campaign_id == campaign_id)
+    ).scalar_one()
+    if islands is None:
+        islands = tuple(
+            s.execute(
+                select(VariantRow.island)
+                .where(VariantRow.campaign_id == campaign_id)
+                .distinct()
+                .order_by(VariantRow.island)
+            ).scalars()
+        )
+    original = float(baseline) if baseline is not None else _seed_time(s, campaign_id)
+    return CampaignHeader(
+        id=campaign.id,
+        name=campaign.name,
+        kernel_name=kernel,
+        gpu=_gpu(campaign.provenance),
+        status=campaign.status,
+        settings=dict(campaign.settings or {}),
+        provenance=dict(campaign.provenance or {}),
+        started_at=campaign.started_at,
+        finished_at=campaign.finished_at,
+        updated_at=campaign.updated_at,
+        bundle_path=bundle,
+        original_s=original,
+        n_variants=int(n_variants),
+        last_variant_id=int(last_variant),
+        last_trial_id=int(last_trial),
+        last_event_id=int(last_event),
+        islands=islands,
+    )
+
+
+def _seed_time(s: Session, campaign_id: int) -> float | None:
+    return s.execute(
+        select(func.min(TrialRow.median_s))
+        .join(VariantRow, VariantRow.id == TrialRow.variant_id)
+        .where(TrialRow.campaign_id == campaign_id, _OK, VariantRow.origin == VariantOrigin.SEED)
+    ).scalar_one_or_none()
+
+
+@dataclass(frozen=True)
+class CampaignStats:
+    """Totals for the status bar: throughput and where the time went."""
+
+    n_trials: int = 0
+    n_ok: int = 0
+    first_trial_at: datetime | None = None
+    last_trial_at: datetime | None = None
+    compile_s: float = 0.0
+    replay_s: float = 0.0
+    llm_s: float = 0.0
+    n_llm_calls: int = 0
+    last_trial_id: int = 0
+    last_llm_call_id: int = 0
+
+    @property
+    def evaluations_per_s(self) -> float | None:
+        if self.first_trial_at is None or self.last_trial_at is None or self.n_trials < 2:
+            return None
+        span = (self.last_trial_at - self.first_trial_at).total_seconds()
+        return (self.n_trials - 1) / span if span > 0 else None
+
+
+def campaign_stats(
+    s: Session, campaign_id: int, *, since: CampaignStats | None = None
+) -> CampaignStats:
+    """The totals, extended from ``since`` by the trials stored after it (200,000 trials
+    are summed once, not on every poll)."""
+    since = since or CampaignStats()
+    n, n_ok, first, last, compile_s, replay_s, last_id = s.execute(
+        select(
+            func.count(),
+            func.coalesce(func.sum(case((_OK, 1), else_=0)), 0),
+            func.min(TrialRow.created_at),
+            func.max(TrialRow.created_at),
+            func.coalesce(func.sum(TrialRow.compile_time_s), 0.0),
+            func.coalesce(func.sum(TrialRow.replay_wall_s), 0.0),
+            func.max(TrialRow.id),
+        ).where(TrialRow.campaign_id == campaign_id, TrialRow.id > since.last_trial_id)
+    ).one()
+    n_calls, llm_s, last_call = s.execute(
+        select(
+            func.count(),
+            func.coalesce(func.sum(LLMCallRow.latency_s), 0.0),
+            func.max(LLMCallRow.id),
+        ).where(LLMCallRow.campaign_id == campaign_id, LLMCallRow.id > since.last_llm_call_id)
+    ).one()
+    return CampaignStats(
+        n_trials=since.n_trials + int(n),
+        n_ok=since.n_ok + int(n_ok),
+        # aggregates of a DATETIME column come back as text (no type decorator on them)
+        first_trial_at=since.first_trial_at or _as_datetime(first),
+        last_trial_at=_as_datetime(last) or since.last_trial_at,
+        compile_s=since.compile_s + float(compile_s),
+        replay_s=since.replay_s + float(replay_s),
+        llm_s=since.llm_s + float(llm_s),
+        n_llm_calls=since.n_llm_calls + int(n_calls),
+        last_trial_id=int(last_id) if last_id is not None else since.last_trial_id,
+        last_llm_call_id=int(last_call) if last_call is not None else since.last_llm_call_id,
+    )
+
+
+def _as_datetime(value: object) -> datetime | None:
+    if value is None:
+        return None
+    if isinstance(value, datetime):
+        return value if value.tzinfo else value.replace(tzinfo=UTC)
+    return datetime.fromisoformat(str(value)).replace(tzinfo=UTC)
+
+
+# ------------------------------------------------------------------------------------ tree
+
+
+@dataclass(frozen=True)
+class VariantFilter:
+    """Which variants the tree shows: ``None`` fields do not filter.
+
+    A variant that does not match stays visible when one of its descendants matches, so a
+    filtered tree still shows the lineage of every match.
+    """
+
+    statuses: frozenset[VariantStatus] | None = None
+    island: int | None = None
+
+    @property
+    def active(self) -> bool:
+        return self.statuses is not None or self.island is not None
+
+
+@dataclass(frozen=True)
+class VariantNode:
+    """One variant as the tree shows it."""
+
+    id: int
+    parent_id: int | None
+    origin: VariantOrigin
+    operator: str | None
+    status: VariantStatus
+    status_reason: str | None
+    island: int
+    best_time_s: float | None  # best median of its ok trials
+    n_trials: int
+    n_children: int  # under the filter the page was loaded with
+
+
+@dataclass(frozen=True)
+class ChildPage:
+    parent_id: int | None  # None: the roots of the tree
+    nodes: tuple[VariantNode, ...]
+    remaining: int  # children after the last node of this page
+
+
+def _kept(campaign_id: int, flt: VariantFilter) -> Any:
+    """A recursive CTE of the ids a filtered tree shows: the matches and their ancestors."""
+    match = select(VariantRow.id, VariantRow.parent_id).where(VariantRow.campaign_id == campaign_id)
+    if flt.statuses is not None:
+        match = match.where(VariantRow.status.in_(sorted(flt.statuses)))
+    if flt.island is not None:
+        match = match.where(VariantRow.island == flt.island)
+    kept = match.cte("kept", recursive=True)
+    parent = select(VariantRow.id, VariantRow.parent_id).join(
+        kept, VariantRow.id == kept.c.parent_id
+    )
+    # UNION (not UNION ALL) drops ids already kept, so the recursion ends at the roots.
+    return kept.union(parent)
+
+
+def _children_of(campaign_id: int, parent_id: int | None) -> ColumnElement[bool]:
+    where = VariantRow.campaign_id == campaign_id
+    if parent_id is None:
+        return where & VariantRow.parent_id.is_(None)
+    return where & (VariantRow.parent_id == parent_id)
+
+
+def _restrict(query: Select[Any], kept: Any) -> Select[Any]:
+    return query if kept is None else query.where(VariantRow.id.in_(select(kept.c.id)))
+
+
+def _nodes(s: Session, rows: Iterable[Any], campaign_id: int, kept: Any) -> list[VariantNode]:
+    """Attach trial stats and child counts to variant rows, two grouped queries per page."""
+    rows = list(rows)
+    ids = [r.id for r in rows]
+    if not ids:
+        return []
+    stats = {
+        vid: (best, n)
+        for vid, best, n in s.execute(
+            select(TrialRow.variant_id, func.min(case((_OK, TrialRow.median_s))), func.count())
+            .where(TrialRow.variant_id.in_(ids))
+            .group_by(TrialRow.variant_id)
+        )
+    }
+    counts = dict(
+        s.execute(
+            _restrict(
+                select(VariantRow.parent_id, func.count())
+                .where(VariantRow.campaign_id == campaign_id, VariantRow.parent_id.in_(ids))
+                .group_by(VariantRow.parent_id),
+                kept,
+            )
+        )
+        .tuples()
+        .all()
+    )
+    out = []
+    for r in rows:
+        best, n = stats.get(r.id, (None, 0))
+        out.append(
+            VariantNode(
+                id=r.id,
+                parent_id=r.parent_id,
+                origin=r.origin,
+                operator=r.operator,
+                status=r.status,
+                status_reason=r.status_reason,
+                island=r.island,
+                best_time_s=best,
+                n_trials=int(n),
+                n_children=int(counts.get(r.id, 0)),
+            )
+        )
+    return out
+
+
+_NODE_COLUMNS = (
+    VariantRow.id,
+    VariantRow.parent_id,
+    VariantRow.origin,
+    VariantRow.operator,
+    VariantRow.status,
+    VariantRow.status_reason,
+    VariantRow.island,
+)
+
+
+def child_page(
+    s: Session,
+    campaign_id: int,
+    parent_id: int | None,
+    *,
+    flt: VariantFilter | None = None,
+    after_id: int = 0,
+    limit: int = 200,
+    through_id: int | None = None,
+) -> ChildPage:
+    """Children of ``parent_id`` (None: the roots) with ids above ``after_id``, oldest first.
+
+    ``through_id`` extends the page until it holds that child: jumping to a variant loads
+    the pages its ancestors sit in.
+    """
+    flt = flt or VariantFilter()
+    kept = _kept(campaign_id, flt) if flt.active else None
+    base = _restrict(
+        select(*_NODE_COLUMNS).where(
+            _children_of(campaign_id, parent_id), VariantRow.id > after_id
+        ),
+        kept,
+    )
+    if through_id is not None:
+        before = s.execute(
+            _restrict(
+                select(func.count()).where(
+                    _children_of(campaign_id, parent_id),
+                    VariantRow.id > after_id,
+                    VariantRow.id <= through_id,
+                ),
+                kept,
+            )
+        ).scalar_one()
+        limit = max(limit, int(before) + limit // 2)
+    rows = list(s.execute(base.order_by(VariantRow.id).limit(limit)))
+    nodes = _nodes(s, rows, campaign_id, kept)
+    remaining = 0
+    if len(rows) == limit:
+        remaining = int(
+            s.execute(
+                _restrict(
+                    select(func.count()).where(
+                        _children_of(campaign_id, parent_id), VariantRow.id > rows[-1].id
+                    ),
+                    kept,
+                )
+            ).scalar_one()
+        )
+    return ChildPage(parent_id, tuple(nodes), remaining)
+
+
+def ancestry(s: Session, variant_id: int) -> list[int]:
+    """The ids from the variant's root down to the variant itself."""
+    up = (
+        select(VariantRow.id, VariantRow.parent_id, literal(0).label("d"))
+        .where(VariantRow.id == variant_id)
+        .cte("up", recursive=True)
+    )
+    up = up.union_all(
+        select(VariantRow.id, VariantRow.parent_id, (up.c.d + 1).label("d")).join(
+            up, VariantRow.id == up.c.parent_id
+        )
+    )
+    ids = s.execute(select(up.c.id).order_by(up.c.d.desc())).scalars()
+    return list(ids)
+
+
+def best_variant(s: Session, campaign_id: int, *, island: int | None = None) -> int | None:
+    """The variant with the fastest best trial (on one island if given); None before any.
+
+    Looks at the trials the engine named best first (one per variant, not every trial);
+    while no variant has one yet, at every ok trial.
+    """
+    named = (
+        select(VariantRow.id)
+        .join(TrialRow, TrialRow.id == VariantRow.best_trial_id)
+        .where(VariantRow.campaign_id == campaign_id, _OK, TrialRow.median_s.is_not(None))
+        .order_by(TrialRow.median_s, TrialRow.id)
+        .limit(1)
+    )
+    scan = (
+        select(TrialRow.variant_id)
+        .join(VariantRow, VariantRow.id == TrialRow.variant_id)
+        .where(TrialRow.campaign_id == campaign_id, _OK, TrialRow.median_s.is_not(None))
+        .order_by(TrialRow.median_s, TrialRow.id)
+        .limit(1)
+    )
+    if island is not None:
+        named = named.where(VariantRow.island == island)
+        scan = scan.where(VariantRow.island == island)
+    found = s.execute(named).scalar_one_or_none()
+    return found if found is not None else s.execute(scan).scalar_one_or_none()
+
+
+@dataclass(frozen=True)
+class TreeChanges:
+    """What changed since the ids a screen last saw."""
+
+    new_nodes: tuple[VariantNode, ...]  # variants above after_variant_id, oldest first
+    changed: tuple[VariantNode, ...]  # watched or newly tried variants, as they are now
+    last_variant_id: int
+    last_trial_id: int
+
+
+def tree_changes(
+    s: Session,
+    campaign_id: int,
+    *,
+    after_variant_id: int,
+    after_trial_id: int,
+    watch_ids: Collection[int] = (),
+    flt: VariantFilter | None = None,
+    limit: int = 2000,
+) -> TreeChanges:
+    """New variants, and the current state of variants that got trials or are watched.
+
+    Watch the shown variants that are still pending: their status changes without a trial
+    when a rewrite fails to apply or to compile.
+    """
+    flt = flt or VariantFilter()
+    kept = _kept(campaign_id, flt) if flt.active else None
+    new_rows = list(
+        s.execute(
+            _restrict(
+                select(*_NODE_COLUMNS)
+                .where(VariantRow.campaign_id == campaign_id, VariantRow.id > after_variant_id)
+                .order_by(VariantRow.id)
+                .limit(limit),
+                kept,
+            )
+        )
+    )
+    new_nodes = _nodes(s, new_rows, campaign_id, kept)
+    last_variant = max([after_variant_id, *(n.id for n in new_nodes)])
+    if len(new_rows) < limit:
+        # Filtered-out variants count as seen too, or every poll would ask for them again.
+        last_variant = max(
+            last_variant,
+            int(
+                s.execute(
+                    select(func.coalesce(func.max(VariantRow.id), 0)).where(
+                        VariantRow.campaign_id == campaign_id
+                    )
+                ).scalar_one()
+            ),
+        )
+    touched = set(
+        s.execute(
+            select(TrialRow.variant_id)
+            .where(TrialRow.campaign_id == campaign_id, TrialRow.id > after_trial_id)
+            .distinct()
+        ).scalars()
+    )
+    last_trial = s.execute(
+        select(func.coalesce(func.max(TrialRow.id), after_trial_id)).where(
+            TrialRow.campaign_id == campaign_id
+        )
+    ).scalar_one()
+    new_ids = {n.id for n in new_nodes}
+    ask = sorted((touched | set(watch_ids)) - new_ids)
+    changed: list[VariantNode] = []
+    for start in range(0, len(ask), 500):  # stay far below SQLite's bound-parameter limit
+        chunk = ask[start : start + 500]
+        rows = s.execute(
+            select(*_NODE_COLUMNS).where(VariantRow.id.in_(chunk)).order_by(VariantRow.id)
+        )
+        changed.extend(_nodes(s, rows, campaign_id, kept))
+    return TreeChanges(tuple(new_nodes), tuple(changed), last_variant, int(last_trial))
+
+
+# -------------------------------------------------------------------------------- details
+
+
+@dataclass(frozen=True)
+class VariantDetail:
+    """One variant with its source, its parent's source and its best trial."""
+
+    node: VariantNode
+    source: str
+    diff: str | None  # as stored by the engine
+    parent_source: str | None
+    features: dict[str, Any]
+    llm_call_id: int | None
+    created_at: datetime
+    best_trial: TrialRecord | None
+
+
+def variant_detail(s: Session, variant_id: int) -> VariantDetail | None:
+    row = s.get(VariantRow, variant_id)
+    if row is None:
+        return None
+    node = _nodes(s, [row], row.campaign_id, None)[0]
+    parent_source = None
+    if row.parent_id is not None:
+        parent_source = s.execute(
+            select(VariantRow.source).where(VariantRow.id == row.parent_id)
+        ).scalar_one_or_none()
+    best_id = row.best_trial_id
+    if best_id is None:
+        # Before the engine names a best trial, the fastest ok one so far stands in.
+        best_id = s.execute(
+            select(TrialRow.id)
+            .where(TrialRow.variant_id == variant_id, _OK, TrialRow.median_s.is_not(None))
+            .order_by(TrialRow.median_s, TrialRow.id)
+            .limit(1)
+        ).scalar_one_or_none()
+    return VariantDetail(
+        node=node,
+        source=row.source,
+        diff=row.diff,
+        parent_source=parent_source,
+        features=dict(row.features or {}),
+        llm_call_id=row.llm_call_id,
+        created_at=row.created_at,
+        best_trial=None if best_id is None else get_trial(s, best_id),
+    )
+
+
+class TrialSort(StrEnum):
+    """Columns the trials table sorts by."""
+
+    ID = "id"
+    TIME = "time"
+    STATUS = "status"
+    VERIFIED = "verified"
+    REGISTERS = "registers"
+    CONFIG = "config"
+
+
+_SORT_COLUMNS: dict[TrialSort, Any] = {
+    TrialSort.ID: TrialRow.id,
+    TrialSort.TIME: TrialRow.median_s,
+    TrialSort.STATUS: TrialRow.status,
+    TrialSort.VERIFIED: TrialRow.verified,
+    TrialSort.REGISTERS: TrialRow.registers,
+    TrialSort.CONFIG: func.json(TrialRow.config),
+}
+
+
+@dataclass(frozen=True)
+class TrialPage:
+    variant_id: int
+    rows: tuple[TrialRecord, ...]
+    total: int
+    sort: TrialSort
+    descending: bool
+
+
+def trial_page(
+    s: Session,
+    variant_id: int,
+    *,
+    sort: TrialSort = TrialSort.ID,
+    descending: bool = False,
+    offset: int = 0,
+    limit: int = 500,
+) -> TrialPage:
+    """A variant's trials sorted in SQL; rows without a value sort last either way."""
+    column = _SORT_COLUMNS[sort]
+    order = column.desc() if descending else column.asc()
+    rows = s.execute(
+        select(TrialRow)
+        .where(TrialRow.variant_id == variant_id)
+        .order_by(column.is_(None), order, TrialRow.id)
+        .offset(offset)
+        .limit(limit)
+    ).scalars()
+    total = s.execute(
+        select(func.count()).select_from(TrialRow).where(TrialRow.variant_id == variant_id)
+    ).scalar_one()
+    records = tuple(_record(r) for r in rows)
+    return TrialPage(variant_id, records, int(total), sort, descending)
+
+
+def _record(row: TrialRow) -> TrialRecord:
+    return TrialRecord(
+        id=row.id,
+        campaign_id=row.campaign_id,
+        variant_id=row.variant_id,
+        config=TrialConfig.from_json(row.config),
+        measurement=_measurement_of(row),
+        created_at=row.created_at,
+    )
+
+
+# ---------------------------------------------------------------------------- convergence
+
+
+@dataclass(frozen=True)
+class ConvergencePoint:
+    evaluation: int  # 1-based count of trials (failures included) up to this one
+    trial_id: int
+    best_s: float
+    at: datetime
+
+
+@dataclass(frozen=True)
+class Convergence:
+    """The best time so far, as a step series: only the trials that improved it."""
+
+    points: tuple[ConvergencePoint, ...] = ()
+    n_evaluations: int = 0
+    last_trial_id: int = 0
+    last_at: datetime | None = None
+    started_at: datetime | None = None
+    original_s: float | None = None
+
+    @property
+    def best_s(self) -> float | None:
+        return self.points[-1].best_s if self.points else None
+
+
+def _count_trials(s: Session, campaign_id: int, above: int, through: int) -> int:
+    return int(
+        s.execute(
+            select(func.count()).where(
+                TrialRow.campaign_id == campaign_id, TrialRow.id > above, TrialRow.id <= through
+            )
+        ).scalar_one()
+    )
+
+
+def convergence(s: Session, campaign_id: int, *, since: Convergence | None = None) -> Convergence:
+    """The step series, extended from ``since`` by the trials stored after it."""
+    since = since or Convergence()
+    after = since.last_trial_id
+    # One window over the ok trials: a trial is a step when it beats every earlier one.
+    ok = (
+        select(
+            TrialRow.id.label("id"),
+            TrialRow.median_s.label("t"),
+            TrialRow.created_at.label("at"),
+            func.min(TrialRow.median_s).over(order_by=TrialRow.id, rows=(None, -1)).label("prev"),
+        )
+        .where(
+            TrialRow.campaign_id == campaign_id,
+            _OK,
+            TrialRow.median_s.is_not(None),
+            TrialRow.id > after,
+        )
+        .subquery()
+    )
+    steps = s.execute(
+        select(ok.c.id, ok.c.t, ok.c.at)
+        .where(ok.c.prev.is_(None) | (ok.c.t < ok.c.prev))
+        .order_by(ok.c.id)
+    ).all()
+    points = list(since.points)
+    best = since.best_s
+    n, counted_to = since.n_evaluations, after
+    for tid, value, at in steps:
+        if best is not None and value >= best:
+            continue
+        best = float(value)
+        # the evaluation count includes failed trials; the ranges between steps partition
+        # the (campaign_id, id) index, so all counts together scan it once
+        n += _count_trials(s, campaign_id, counted_to, tid)
+        counted_to = tid
+        stamp = _as_datetime(at)
+        assert stamp is not None
+        points.append(ConvergencePoint(n, tid, best, stamp))
+    last = s.execute(
+        select(TrialRow.id, TrialRow.created_at)
+        .where(TrialRow.campaign_id == campaign_id)
+        .order_by(TrialRow.id.desc())
+        .limit(1)
+    ).one_or_none()
+    last_id = last[0] if last is not None else after
+    n += _count_trials(s, campaign_id, counted_to, last_id) if last_id > counted_to else 0
+    started, baseline = s.execute(
+        select(CampaignRow.started_at, _BASELINE)
+        .join(RecordingRow, RecordingRow.id == CampaignRow.recording_id)
+        .where(CampaignRow.id == campaign_id)
+    ).one()
+    original = float(baseline) if baseline is not None else since.original_s
+    if original is None:
+        original = _seed_time(s, campaign_id)
+    return Convergence(
+        points=tuple(points),
+        n_evaluations=n,
+        last_trial_id=int(last_id),
+        last_at=last[1] if last is not None else since.last_at,
+        started_at=started,
+        original_s=original,
+    )
+
+
+# --------------------------------------------------------------------------------- events
+
+
+def recent_events(s: Session, campaign_id: int, limit: int = 500) -> list[EventRecord]:
+    """The last ``limit`` events, oldest first (later ones come from repository.events)."""
+    first = s.execute(
+        select(EventRow.id)
+        .where(EventRow.campaign_id == campaign_id)
+        .order_by(EventRow.id.desc())
+        .offset(limit - 1)
+        .limit(1)
+    ).scalar_one_or_none()
+    return events(s, campaign_id, after_id=(first - 1) if first else 0, limit=limit)

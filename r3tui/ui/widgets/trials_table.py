@@ -1,0 +1,102 @@
+"""A variant's Bayesian-optimization trials, sorted by the database.
+
+``s`` cycles the sort column and ``r`` reverses it (or choose a column header); the table
+asks its screen for a sorted page instead of sorting rows itself, so a variant with many
+trials costs one page.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from rich.text import Text
+from textual.binding import Binding, BindingType
+from textual.message import Message
+from textual.widgets import DataTable
+
+from db.browse import TrialPage, TrialSort
+from r3tui.domain import MeasurementStatus
+from r3tui.ui.quantities import kernel_time
+
+COLUMNS: tuple[tuple[str, TrialSort | None], ...] = (
+    ("trial", TrialSort.ID),
+    ("time", TrialSort.TIME),
+    ("status", TrialSort.STATUS),
+    ("verified", TrialSort.VERIFIED),
+    ("regs", TrialSort.REGISTERS),
+    ("block", None),
+    ("bounds", None),
+    ("options", TrialSort.CONFIG),
+)
+SORT_ORDER = [s for _, s in COLUMNS if s is not None]
+
+
+class TrialsTable(DataTable[object]):
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("s", "next_sort", "Sort by"),
+        Binding("r", "reverse_sort", "Reverse"),
+    ]
+
+    class SortChanged(Message):
+        def __init__(self, sort: TrialSort, descending: bool) -> None:
+            super().__init__()
+            self.sort = sort
+            self.descending = descending
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id, cursor_type="row", zebra_stripes=True)
+        self.trial_sort = TrialSort.ID
+        self.descending = False
+        self.total = 0
+
+    def on_mount(self) -> None:
+        self._columns()
+
+    def _columns(self) -> None:
+        self.clear(columns=True)
+        for title, sort in COLUMNS:
+            if sort is self.trial_sort:
+                title += " ▼" if self.descending else " ▲"
+            self.add_column(title, key=title.split()[0])
+
+    def show(self, page: TrialPage | None) -> None:
+        self.trial_sort = page.sort if page else self.trial_sort
+        self.descending = page.descending if page else self.descending
+        self._columns()
+        if page is None:
+            return
+        self.total = page.total
+        for trial in page.rows:
+            m, c = trial.measurement, trial.config
+            ok = m.status is MeasurementStatus.OK
+            block = "rec" if c.block is None else "×".join(map(str, c.block.as_tuple()))
+            bounds = (
+                "-" if c.launch_bounds is None else f"{c.launch_bounds[0]},{c.launch_bounds[1]}"
+            )
+            verified = {True: "yes", False: "NO", None: "-"}[m.verified]
+            self.add_row(
+                str(trial.id),
+                kernel_time(m.time.median_s if m.time else None),
+                Text(m.status.value, style="" if ok else "red"),
+                verified,
+                str(m.resources.registers or "-"),
+                block,
+                bounds,
+                " ".join(c.options) or "-",
+                key=str(trial.id),
+            )
+
+    def action_next_sort(self) -> None:
+        i = SORT_ORDER.index(self.trial_sort)
+        self.post_message(self.SortChanged(SORT_ORDER[(i + 1) % len(SORT_ORDER)], False))
+
+    def action_reverse_sort(self) -> None:
+        self.post_message(self.SortChanged(self.trial_sort, not self.descending))
+
+    def on_data_table_header_selected(self, event: DataTable.HeaderSelected) -> None:
+        event.stop()
+        sort = dict(COLUMNS).get(str(event.column_key.value))
+        if sort is None:
+            return
+        descending = not self.descending if sort is self.trial_sort else False
+        self.post_message(self.SortChanged(sort, descending))

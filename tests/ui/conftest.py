@@ -1,0 +1,93 @@
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from textual.pilot import Pilot
+
+from r3tui.ui.app import R3App
+from tests.ui.factories import STANDARD_CAMPAIGNS, build_database
+
+# Frozen time: rendered text never depends on the wall clock.
+NOW = datetime(2026, 12, 2, 15, 0, 0, tzinfo=UTC)
+
+
+def frozen_clock() -> datetime:
+    return NOW
+
+
+@pytest.fixture(scope="session")
+def standard_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Three campaigns (finished, running, crashed); tests only read it."""
+    return build_database(tmp_path_factory.mktemp("std") / "r3.sqlite", STANDARD_CAMPAIGNS)
+
+
+def make_app(db: Path, **options: object) -> R3App:
+    defaults: dict[str, object] = {
+        "clock": frozen_clock,
+        "zone": UTC,
+        "cursor_blink": False,
+        "poll_interval_s": 0.1,
+    }
+    defaults.update(options)
+    return R3App(db, **defaults)  # type: ignore[arg-type]
+
+
+async def until(pilot: Pilot[Any], condition: Callable[[], object], timeout: float = 10.0) -> float:
+    """Wait (letting the app run) until ``condition`` holds; returns the seconds it took."""
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    while not condition():
+        if loop.time() - start > timeout:
+            raise AssertionError(f"condition not met within {timeout} s")
+        await pilot.pause(0.02)
+    return loop.time() - start
+
+
+def visible_variants(app: R3App) -> list[int]:
+    """Ids of the variant lines a user can see in the tree (every ancestor expanded)."""
+    from r3tui.ui.widgets.variant_tree import VariantTree
+
+    tree = app.screen.query_one(VariantTree)
+    out: list[int] = []
+
+    def walk(node: object) -> None:
+        for child in node.children:  # type: ignore[attr-defined]
+            if child.data is not None and child.data.node is not None:
+                out.append(child.data.node.id)
+                if child.is_expanded:
+                    walk(child)
+
+    walk(tree.root)
+    return out
+
+
+async def open_campaign(pilot: Pilot[Any], campaign_id: int) -> None:
+    """From the list, open a campaign and wait for its tree and totals."""
+    from r3tui.ui.screens.campaign import CampaignScreen
+    from r3tui.ui.screens.campaign_list import CampaignListScreen
+
+    app = pilot.app
+    await until(pilot, lambda: isinstance(app.screen, CampaignListScreen) and app.screen.rows)
+    table = app.screen.query_one("#campaigns")
+    row = next(i for i, r in enumerate(table.rows_shown) if r.id == campaign_id)  # type: ignore[attr-defined]
+    table.move_cursor(row=row)  # type: ignore[attr-defined]
+    await pilot.press("enter")
+    await until(pilot, lambda: isinstance(app.screen, CampaignScreen) and app.screen.tree_ready)
+    screen = app.screen
+    await until(pilot, lambda: screen.stats.n_trials > 0 and screen.detail is not None)  # type: ignore[attr-defined]
+    await app.workers.wait_for_complete()
+    await pilot.pause()
+
+
+def text_of(widget: object, width: int = 200) -> str:
+    """The plain text a Static shows (its Rich renderable printed without styles)."""
+    from rich.console import Console
+
+    console = Console(width=width, record=True, file=open("/dev/null", "w"))  # noqa: SIM115
+    console.print(widget.content)  # type: ignore[attr-defined]
+    return console.export_text()
