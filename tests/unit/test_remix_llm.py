@@ -78,6 +78,11 @@ def test_long_tokens_keep_their_text(backend: LlamaCppBackend) -> None:
     assert max(len(p) for p in pieces) > 32
 
 
+@pytest.mark.xfail(
+    reason="known bug, open: under load the model's grammar-constrained output sometimes "
+    "carries NUL bytes where the parent has spaces (seen 2026-12-02 on the 2-core machine)",
+    strict=False,
+)
 def test_anchored_grammar_forces_search_text_from_the_parent(backend: LlamaCppBackend) -> None:
     ctx = MutationContext(
         "spmv_csr",
