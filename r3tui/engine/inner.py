@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from db.session import Database
     from r3tui.compile.base import CompiledKernel, CompileRequest
     from r3tui.compile.pool import CompilePool
+    from r3tui.record.bundle import Bundle
     from r3tui.record.manifest import LaunchInfo
     from r3tui.replay.candidate import Candidate
     from r3tui.replay.worker import ReplayWorker, WorkerInfo
@@ -330,7 +331,23 @@ class InnerCampaign:
     timeout_s: float = 60.0  # per candidate, before the watchdog restarts the worker
 
 
-def _provenance(info: WorkerInfo, toolchain: str) -> dict[str, object]:
+def seed_source(bundle: Bundle) -> KernelSource:
+    """The recorded kernel's own source, as the bundle stores it."""
+    from r3tui.errors import RecordingError
+
+    manifest = bundle.manifest
+    text = bundle.source()
+    if text is None:
+        raise RecordingError(f"{bundle.path} holds no kernel source: nothing to compile")
+    return KernelSource(
+        text,
+        manifest.kernel.name,
+        manifest.kernel.sources[0].name if manifest.kernel.sources else "kernel.cu",
+        defines=manifest.kernel.defines,
+    )
+
+
+def provenance(info: WorkerInfo, toolchain: str) -> dict[str, object]:
     from r3tui.compile.base import get_toolchain
 
     return {
@@ -349,7 +366,7 @@ def run_inner_campaign(job: InnerCampaign, progress: Progress | None = None) -> 
     from r3tui.compile.cache import CompileCache, default_cache_dir
     from r3tui.compile.pool import CompilePool
     from r3tui.domain import Campaign, CampaignStatus, Variant, VariantOrigin
-    from r3tui.errors import R3Error, RecordingError
+    from r3tui.errors import R3Error
     from r3tui.record.bundle import Bundle
     from r3tui.record.commands import recording_of
     from r3tui.replay.worker import ReplayWorker
@@ -357,15 +374,8 @@ def run_inner_campaign(job: InnerCampaign, progress: Progress | None = None) -> 
 
     bundle = Bundle.open(job.bundle_path, verify=True)
     manifest = bundle.manifest
-    text = bundle.source()
-    if text is None:
-        raise RecordingError(f"{job.bundle_path} holds no kernel source: nothing to compile")
-    source = KernelSource(
-        text,
-        manifest.kernel.name,
-        manifest.kernel.sources[0].name if manifest.kernel.sources else "kernel.cu",
-        defines=manifest.kernel.defines,
-    )
+    source = seed_source(bundle)
+    text = source.text
     settings = job.settings
     database = open_database(job.db_path, create=True, upgrade=True)
     with ReplayWorker(job.bundle_path, timeout_s=job.timeout_s) as worker:
@@ -385,7 +395,7 @@ def run_inner_campaign(job: InnerCampaign, progress: Progress | None = None) -> 
                             "budget_trials": job.budget_trials,
                             "budget_seconds": job.budget_seconds,
                         },
-                        provenance=_provenance(info, settings.toolchain),
+                        provenance=provenance(info, settings.toolchain),
                         status=CampaignStatus.RUNNING,
                     ),
                 )

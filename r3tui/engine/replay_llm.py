@@ -69,7 +69,8 @@ def replay_campaign(
     from db import repository as repo
     from db.session import open_database
     from r3tui.domain import Campaign, CampaignStatus
-    from r3tui.engine.tune import _gpu, _provenance, make_mutator_from, seed_source
+    from r3tui.engine.inner import provenance, seed_source
+    from r3tui.engine.tune import _gpu, make_mutator_from
     from r3tui.errors import R3Error
     from r3tui.record.bundle import Bundle
     from r3tui.remix.recorded import RecordedBackend
@@ -115,7 +116,7 @@ def replay_campaign(
                 return ReplayEvaluator(src, worker, pool, arch=info.arch)
 
             with database.session_scope() as s:
-                repo.set_campaign_provenance(s, new_id, _provenance(info, settings))
+                repo.set_campaign_provenance(s, new_id, provenance(info, settings.inner.toolchain))
             run = CampaignRun(
                 database,
                 new_id,

@@ -15,11 +15,10 @@ from typing import TYPE_CHECKING, Any
 
 from r3tui.engine.campaign import CampaignRun, CampaignSettings, Progress
 from r3tui.engine.control import CampaignControl
-from r3tui.engine.inner import KernelSource, ReplayEvaluator
+from r3tui.engine.inner import KernelSource, ReplayEvaluator, provenance, seed_source
 
 if TYPE_CHECKING:
     from db.session import Database
-    from r3tui.record.bundle import Bundle
     from r3tui.remix.backends import BackendSpec, LLMBackend
     from r3tui.remix.mutation import Mutator
 
@@ -41,21 +40,6 @@ class CampaignOutcome:
     proposals: int
     status: str
     timing: dict[str, float]
-
-
-def seed_source(bundle: Bundle) -> KernelSource:
-    from r3tui.errors import RecordingError
-
-    manifest = bundle.manifest
-    text = bundle.source()
-    if text is None:
-        raise RecordingError(f"{bundle.path} holds no kernel source: nothing to compile")
-    return KernelSource(
-        text,
-        manifest.kernel.name,
-        manifest.kernel.sources[0].name if manifest.kernel.sources else "kernel.cu",
-        defines=manifest.kernel.defines,
-    )
 
 
 def make_mutator(settings: CampaignSettings, backend: BackendSpec | None) -> Mutator:
@@ -144,18 +128,6 @@ def _gpu(bundle_path: Path, timeout_s: float) -> Iterator[tuple[Any, Any, Any]]:
             yield worker, pool, info
 
 
-def _provenance(info: Any, settings: CampaignSettings) -> dict[str, object]:
-    from r3tui.compile.base import get_toolchain
-
-    return {
-        "gpu": info.gpu,
-        "arch": info.arch,
-        "driver_version": info.driver_version,
-        "toolchain": settings.inner.toolchain,
-        "toolchain_version": get_toolchain(settings.inner.toolchain).version(),
-    }
-
-
 def run_campaign(
     job: CampaignJob,
     progress: Progress | None = None,
@@ -193,7 +165,9 @@ def run_campaign(
                     def evaluator_for(src: KernelSource) -> ReplayEvaluator:
                         return ReplayEvaluator(src, worker, pool, arch=arch)
 
-                    repo.set_campaign_provenance(s, campaign_id, _provenance(info, settings))
+                    repo.set_campaign_provenance(
+                        s, campaign_id, provenance(info, settings.inner.toolchain)
+                    )
                 repo.set_campaign_status(s, campaign_id, CampaignStatus.RUNNING)
                 repo.add_event(
                     s,
