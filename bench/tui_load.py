@@ -33,7 +33,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from db import browse
+from db import browse, series
 from db.session import open_database
 from r3tui.ui.app import R3App
 from r3tui.ui.screens.campaign import CampaignScreen
@@ -153,7 +153,7 @@ def main() -> int:
     with database.session_scope() as s:
         header = browse.campaign_header(s, 1)
         roots = browse.child_page(s, 1, None)
-        n_trials = browse.campaign_stats(s, 1).n_trials
+        n_trials = series.campaign_stats(s, 1).n_trials
     database.close()
     assert header is not None
     print(

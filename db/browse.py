@@ -1,10 +1,11 @@
-"""Read-only queries of the terminal UI: pages, filters, deltas.
+"""Read-only queries of the terminal UI: the campaign list and the tree of variants.
 
 Everything here only reads, takes a ``Session`` first and returns frozen values (no ORM rows),
 like ``db.repository``.  The shapes follow what a screen needs in one round trip: the tree is
 loaded one page of children at a time (a campaign of 10,000 variants opens without reading
-them all), live updates ask only for rows newer than the ones already shown, and the
-convergence series keeps only the trials that improved the best time.
+them all), and live updates ask only for rows newer than the ones already shown.  What the
+panes beside the tree show (a variant's details and trials, the convergence series, the
+totals of the status line, the events) is in ``db.series``.
 
 "The original" is the recorded configuration of the kernel: its time is the baseline that the
 recorder stored in the bundle manifest (``launch.baseline.median_s``); where a manifest has
@@ -15,38 +16,15 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
-from enum import StrEnum
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import ColumnElement, Select, case, func, literal, select
 from sqlalchemy.orm import Session
 
-from db.models import (
-    CampaignRow,
-    EventRow,
-    LLMCallRow,
-    RecordingRow,
-    TrialRow,
-    VariantRow,
-)
-
-# _measurement: the one mapping of trial rows to Measurement lives in the repository.
-from db.repository import (
-    EventRecord,
-    TrialRecord,
-    events,
-    get_trial,
-    list_campaign_summaries,
-)
-from db.repository import _measurement as _measurement_of
-from r3tui.domain import (
-    CampaignStatus,
-    MeasurementStatus,
-    TrialConfig,
-    VariantOrigin,
-    VariantStatus,
-)
+from db.models import CampaignRow, EventRow, RecordingRow, TrialRow, VariantRow
+from db.repository import list_campaign_summaries
+from r3tui.domain import CampaignStatus, MeasurementStatus, VariantOrigin, VariantStatus
 
 FAILED_STATUSES = frozenset(
     {
@@ -57,8 +35,9 @@ FAILED_STATUSES = frozenset(
     }
 )
 
-_OK: ColumnElement[bool] = TrialRow.status == MeasurementStatus.OK
-_BASELINE = func.json_extract(RecordingRow.manifest, "$.launch.baseline.median_s")
+# Shared with db.series, which builds on these.
+OK_TRIAL: ColumnElement[bool] = TrialRow.status == MeasurementStatus.OK
+RECORDED_BASELINE_S = func.json_extract(RecordingRow.manifest, "$.launch.baseline.median_s")
 
 
 def _speedup(reference_s: float | None, time_s: float | None) -> float | None:
@@ -92,7 +71,7 @@ def campaign_rows(s: Session) -> list[CampaignListRow]:
     """Every campaign with counts, best time and the original's time, oldest first."""
     baselines = dict(
         s.execute(
-            select(CampaignRow.id, _BASELINE).join(
+            select(CampaignRow.id, RECORDED_BASELINE_S).join(
                 RecordingRow, RecordingRow.id == CampaignRow.recording_id
             )
         )
@@ -166,7 +145,7 @@ def campaign_header(
     every variant row (polls do: islands come and go only with new variants, which the
     tree sees anyway)."""
     row = s.execute(
-        select(CampaignRow, RecordingRow.kernel_name, RecordingRow.bundle_path, _BASELINE)
+        select(CampaignRow, RecordingRow.kernel_name, RecordingRow.bundle_path, RECORDED_BASELINE_S)
         .join(RecordingRow, RecordingRow.id == CampaignRow.recording_id)
         .where(CampaignRow.id == campaign_id)
     ).one_or_none()
@@ -193,7 +172,7 @@ def campaign_header(
                 .order_by(VariantRow.island)
             ).scalars()
         )
-    original = float(baseline) if baseline is not None else _seed_time(s, campaign_id)
+    original = float(baseline) if baseline is not None else seed_time(s, campaign_id)
     return CampaignHeader(
         id=campaign.id,
         name=campaign.name,
@@ -215,82 +194,15 @@ def campaign_header(
     )
 
 
-def _seed_time(s: Session, campaign_id: int) -> float | None:
+def seed_time(s: Session, campaign_id: int) -> float | None:
+    """The seed variant's best time: the original's where the manifest has no baseline."""
     return s.execute(
         select(func.min(TrialRow.median_s))
         .join(VariantRow, VariantRow.id == TrialRow.variant_id)
-        .where(TrialRow.campaign_id == campaign_id, _OK, VariantRow.origin == VariantOrigin.SEED)
+        .where(
+            TrialRow.campaign_id == campaign_id, OK_TRIAL, VariantRow.origin == VariantOrigin.SEED
+        )
     ).scalar_one_or_none()
-
-
-@dataclass(frozen=True)
-class CampaignStats:
-    """Totals for the status bar: throughput and where the time went."""
-
-    n_trials: int = 0
-    n_ok: int = 0
-    first_trial_at: datetime | None = None
-    last_trial_at: datetime | None = None
-    compile_s: float = 0.0
-    replay_s: float = 0.0
-    llm_s: float = 0.0
-    n_llm_calls: int = 0
-    last_trial_id: int = 0
-    last_llm_call_id: int = 0
-
-    @property
-    def evaluations_per_s(self) -> float | None:
-        if self.first_trial_at is None or self.last_trial_at is None or self.n_trials < 2:
-            return None
-        span = (self.last_trial_at - self.first_trial_at).total_seconds()
-        return (self.n_trials - 1) / span if span > 0 else None
-
-
-def campaign_stats(
-    s: Session, campaign_id: int, *, since: CampaignStats | None = None
-) -> CampaignStats:
-    """The totals, extended from ``since`` by the trials stored after it (200,000 trials
-    are summed once, not on every poll)."""
-    since = since or CampaignStats()
-    n, n_ok, first, last, compile_s, replay_s, last_id = s.execute(
-        select(
-            func.count(),
-            func.coalesce(func.sum(case((_OK, 1), else_=0)), 0),
-            func.min(TrialRow.created_at),
-            func.max(TrialRow.created_at),
-            func.coalesce(func.sum(TrialRow.compile_time_s), 0.0),
-            func.coalesce(func.sum(TrialRow.replay_wall_s), 0.0),
-            func.max(TrialRow.id),
-        ).where(TrialRow.campaign_id == campaign_id, TrialRow.id > since.last_trial_id)
-    ).one()
-    n_calls, llm_s, last_call = s.execute(
-        select(
-            func.count(),
-            func.coalesce(func.sum(LLMCallRow.latency_s), 0.0),
-            func.max(LLMCallRow.id),
-        ).where(LLMCallRow.campaign_id == campaign_id, LLMCallRow.id > since.last_llm_call_id)
-    ).one()
-    return CampaignStats(
-        n_trials=since.n_trials + int(n),
-        n_ok=since.n_ok + int(n_ok),
-        # aggregates of a DATETIME column come back as text (no type decorator on them)
-        first_trial_at=since.first_trial_at or _as_datetime(first),
-        last_trial_at=_as_datetime(last) or since.last_trial_at,
-        compile_s=since.compile_s + float(compile_s),
-        replay_s=since.replay_s + float(replay_s),
-        llm_s=since.llm_s + float(llm_s),
-        n_llm_calls=since.n_llm_calls + int(n_calls),
-        last_trial_id=int(last_id) if last_id is not None else since.last_trial_id,
-        last_llm_call_id=int(last_call) if last_call is not None else since.last_llm_call_id,
-    )
-
-
-def _as_datetime(value: object) -> datetime | None:
-    if value is None:
-        return None
-    if isinstance(value, datetime):
-        return value if value.tzinfo else value.replace(tzinfo=UTC)
-    return datetime.fromisoformat(str(value)).replace(tzinfo=UTC)
 
 
 # ------------------------------------------------------------------------------------ tree
@@ -361,7 +273,9 @@ def _restrict(query: Select[Any], kept: Any) -> Select[Any]:
     return query if kept is None else query.where(VariantRow.id.in_(select(kept.c.id)))
 
 
-def _nodes(s: Session, rows: Iterable[Any], campaign_id: int, kept: Any) -> list[VariantNode]:
+def variant_nodes(
+    s: Session, rows: Iterable[Any], campaign_id: int, kept: Any
+) -> list[VariantNode]:
     """Attach trial stats and child counts to variant rows, two grouped queries per page."""
     rows = list(rows)
     ids = [r.id for r in rows]
@@ -370,7 +284,7 @@ def _nodes(s: Session, rows: Iterable[Any], campaign_id: int, kept: Any) -> list
     stats = {
         vid: (best, n)
         for vid, best, n in s.execute(
-            select(TrialRow.variant_id, func.min(case((_OK, TrialRow.median_s))), func.count())
+            select(TrialRow.variant_id, func.min(case((OK_TRIAL, TrialRow.median_s))), func.count())
             .where(TrialRow.variant_id.in_(ids))
             .group_by(TrialRow.variant_id)
         )
@@ -454,7 +368,7 @@ def child_page(
         ).scalar_one()
         limit = max(limit, int(before) + limit // 2)
     rows = list(s.execute(base.order_by(VariantRow.id).limit(limit)))
-    nodes = _nodes(s, rows, campaign_id, kept)
+    nodes = variant_nodes(s, rows, campaign_id, kept)
     remaining = 0
     if len(rows) == limit:
         remaining = int(
@@ -495,14 +409,14 @@ def best_variant(s: Session, campaign_id: int, *, island: int | None = None) -> 
     named = (
         select(VariantRow.id)
         .join(TrialRow, TrialRow.id == VariantRow.best_trial_id)
-        .where(VariantRow.campaign_id == campaign_id, _OK, TrialRow.median_s.is_not(None))
+        .where(VariantRow.campaign_id == campaign_id, OK_TRIAL, TrialRow.median_s.is_not(None))
         .order_by(TrialRow.median_s, TrialRow.id)
         .limit(1)
     )
     scan = (
         select(TrialRow.variant_id)
         .join(VariantRow, VariantRow.id == TrialRow.variant_id)
-        .where(TrialRow.campaign_id == campaign_id, _OK, TrialRow.median_s.is_not(None))
+        .where(TrialRow.campaign_id == campaign_id, OK_TRIAL, TrialRow.median_s.is_not(None))
         .order_by(TrialRow.median_s, TrialRow.id)
         .limit(1)
     )
@@ -551,7 +465,7 @@ def tree_changes(
             )
         )
     )
-    new_nodes = _nodes(s, new_rows, campaign_id, kept)
+    new_nodes = variant_nodes(s, new_rows, campaign_id, kept)
     last_variant = max([after_variant_id, *(n.id for n in new_nodes)])
     if len(new_rows) < limit:
         # Filtered-out variants count as seen too, or every poll would ask for them again.
@@ -585,237 +499,5 @@ def tree_changes(
         rows = s.execute(
             select(*_NODE_COLUMNS).where(VariantRow.id.in_(chunk)).order_by(VariantRow.id)
         )
-        changed.extend(_nodes(s, rows, campaign_id, kept))
+        changed.extend(variant_nodes(s, rows, campaign_id, kept))
     return TreeChanges(tuple(new_nodes), tuple(changed), last_variant, int(last_trial))
-
-
-# -------------------------------------------------------------------------------- details
-
-
-@dataclass(frozen=True)
-class VariantDetail:
-    """One variant with its source, its parent's source and its best trial."""
-
-    node: VariantNode
-    source: str
-    diff: str | None  # as stored by the engine
-    parent_source: str | None
-    features: dict[str, Any]
-    llm_call_id: int | None
-    created_at: datetime
-    best_trial: TrialRecord | None
-
-
-def variant_detail(s: Session, variant_id: int) -> VariantDetail | None:
-    row = s.get(VariantRow, variant_id)
-    if row is None:
-        return None
-    node = _nodes(s, [row], row.campaign_id, None)[0]
-    parent_source = None
-    if row.parent_id is not None:
-        parent_source = s.execute(
-            select(VariantRow.source).where(VariantRow.id == row.parent_id)
-        ).scalar_one_or_none()
-    best_id = row.best_trial_id
-    if best_id is None:
-        # Before the engine names a best trial, the fastest ok one so far stands in.
-        best_id = s.execute(
-            select(TrialRow.id)
-            .where(TrialRow.variant_id == variant_id, _OK, TrialRow.median_s.is_not(None))
-            .order_by(TrialRow.median_s, TrialRow.id)
-            .limit(1)
-        ).scalar_one_or_none()
-    return VariantDetail(
-        node=node,
-        source=row.source,
-        diff=row.diff,
-        parent_source=parent_source,
-        features=dict(row.features or {}),
-        llm_call_id=row.llm_call_id,
-        created_at=row.created_at,
-        best_trial=None if best_id is None else get_trial(s, best_id),
-    )
-
-
-class TrialSort(StrEnum):
-    """Columns the trials table sorts by."""
-
-    ID = "id"
-    TIME = "time"
-    STATUS = "status"
-    VERIFIED = "verified"
-    REGISTERS = "registers"
-    CONFIG = "config"
-
-
-_SORT_COLUMNS: dict[TrialSort, Any] = {
-    TrialSort.ID: TrialRow.id,
-    TrialSort.TIME: TrialRow.median_s,
-    TrialSort.STATUS: TrialRow.status,
-    TrialSort.VERIFIED: TrialRow.verified,
-    TrialSort.REGISTERS: TrialRow.registers,
-    TrialSort.CONFIG: func.json(TrialRow.config),
-}
-
-
-@dataclass(frozen=True)
-class TrialPage:
-    variant_id: int
-    rows: tuple[TrialRecord, ...]
-    total: int
-    sort: TrialSort
-    descending: bool
-
-
-def trial_page(
-    s: Session,
-    variant_id: int,
-    *,
-    sort: TrialSort = TrialSort.ID,
-    descending: bool = False,
-    offset: int = 0,
-    limit: int = 500,
-) -> TrialPage:
-    """A variant's trials sorted in SQL; rows without a value sort last either way."""
-    column = _SORT_COLUMNS[sort]
-    order = column.desc() if descending else column.asc()
-    rows = s.execute(
-        select(TrialRow)
-        .where(TrialRow.variant_id == variant_id)
-        .order_by(column.is_(None), order, TrialRow.id)
-        .offset(offset)
-        .limit(limit)
-    ).scalars()
-    total = s.execute(
-        select(func.count()).select_from(TrialRow).where(TrialRow.variant_id == variant_id)
-    ).scalar_one()
-    records = tuple(_record(r) for r in rows)
-    return TrialPage(variant_id, records, int(total), sort, descending)
-
-
-def _record(row: TrialRow) -> TrialRecord:
-    return TrialRecord(
-        id=row.id,
-        campaign_id=row.campaign_id,
-        variant_id=row.variant_id,
-        config=TrialConfig.from_json(row.config),
-        measurement=_measurement_of(row),
-        created_at=row.created_at,
-    )
-
-
-# ---------------------------------------------------------------------------- convergence
-
-
-@dataclass(frozen=True)
-class ConvergencePoint:
-    evaluation: int  # 1-based count of trials (failures included) up to this one
-    trial_id: int
-    best_s: float
-    at: datetime
-
-
-@dataclass(frozen=True)
-class Convergence:
-    """The best time so far, as a step series: only the trials that improved it."""
-
-    points: tuple[ConvergencePoint, ...] = ()
-    n_evaluations: int = 0
-    last_trial_id: int = 0
-    last_at: datetime | None = None
-    started_at: datetime | None = None
-    original_s: float | None = None
-
-    @property
-    def best_s(self) -> float | None:
-        return self.points[-1].best_s if self.points else None
-
-
-def _count_trials(s: Session, campaign_id: int, above: int, through: int) -> int:
-    return int(
-        s.execute(
-            select(func.count()).where(
-                TrialRow.campaign_id == campaign_id, TrialRow.id > above, TrialRow.id <= through
-            )
-        ).scalar_one()
-    )
-
-
-def convergence(s: Session, campaign_id: int, *, since: Convergence | None = None) -> Convergence:
-    """The step series, extended from ``since`` by the trials stored after it."""
-    since = since or Convergence()
-    after = since.last_trial_id
-    # One window over the ok trials: a trial is a step when it beats every earlier one.
-    ok = (
-        select(
-            TrialRow.id.label("id"),
-            TrialRow.median_s.label("t"),
-            TrialRow.created_at.label("at"),
-            func.min(TrialRow.median_s).over(order_by=TrialRow.id, rows=(None, -1)).label("prev"),
-        )
-        .where(
-            TrialRow.campaign_id == campaign_id,
-            _OK,
-            TrialRow.median_s.is_not(None),
-            TrialRow.id > after,
-        )
-        .subquery()
-    )
-    steps = s.execute(
-        select(ok.c.id, ok.c.t, ok.c.at)
-        .where(ok.c.prev.is_(None) | (ok.c.t < ok.c.prev))
-        .order_by(ok.c.id)
-    ).all()
-    points = list(since.points)
-    best = since.best_s
-    n, counted_to = since.n_evaluations, after
-    for tid, value, at in steps:
-        if best is not None and value >= best:
-            continue
-        best = float(value)
-        # the evaluation count includes failed trials; the ranges between steps partition
-        # the (campaign_id, id) index, so all counts together scan it once
-        n += _count_trials(s, campaign_id, counted_to, tid)
-        counted_to = tid
-        stamp = _as_datetime(at)
-        assert stamp is not None
-        points.append(ConvergencePoint(n, tid, best, stamp))
-    last = s.execute(
-        select(TrialRow.id, TrialRow.created_at)
-        .where(TrialRow.campaign_id == campaign_id)
-        .order_by(TrialRow.id.desc())
-        .limit(1)
-    ).one_or_none()
-    last_id = last[0] if last is not None else after
-    n += _count_trials(s, campaign_id, counted_to, last_id) if last_id > counted_to else 0
-    started, baseline = s.execute(
-        select(CampaignRow.started_at, _BASELINE)
-        .join(RecordingRow, RecordingRow.id == CampaignRow.recording_id)
-        .where(CampaignRow.id == campaign_id)
-    ).one()
-    original = float(baseline) if baseline is not None else since.original_s
-    if original is None:
-        original = _seed_time(s, campaign_id)
-    return Convergence(
-        points=tuple(points),
-        n_evaluations=n,
-        last_trial_id=int(last_id),
-        last_at=last[1] if last is not None else since.last_at,
-        started_at=started,
-        original_s=original,
-    )
-
-
-# --------------------------------------------------------------------------------- events
-
-
-def recent_events(s: Session, campaign_id: int, limit: int = 500) -> list[EventRecord]:
-    """The last ``limit`` events, oldest first (later ones come from repository.events)."""
-    first = s.execute(
-        select(EventRow.id)
-        .where(EventRow.campaign_id == campaign_id)
-        .order_by(EventRow.id.desc())
-        .offset(limit - 1)
-        .limit(1)
-    ).scalar_one_or_none()
-    return events(s, campaign_id, after_id=(first - 1) if first else 0, limit=limit)

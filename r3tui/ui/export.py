@@ -12,7 +12,7 @@ import difflib
 import json
 from pathlib import Path
 
-from db.browse import VariantDetail
+from db.series import VariantDetail
 from r3tui.errors import R3Error
 
 

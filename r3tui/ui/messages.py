@@ -11,17 +11,9 @@ from pathlib import Path
 
 from textual.message import Message
 
-from db.browse import (
-    CampaignHeader,
-    CampaignListRow,
-    CampaignStats,
-    ChildPage,
-    Convergence,
-    TreeChanges,
-    TrialPage,
-    VariantDetail,
-)
+from db.browse import CampaignHeader, CampaignListRow, ChildPage, TreeChanges
 from db.repository import EventRecord
+from db.series import CampaignStats, Convergence, TrialPage, VariantDetail
 from r3tui.domain import EliteCell, LLMCall
 from r3tui.ui.opening import BrowseTarget
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from db import browse
+from db import browse, series
 from db.session import Database, open_database
 from r3tui.domain import CampaignStatus, VariantStatus
 from tests.ui.factories import CampaignSpec, add_live_variant, build_database
@@ -128,7 +128,7 @@ def test_trial_page_sorts_in_sql(db: Database, standard_db: Path) -> None:
         "by variant_id order by count(*) desc limit 1",
     )[0][0]
     with db.session_scope() as s:
-        page = browse.trial_page(s, vid, sort=browse.TrialSort.TIME, descending=True)
+        page = series.trial_page(s, vid, sort=series.TrialSort.TIME, descending=True)
     times = [t.measurement.time.median_s for t in page.rows if t.measurement.time]
     assert times == sorted(times, reverse=True) and page.total == len(page.rows)
 
@@ -142,27 +142,27 @@ def test_incremental_series_and_totals_equal_a_full_recount(tmp_path: Path) -> N
     reader = open_database(path, readonly=True)
     try:
         with reader.session_scope() as s:
-            series = browse.convergence(s, 1)
-            stats = browse.campaign_stats(s, 1)
+            curve = series.convergence(s, 1)
+            stats = series.campaign_stats(s, 1)
             header = browse.campaign_header(s, 1)
         assert header is not None
         new = [add_live_variant(writer, 1, 1, k, time_s=40e-6 - k * 1e-6) for k in range(3)]
         with reader.session_scope() as s:
-            series = browse.convergence(s, 1, since=series)
-            stats = browse.campaign_stats(s, 1, since=stats)
+            curve = series.convergence(s, 1, since=curve)
+            stats = series.campaign_stats(s, 1, since=stats)
             changes = browse.tree_changes(
                 s, 1, after_variant_id=header.last_variant_id, after_trial_id=header.last_trial_id
             )
-            full_series = browse.convergence(s, 1)
-            full_stats = browse.campaign_stats(s, 1)
-        assert series == full_series
+            full_series = series.convergence(s, 1)
+            full_stats = series.campaign_stats(s, 1)
+        assert curve == full_series
         assert dataclasses.asdict(stats) == pytest.approx(dataclasses.asdict(full_stats))
         assert [n.id for n in changes.new_nodes] == new
-        assert series.best_s == pytest.approx(38e-6)
-        bests = [p.best_s for p in series.points]
+        assert curve.best_s == pytest.approx(38e-6)
+        bests = [p.best_s for p in curve.points]
         assert bests == sorted(bests, reverse=True)
         total = _sql(path, "select count(*) from trials where campaign_id=1")[0][0]
-        assert series.n_evaluations == total == stats.n_trials
+        assert curve.n_evaluations == total == stats.n_trials
     finally:
         writer.close()
         reader.close()

@@ -23,17 +23,10 @@ from textual.timer import Timer
 from textual.widgets import Footer, Static, TabbedContent, TabPane
 from textual.worker import Worker, get_current_worker
 
-from db import browse
-from db.browse import (
-    FAILED_STATUSES,
-    CampaignHeader,
-    CampaignStats,
-    Convergence,
-    TrialSort,
-    VariantDetail,
-    VariantFilter,
-)
+from db import browse, series
+from db.browse import FAILED_STATUSES, CampaignHeader, VariantFilter
 from db.repository import elites, events, get_llm_call
+from db.series import CampaignStats, Convergence, TrialSort, VariantDetail
 from r3tui.domain import VariantStatus
 from r3tui.errors import R3Error
 from r3tui.ui.export import export_variant, patch_of
@@ -199,7 +192,7 @@ class CampaignScreen(Screen[None]):
     @work(thread=True, exclusive=True, exit_on_error=False, group="detail")
     def _load_detail(self, variant_id: int) -> None:
         with self.r3.database.session_scope() as s:
-            detail = browse.variant_detail(s, variant_id)
+            detail = series.variant_detail(s, variant_id)
             call = None
             if detail is not None and detail.llm_call_id is not None:
                 call = get_llm_call(s, detail.llm_call_id)
@@ -209,7 +202,7 @@ class CampaignScreen(Screen[None]):
     @work(thread=True, exclusive=True, exit_on_error=False, group="trials")
     def _load_trials(self, variant_id: int, sort: TrialSort, descending: bool) -> None:
         with self.r3.database.session_scope() as s:
-            page = browse.trial_page(s, variant_id, sort=sort, descending=descending)
+            page = series.trial_page(s, variant_id, sort=sort, descending=descending)
         if not get_current_worker().is_cancelled:
             self.post_message(TrialsLoaded(page))
 
@@ -252,7 +245,7 @@ class CampaignScreen(Screen[None]):
         after_trial: int,
         watch: list[int],
         stats: CampaignStats,
-        series: Convergence,
+        curve: Convergence,
         after_event: int,
         islands: tuple[int, ...],
     ) -> None:
@@ -272,13 +265,13 @@ class CampaignScreen(Screen[None]):
                     watch_ids=watch,
                     flt=flt,
                 )
-                stats = browse.campaign_stats(s, self.campaign_id, since=stats)
-                series = browse.convergence(s, self.campaign_id, since=series)
+                stats = series.campaign_stats(s, self.campaign_id, since=stats)
+                curve = series.convergence(s, self.campaign_id, since=curve)
                 cells = elites(s, self.campaign_id)
                 new_events = (
                     events(s, self.campaign_id, after_id=after_event)
                     if after_event
-                    else browse.recent_events(s, self.campaign_id)
+                    else series.recent_events(s, self.campaign_id)
                 )
             if get_current_worker().is_cancelled:
                 return
@@ -286,7 +279,7 @@ class CampaignScreen(Screen[None]):
             self._seen_version = version
             self.post_message(TreeChanged(changes, generation))
             self.post_message(
-                CampaignRefreshed(CampaignLive(header, stats, series, cells, new_events))
+                CampaignRefreshed(CampaignLive(header, stats, curve, cells, new_events))
             )
         finally:
             self._polling = False

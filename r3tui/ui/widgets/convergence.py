@@ -15,7 +15,7 @@ from textual.containers import Vertical
 from textual.widgets import Sparkline, Static
 from textual_plotext import PlotextPlot
 
-from db.browse import Convergence
+from db.series import Convergence
 from r3tui.ui.quantities import kernel_time, ratio, speedup
 
 MIN_PLOT_WIDTH = 40

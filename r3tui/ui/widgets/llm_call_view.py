@@ -10,7 +10,7 @@ from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
-from db.browse import VariantDetail
+from db.series import VariantDetail
 from r3tui.domain import LLMCall
 
 

@@ -7,7 +7,8 @@ from datetime import datetime
 from rich.text import Text
 from textual.widgets import Static
 
-from db.browse import CampaignHeader, CampaignStats
+from db.browse import CampaignHeader
+from db.series import CampaignStats
 from r3tui.domain import CampaignStatus
 from r3tui.ui.quantities import duration
 

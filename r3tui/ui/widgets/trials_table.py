@@ -14,7 +14,7 @@ from textual.binding import Binding, BindingType
 from textual.message import Message
 from textual.widgets import DataTable
 
-from db.browse import TrialPage, TrialSort
+from db.series import TrialPage, TrialSort
 from r3tui.domain import MeasurementStatus
 from r3tui.ui.quantities import kernel_time
 

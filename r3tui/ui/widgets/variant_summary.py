@@ -6,7 +6,8 @@ from rich.table import Table
 from rich.text import Text
 from textual.widgets import Static
 
-from db.browse import FAILED_STATUSES, VariantDetail
+from db.browse import FAILED_STATUSES
+from db.series import VariantDetail
 from r3tui.domain import Dim3
 from r3tui.ui.quantities import kernel_time, ratio, speedup
 
