@@ -1,0 +1,1053 @@
+/* r3rec: the R³ recording interposer, loaded with LD_PRELOAD by `r3 record -- ./app`.
+ *
+ * Why dlsym: the static CUDA runtime dlopens libcuda.so.1 and fetches cuGetProcAddress_v2
+ * with dlsym on that handle, and the shared runtime gets every driver entry point through
+ * cuGetProcAddress too, so hooking dlsym + cuGetProcAddress sees the driver calls of both
+ * builds.  Driver-API programs that link libcuda directly reach the exported wrappers below.
+ *
+ * Device allocations are served from a VMM range reserved at exactly R3_ARENA_BASE (the
+ * address r3tui/record/arena.py uses, with the same bump/alignment rules) so a replay in
+ * another process maps the same addresses.  The first launch of each (function, grid, block,
+ * dynamic shared memory) is snapshotted (prologue/epilogue of the live allocations, or only
+ * the reachable ones); every launch is counted and timed with events read lazily.
+ * Output: $R3_RECORD_DIR/index.jsonl (one JSON object a line, flushed per event, so a crash
+ * loses at most the profile totals) and $R3_RECORD_DIR/data/ (raw snapshots and images).
+ */
+#define _GNU_SOURCE
+#include <cuda.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define R3_ARENA_BASE 0x153940000000ULL
+#define R3_DEFAULT_RESERVE (64ULL << 30)
+#define R3_ALIGNMENT 256ULL
+#define R3_MIN_CHUNK (64ULL << 20)
+#define R3_MAX_PENDING 4096
+
+/* ---------------------------------------------------------------- state ---------------- */
+typedef struct { uint64_t addr, size; int live; } block_t;
+typedef struct { const void *key; int image; int is_kernel; char *name; } func_t;
+typedef struct { const void *handle; int image; } handle_t;
+typedef struct { const void *data; size_t size; int dumped; } image_t;
+typedef struct { int image; char *name; uint64_t addr, size; } global_t;
+typedef struct {
+    const void *func; unsigned g[3], b[3], shm; int id; int recorded;
+    unsigned long long count; double time_s; unsigned long long timed;
+} config_t;
+typedef struct { CUevent a, b; int config; } pending_t;
+
+static pthread_mutex_t lock_ = PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP;
+static FILE *index_;
+static char dir_[4096];
+static int reachable_, getproc_seen_, exported_seen_, arena_failed_, finished_;
+static unsigned long long launches_;
+static char *only_;  /* comma-separated kernel names, or NULL for all */
+
+static block_t *blocks_; static size_t nblocks_, capblocks_;
+static func_t *funcs_; static size_t nfuncs_, capfuncs_;
+static handle_t *handles_; static size_t nhandles_, caphandles_;
+static image_t *images_; static size_t nimages_, capimages_;
+static global_t *globals_; static size_t nglobals_, capglobals_;
+static config_t *configs_; static size_t nconfigs_, capconfigs_;
+static pending_t pending_[R3_MAX_PENDING]; static size_t npending_;
+
+static uint64_t arena_reserved_, arena_mapped_, arena_top_, granularity_;
+static int arena_ready_, device_;
+static CUmemAllocationProp prop_;
+
+#define GROW(arr, n, cap) do { if ((n) == (cap)) { (cap) = (cap) ? 2 * (cap) : 64; \
+    (arr) = realloc((arr), (cap) * sizeof *(arr)); } } while (0)
+
+/* ---------------------------------------------------------------- real entry points ---- */
+typedef void *(*dlsym_fn)(void *, const char *);
+typedef CUresult (*gpa2_fn)(const char *, void **, int, cuuint64_t, CUdriverProcAddressQueryResult *);
+typedef CUresult (*gpa1_fn)(const char *, void **, int, cuuint64_t);
+static dlsym_fn real_dlsym_;
+static gpa2_fn real_gpa2_;
+static gpa1_fn real_gpa1_;
+
+static void init_real_dlsym(void) {
+    if (real_dlsym_) return;
+    real_dlsym_ = (dlsym_fn)dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.34");
+    if (!real_dlsym_) real_dlsym_ = (dlsym_fn)dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.2.5");
+}
+
+/* Driver functions this library calls itself, fetched through the real cuGetProcAddress. */
+static void *driver_fn(const char *name, int version) {
+    void *p = NULL;
+    if (real_gpa2_) {
+        CUdriverProcAddressQueryResult st;
+        if (real_gpa2_(name, &p, version, CU_GET_PROC_ADDRESS_DEFAULT, &st) == CUDA_SUCCESS) return p;
+    }
+    if (real_gpa1_ && real_gpa1_(name, &p, version, CU_GET_PROC_ADDRESS_DEFAULT) == CUDA_SUCCESS)
+        return p;
+    if (!real_gpa2_ && !real_gpa1_) {  /* a program linked against libcuda: ask the linker */
+        void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+        init_real_dlsym();
+        if (lib) {
+            gpa2_fn gpa = (gpa2_fn)real_dlsym_(lib, "cuGetProcAddress_v2");
+            CUdriverProcAddressQueryResult st;
+            if (gpa && gpa(name, &p, version, CU_GET_PROC_ADDRESS_DEFAULT, &st) == CUDA_SUCCESS) return p;
+        }
+    }
+    return NULL;
+}
+#define DRV(type, name, version) ((type)driver_fn(name, version))
+
+typedef CUresult (*memalloc_fn)(CUdeviceptr *, size_t);
+typedef CUresult (*mempitch_fn)(CUdeviceptr *, size_t *, size_t, size_t, unsigned int);
+typedef CUresult (*memfree_fn)(CUdeviceptr);
+typedef CUresult (*memmanaged_fn)(CUdeviceptr *, size_t, unsigned int);
+typedef CUresult (*memasync_fn)(CUdeviceptr *, size_t, CUstream);
+typedef CUresult (*mempool_fn)(CUdeviceptr *, size_t, CUmemoryPool, CUstream);
+typedef CUresult (*memfreeasync_fn)(CUdeviceptr, CUstream);
+typedef CUresult (*launch_fn)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned,
+                              unsigned, unsigned, CUstream, void **, void **);
+typedef CUresult (*launchex_fn)(const CUlaunchConfig *, CUfunction, void **, void **);
+typedef CUresult (*getglobal_fn)(CUdeviceptr *, size_t *, void *, const char *);
+typedef CUresult (*modload_fn)(CUmodule *, const void *);
+typedef CUresult (*modloadex_fn)(CUmodule *, const void *, unsigned, CUjit_option *, void **);
+typedef CUresult (*libload_fn)(CUlibrary *, const void *, CUjit_option *, void **, unsigned,
+                               CUlibraryOption *, void **, unsigned);
+typedef CUresult (*getfunc_fn)(CUfunction *, CUmodule, const char *);
+typedef CUresult (*getkernel_fn)(CUkernel *, CUlibrary, const char *);
+typedef CUresult (*kernfunc_fn)(CUfunction *, CUkernel);
+typedef CUresult (*libmod_fn)(CUmodule *, CUlibrary);
+
+/* One slot per wrapped function; the *_ptsz slots hold per-thread-default-stream variants. */
+static memalloc_fn r_alloc; static mempitch_fn r_pitch; static memfree_fn r_free;
+static memmanaged_fn r_managed; static memasync_fn r_async, r_async_ptsz;
+static mempool_fn r_pool, r_pool_ptsz; static memfreeasync_fn r_freeasync, r_freeasync_ptsz;
+static launch_fn r_launch, r_launch_ptsz; static launchex_fn r_launchex, r_launchex_ptsz;
+static getglobal_fn r_modglobal, r_libglobal;
+static modload_fn r_modload, r_modfat; static modloadex_fn r_modloadex; static libload_fn r_libload;
+static getfunc_fn r_getfunc; static getkernel_fn r_getkernel; static kernfunc_fn r_kernfunc;
+static libmod_fn r_libmod;
+
+/* ---------------------------------------------------------------- output ---------------- */
+/* Each process that reaches the driver writes its own p<pid>/ directory, created on its
+ * first CUDA event: children that never use CUDA (a shell, a compiler) leave nothing, and a
+ * forked child does not append to its parent's index. */
+static pid_t index_pid_;
+static void open_index(void) {
+    if (index_ && index_pid_ != getpid()) { index_ = NULL; }  /* forked: the FILE is the parent's */
+    if (index_ || finished_) return;
+    const char *d = getenv("R3_RECORD_DIR");
+    if (!d || !*d) return;
+    index_pid_ = getpid();
+    mkdir(d, 0755);
+    snprintf(dir_, sizeof dir_, "%s/p%d", d, (int)index_pid_);
+    char path[4200];
+    mkdir(dir_, 0755);
+    snprintf(path, sizeof path, "%s/data", dir_);
+    mkdir(path, 0755);
+    snprintf(path, sizeof path, "%s/index.jsonl", dir_);
+    index_ = fopen(path, "a");
+    if (!index_) return;
+    const char *r = getenv("R3_RECORD_REACHABLE");
+    reachable_ = r && *r == '1';
+    const char *k = getenv("R3_RECORD_KERNELS");
+    only_ = k && *k ? strdup(k) : NULL;
+    fprintf(index_, "{\"ev\":\"start\",\"pid\":%d,\"reachable\":%d}\n", (int)index_pid_, reachable_);
+    fflush(index_);
+}
+
+static void emit(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void emit(const char *fmt, ...) {
+    open_index();
+    if (!index_) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(index_, fmt, ap);
+    va_end(ap);
+    fputc('\n', index_);
+    fflush(index_);
+}
+
+static void emit_string(FILE *f, const char *s) {
+    fputc('"', f);
+    for (; s && *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\') fprintf(f, "\\%c", c);
+        else if (c < 0x20) fprintf(f, "\\u%04x", c);
+        else fputc(c, f);
+    }
+    fputc('"', f);
+}
+
+static int write_file(const char *name, const void *data, size_t size) {
+    char path[4300];
+    snprintf(path, sizeof path, "%s/data/%s", dir_, name);
+    FILE *f = fopen(path, "wb");
+    if (!f) return -1;
+    size_t n = size ? fwrite(data, 1, size, f) : 0;
+    fclose(f);
+    return n == size ? 0 : -1;
+}
+
+/* ---------------------------------------------------------------- arena ----------------- */
+static uint64_t round_up(uint64_t v, uint64_t m) { return (v + m - 1) / m * m; }
+
+static int arena_init(void) {
+    if (arena_ready_) return 0;
+    if (arena_failed_) return -1;
+    CUresult (*ctxdev)(CUdevice *) = DRV(CUresult (*)(CUdevice *), "cuCtxGetDevice", 2000);
+    CUresult (*gran)(size_t *, const CUmemAllocationProp *, CUmemAllocationGranularity_flags) =
+        DRV(CUresult (*)(size_t *, const CUmemAllocationProp *, CUmemAllocationGranularity_flags),
+            "cuMemGetAllocationGranularity", 10020);
+    CUresult (*reserve)(CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long) =
+        DRV(CUresult (*)(CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long),
+            "cuMemAddressReserve", 10020);
+    CUresult (*attr)(int *, CUdevice_attribute, CUdevice) =
+        DRV(CUresult (*)(int *, CUdevice_attribute, CUdevice), "cuDeviceGetAttribute", 2000);
+    CUdevice dev = 0;
+    if (!ctxdev || !gran || !reserve || ctxdev(&dev) != CUDA_SUCCESS) {
+        arena_failed_ = 1;
+        emit("{\"ev\":\"arena\",\"ok\":0,\"error\":\"driver VMM entry points or context missing\"}");
+        return -1;
+    }
+    device_ = (int)dev;
+    memset(&prop_, 0, sizeof prop_);
+    prop_.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop_.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    prop_.location.id = device_;
+    size_t g = 0;
+    if (gran(&g, &prop_, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED) != CUDA_SUCCESS || !g) g = 2 << 20;
+    granularity_ = g;
+    const char *env = getenv("R3_ARENA_RESERVE");
+    uint64_t want = env ? strtoull(env, NULL, 10) : 0;
+    if (want < R3_DEFAULT_RESERVE) want = R3_DEFAULT_RESERVE;
+    want = round_up(want, g);
+    CUdeviceptr got = 0;
+    CUresult rc = reserve(&got, want, g, R3_ARENA_BASE, 0);
+    if (rc != CUDA_SUCCESS || got != R3_ARENA_BASE) {
+        arena_failed_ = 1;
+        emit("{\"ev\":\"arena\",\"ok\":0,\"error\":\"cuMemAddressReserve gave %#llx (error %d), "
+             "not %#llx\"}", (unsigned long long)got, (int)rc, R3_ARENA_BASE);
+        return -1;
+    }
+    int major = 0, minor = 0;
+    if (attr) {
+        attr(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev);
+        attr(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev);
+    }
+    arena_reserved_ = want;
+    arena_ready_ = 1;
+    emit("{\"ev\":\"arena\",\"ok\":1,\"base\":%llu,\"reserved\":%llu,\"granularity\":%llu,"
+         "\"device\":%d,\"arch\":\"sm_%d%d\"}", R3_ARENA_BASE, (unsigned long long)want,
+         (unsigned long long)g, device_, major, minor);
+    return 0;
+}
+
+static int arena_map_until(uint64_t end) {
+    if (end <= arena_mapped_) return 0;
+    if (end > arena_reserved_) return -1;
+    CUresult (*create)(CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *,
+                       unsigned long long) =
+        DRV(CUresult (*)(CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *,
+                         unsigned long long), "cuMemCreate", 10020);
+    CUresult (*map)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long) =
+        DRV(CUresult (*)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle,
+                         unsigned long long), "cuMemMap", 10020);
+    CUresult (*access)(CUdeviceptr, size_t, const CUmemAccessDesc *, size_t) =
+        DRV(CUresult (*)(CUdeviceptr, size_t, const CUmemAccessDesc *, size_t),
+            "cuMemSetAccess", 10020);
+    if (!create || !map || !access) return -1;
+    uint64_t rest = arena_reserved_ - arena_mapped_;
+    uint64_t want = end - arena_mapped_;
+    uint64_t floor = R3_MIN_CHUNK < rest ? R3_MIN_CHUNK : rest;
+    if (want < floor) want = floor;
+    uint64_t size = round_up(want, granularity_);
+    if (size > rest) size = rest;
+    CUmemGenericAllocationHandle h;
+    if (create(&h, size, &prop_, 0) != CUDA_SUCCESS) return -1;
+    if (map(R3_ARENA_BASE + arena_mapped_, size, 0, h, 0) != CUDA_SUCCESS) return -1;
+    CUmemAccessDesc desc;
+    memset(&desc, 0, sizeof desc);
+    desc.location = prop_.location;
+    desc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    if (access(R3_ARENA_BASE + arena_mapped_, size, &desc, 1) != CUDA_SUCCESS) return -1;
+    arena_mapped_ += size;
+    return 0;
+}
+
+/* Returns the block index, or -1 when the arena cannot serve it (caller passes through). */
+static long arena_alloc(uint64_t size, CUdeviceptr *out) {
+    if (arena_init() != 0) return -1;
+    uint64_t off = round_up(arena_top_, R3_ALIGNMENT);
+    uint64_t n = size ? size : 1;
+    if (arena_map_until(off + n) != 0) return -1;
+    arena_top_ = off + n;
+    GROW(blocks_, nblocks_, capblocks_);
+    blocks_[nblocks_] = (block_t){R3_ARENA_BASE + off, size, 1};
+    *out = R3_ARENA_BASE + off;
+    return (long)nblocks_++;
+}
+
+/* Blocks are appended in address order (a bump allocator never reuses), so bisect. */
+static long block_at(uint64_t addr) {
+    size_t lo = 0, hi = nblocks_;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (blocks_[mid].addr <= addr) lo = mid + 1; else hi = mid;
+    }
+    if (lo == 0) return -1;
+    block_t *b = &blocks_[lo - 1];
+    return (b->live && addr < b->addr + (b->size ? b->size : 1)) ? (long)(lo - 1) : -1;
+}
+
+static int in_arena(uint64_t addr) {
+    return arena_ready_ && addr >= R3_ARENA_BASE && addr < R3_ARENA_BASE + arena_reserved_;
+}
+
+/* ---------------------------------------------------------------- allocation wrappers --- */
+static CUresult serve(CUdeviceptr *dptr, size_t size, const char *api) {
+    pthread_mutex_lock(&lock_);
+    long id = arena_alloc(size, dptr);
+    if (id >= 0)
+        emit("{\"ev\":\"alloc\",\"id\":%ld,\"addr\":%llu,\"size\":%zu,\"kind\":\"arena\",\"api\":\"%s\"}",
+             id, (unsigned long long)*dptr, size, api);
+    pthread_mutex_unlock(&lock_);
+    return id >= 0 ? CUDA_SUCCESS : CUDA_ERROR_NOT_SUPPORTED;
+}
+
+static void note_outside(CUdeviceptr p, size_t size, const char *kind, const char *api) {
+    pthread_mutex_lock(&lock_);
+    emit("{\"ev\":\"alloc\",\"id\":-1,\"addr\":%llu,\"size\":%zu,\"kind\":\"%s\",\"api\":\"%s\"}",
+         (unsigned long long)p, size, kind, api);
+    pthread_mutex_unlock(&lock_);
+}
+
+static CUresult w_alloc(CUdeviceptr *dptr, size_t size) {
+    if (!r_alloc) r_alloc = (memalloc_fn)driver_fn("cuMemAlloc", 3020);
+    if (serve(dptr, size, "cuMemAlloc") == CUDA_SUCCESS) return CUDA_SUCCESS;
+    CUresult rc = r_alloc ? r_alloc(dptr, size) : CUDA_ERROR_NOT_INITIALIZED;
+    if (rc == CUDA_SUCCESS) note_outside(*dptr, size, "device", "cuMemAlloc");
+    return rc;
+}
+
+static CUresult w_pitch(CUdeviceptr *dptr, size_t *pitch, size_t width, size_t height, unsigned elem) {
+    /* The driver pads rows to its texture pitch alignment; 512 bytes covers sm_50..sm_90. */
+    size_t p = (size_t)round_up(width ? width : 1, 512);
+    if (serve(dptr, p * height, "cuMemAllocPitch") == CUDA_SUCCESS) { *pitch = p; return CUDA_SUCCESS; }
+    CUresult rc = r_pitch ? r_pitch(dptr, pitch, width, height, elem) : CUDA_ERROR_NOT_INITIALIZED;
+    if (rc == CUDA_SUCCESS) note_outside(*dptr, *pitch * height, "device", "cuMemAllocPitch");
+    return rc;
+}
+
+static CUresult w_free(CUdeviceptr p) {
+    pthread_mutex_lock(&lock_);
+    if (in_arena(p)) {
+        long id = block_at(p);
+        if (id >= 0 && blocks_[id].addr == p) {
+            blocks_[id].live = 0;
+            emit("{\"ev\":\"free\",\"id\":%ld,\"addr\":%llu}", id, (unsigned long long)p);
+        }
+        pthread_mutex_unlock(&lock_);
+        return id >= 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+    }
+    emit("{\"ev\":\"free\",\"id\":-1,\"addr\":%llu}", (unsigned long long)p);
+    pthread_mutex_unlock(&lock_);
+    if (!r_free) r_free = (memfree_fn)driver_fn("cuMemFree", 3020);
+    return r_free ? r_free(p) : CUDA_ERROR_NOT_INITIALIZED;
+}
+
+static CUresult w_managed(CUdeviceptr *dptr, size_t size, unsigned flags) {
+    if (!r_managed) r_managed = (memmanaged_fn)driver_fn("cuMemAllocManaged", 6000);
+    CUresult rc = r_managed ? r_managed(dptr, size, flags) : CUDA_ERROR_NOT_INITIALIZED;
+    if (rc == CUDA_SUCCESS) note_outside(*dptr, size, "managed", "cuMemAllocManaged");
+    return rc;
+}
+
+static CUresult w_async(CUdeviceptr *d, size_t n, CUstream s) {
+    CUresult rc = r_async(d, n, s);
+    if (rc == CUDA_SUCCESS) note_outside(*d, n, "stream_ordered", "cuMemAllocAsync");
+    return rc;
+}
+static CUresult w_async_ptsz(CUdeviceptr *d, size_t n, CUstream s) {
+    CUresult rc = r_async_ptsz(d, n, s);
+    if (rc == CUDA_SUCCESS) note_outside(*d, n, "stream_ordered", "cuMemAllocAsync");
+    return rc;
+}
+static CUresult w_pool(CUdeviceptr *d, size_t n, CUmemoryPool p, CUstream s) {
+    CUresult rc = r_pool(d, n, p, s);
+    if (rc == CUDA_SUCCESS) note_outside(*d, n, "stream_ordered", "cuMemAllocFromPoolAsync");
+    return rc;
+}
+static CUresult w_pool_ptsz(CUdeviceptr *d, size_t n, CUmemoryPool p, CUstream s) {
+    CUresult rc = r_pool_ptsz(d, n, p, s);
+    if (rc == CUDA_SUCCESS) note_outside(*d, n, "stream_ordered", "cuMemAllocFromPoolAsync");
+    return rc;
+}
+static CUresult w_freeasync(CUdeviceptr d, CUstream s) {
+    emit("{\"ev\":\"free\",\"id\":-1,\"addr\":%llu}", (unsigned long long)d);
+    return r_freeasync(d, s);
+}
+static CUresult w_freeasync_ptsz(CUdeviceptr d, CUstream s) {
+    emit("{\"ev\":\"free\",\"id\":-1,\"addr\":%llu}", (unsigned long long)d);
+    return r_freeasync_ptsz(d, s);
+}
+
+/* ---------------------------------------------------------------- modules and names ----- */
+/* The image the loader was given: an ELF cubin, a fatbin (maybe behind nvcc's wrapper
+ * struct), or PTX text.  Returns the start of the bytes to keep and sets their size. */
+static const void *image_extent(const void *p, size_t *size) {
+    const unsigned char *b = p;
+    *size = 0;
+    if (!b) return NULL;
+    uint32_t magic;
+    memcpy(&magic, b, 4);
+    if (magic == 0x466243b1u) {  /* __fatBinC_Wrapper_t {magic, version, data, filename} */
+        memcpy(&b, b + 8, sizeof b);
+        memcpy(&magic, b, 4);
+    }
+    if (magic == 0xBA55ED50u) {  /* fatbin header {magic, u16 version, u16 header size, u64 size} */
+        uint16_t hsize; uint64_t fsize;
+        memcpy(&hsize, b + 6, 2);
+        memcpy(&fsize, b + 8, 8);
+        *size = (size_t)hsize + (size_t)fsize;
+    } else if (b[0] == 0x7f && b[1] == 'E' && b[2] == 'L' && b[3] == 'F') {
+        uint64_t shoff; uint16_t shentsize, shnum;
+        memcpy(&shoff, b + 0x28, 8);
+        memcpy(&shentsize, b + 0x3A, 2);
+        memcpy(&shnum, b + 0x3C, 2);
+        uint64_t end = shoff + (uint64_t)shentsize * shnum;
+        for (uint16_t i = 0; i < shnum; i++) {  /* a section may follow the header table */
+            const unsigned char *sh = b + shoff + (uint64_t)i * shentsize;
+            uint32_t type; uint64_t off, sz;
+            memcpy(&type, sh + 4, 4);
+            memcpy(&off, sh + 0x18, 8);
+            memcpy(&sz, sh + 0x20, 8);
+            if (type != 8 && off + sz > end) end = off + sz;  /* 8: SHT_NOBITS */
+        }
+        *size = (size_t)end;
+    } else {
+        *size = strlen((const char *)b) + 1;
+    }
+    return b;
+}
+
+static int image_dump(int id) {
+    if (id < 0 || (size_t)id >= nimages_) return -1;
+    image_t *im = &images_[id];
+    if (im->dumped) return 0;
+    char name[64];
+    snprintf(name, sizeof name, "image-%d.bin", id);
+    if (write_file(name, im->data, im->size) != 0) return -1;
+    im->dumped = 1;
+    emit("{\"ev\":\"image\",\"id\":%d,\"file\":\"%s\",\"size\":%zu}", id, name, im->size);
+    return 0;
+}
+
+static void note_image(const void *handle, const void *code) {
+    size_t size;
+    const void *data = image_extent(code, &size);
+    pthread_mutex_lock(&lock_);
+    GROW(images_, nimages_, capimages_);
+    int id = (int)nimages_++;
+    images_[id] = (image_t){data, size, 0};
+    GROW(handles_, nhandles_, caphandles_);
+    handles_[nhandles_++] = (handle_t){handle, id};
+    /* Images inside a loaded object (the executable, a library) stay valid: dump them when a
+     * recorded kernel needs them.  A heap buffer may be freed after loading: dump it now. */
+    Dl_info info;
+    if (!data || !dladdr(data, &info) || !info.dli_fname) image_dump(id);
+    pthread_mutex_unlock(&lock_);
+}
+
+static int image_of_handle(const void *h) {
+    for (size_t i = nhandles_; i-- > 0;)
+        if (handles_[i].handle == h) return handles_[i].image;
+    return -1;
+}
+
+static func_t *func_lookup(const void *key) {
+    for (size_t i = nfuncs_; i-- > 0;)
+        if (funcs_[i].key == key) return &funcs_[i];
+    return NULL;
+}
+
+static void note_func(const void *key, int image, int is_kernel, const char *name) {
+    pthread_mutex_lock(&lock_);
+    func_t *f = func_lookup(key);
+    if (!f) {
+        GROW(funcs_, nfuncs_, capfuncs_);
+        f = &funcs_[nfuncs_++];
+        f->key = key; f->name = NULL;
+    }
+    f->image = image; f->is_kernel = is_kernel;
+    if (name && !f->name) f->name = strdup(name);
+    pthread_mutex_unlock(&lock_);
+}
+
+static CUresult w_modload(CUmodule *m, const void *image) {
+    CUresult rc = r_modload(m, image);
+    if (rc == CUDA_SUCCESS) note_image(*m, image);
+    return rc;
+}
+static CUresult w_modfat(CUmodule *m, const void *image) {
+    CUresult rc = r_modfat(m, image);
+    if (rc == CUDA_SUCCESS) note_image(*m, image);
+    return rc;
+}
+static CUresult w_modloadex(CUmodule *m, const void *image, unsigned n, CUjit_option *o, void **v) {
+    CUresult rc = r_modloadex(m, image, n, o, v);
+    if (rc == CUDA_SUCCESS) note_image(*m, image);
+    return rc;
+}
+static CUresult w_libload(CUlibrary *l, const void *code, CUjit_option *jo, void **jv, unsigned nj,
+                          CUlibraryOption *lo, void **lv, unsigned nl) {
+    CUresult rc = r_libload(l, code, jo, jv, nj, lo, lv, nl);
+    if (rc == CUDA_SUCCESS) note_image(*l, code);
+    return rc;
+}
+static CUresult w_getfunc(CUfunction *f, CUmodule m, const char *name) {
+    CUresult rc = r_getfunc(f, m, name);
+    if (rc == CUDA_SUCCESS) note_func(*f, image_of_handle(m), 0, name);
+    return rc;
+}
+static CUresult w_getkernel(CUkernel *k, CUlibrary l, const char *name) {
+    CUresult rc = r_getkernel(k, l, name);
+    if (rc == CUDA_SUCCESS) note_func(*k, image_of_handle(l), 1, name);
+    return rc;
+}
+static CUresult w_kernfunc(CUfunction *f, CUkernel k) {
+    CUresult rc = r_kernfunc(f, k);
+    if (rc == CUDA_SUCCESS) {
+        func_t *kf = func_lookup(k);
+        note_func(*f, kf ? kf->image : -1, 0, kf ? kf->name : NULL);
+    }
+    return rc;
+}
+static CUresult w_libmod(CUmodule *m, CUlibrary l) {
+    CUresult rc = r_libmod(m, l);
+    if (rc == CUDA_SUCCESS) {
+        pthread_mutex_lock(&lock_);
+        GROW(handles_, nhandles_, caphandles_);
+        handles_[nhandles_++] = (handle_t){*m, image_of_handle(l)};
+        pthread_mutex_unlock(&lock_);
+    }
+    return rc;
+}
+
+static void note_global(const void *handle, const char *name, CUdeviceptr p, size_t size) {
+    pthread_mutex_lock(&lock_);
+    int image = image_of_handle(handle);
+    for (size_t i = 0; i < nglobals_; i++)
+        if (globals_[i].addr == p && globals_[i].image == image) { pthread_mutex_unlock(&lock_); return; }
+    GROW(globals_, nglobals_, capglobals_);
+    globals_[nglobals_++] = (global_t){image, strdup(name), p, size};
+    open_index();
+    if (index_) {
+        fprintf(index_, "{\"ev\":\"global\",\"image\":%d,\"name\":", image);
+        emit_string(index_, name);
+        fprintf(index_, ",\"addr\":%llu,\"size\":%zu}\n", (unsigned long long)p, size);
+        fflush(index_);
+    }
+    pthread_mutex_unlock(&lock_);
+}
+static CUresult w_modglobal(CUdeviceptr *p, size_t *bytes, void *m, const char *name) {
+    CUdeviceptr ptr = 0; size_t size = 0;
+    CUresult rc = r_modglobal(&ptr, &size, m, name);
+    if (rc == CUDA_SUCCESS) {
+        if (p) *p = ptr;
+        if (bytes) *bytes = size;
+        note_global(m, name, ptr, size);
+    }
+    return rc;
+}
+static CUresult w_libglobal(CUdeviceptr *p, size_t *bytes, void *l, const char *name) {
+    CUdeviceptr ptr = 0; size_t size = 0;
+    CUresult rc = r_libglobal(&ptr, &size, l, name);
+    if (rc == CUDA_SUCCESS) {
+        if (p) *p = ptr;
+        if (bytes) *bytes = size;
+        note_global(l, name, ptr, size);
+    }
+    return rc;
+}
+
+/* ---------------------------------------------------------------- launches -------------- */
+typedef CUresult (*evcreate_fn)(CUevent *, unsigned);
+typedef CUresult (*evrecord_fn)(CUevent, CUstream);
+typedef CUresult (*evone_fn)(CUevent);
+typedef CUresult (*evelapsed_fn)(float *, CUevent, CUevent);
+typedef CUresult (*sync_fn)(void);
+typedef CUresult (*dtoh_fn)(void *, CUdeviceptr, size_t);
+typedef CUresult (*fname_fn)(const char **, CUfunction);
+typedef CUresult (*pinfo_fn)(CUfunction, size_t, size_t *, size_t *);
+typedef CUresult (*fmod_fn)(CUmodule *, CUfunction);
+
+static evcreate_fn d_evcreate; static evrecord_fn d_evrecord, d_evrecord_ptsz;
+static evone_fn d_evquery, d_evsync, d_evdestroy; static evelapsed_fn d_elapsed;
+static sync_fn d_sync; static dtoh_fn d_dtoh; static fname_fn d_fname; static pinfo_fn d_pinfo;
+static fmod_fn d_fmod;
+static CUevent free_events_[2 * R3_MAX_PENDING]; static size_t nfree_events_;
+
+static void resolve_launch_helpers(void) {
+    if (d_sync) return;
+    d_evcreate = DRV(evcreate_fn, "cuEventCreate", 2000);
+    d_evrecord = DRV(evrecord_fn, "cuEventRecord", 2000);
+    void *p = NULL;
+    if (real_gpa2_) {
+        CUdriverProcAddressQueryResult st;
+        real_gpa2_("cuEventRecord", &p, 7000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, &st);
+    }
+    d_evrecord_ptsz = p ? (evrecord_fn)p : d_evrecord;
+    d_evquery = DRV(evone_fn, "cuEventQuery", 2000);
+    d_evsync = DRV(evone_fn, "cuEventSynchronize", 2000);
+    d_evdestroy = DRV(evone_fn, "cuEventDestroy", 4000);
+    d_elapsed = DRV(evelapsed_fn, "cuEventElapsedTime", CUDA_VERSION);
+    d_dtoh = DRV(dtoh_fn, "cuMemcpyDtoH", 3020);
+    d_fname = DRV(fname_fn, "cuFuncGetName", 12030);
+    d_pinfo = DRV(pinfo_fn, "cuFuncGetParamInfo", 12040);
+    d_fmod = DRV(fmod_fn, "cuFuncGetModule", 11000);
+    d_sync = DRV(sync_fn, "cuCtxSynchronize", 2000);
+}
+
+static CUevent take_event(void) {
+    if (nfree_events_) return free_events_[--nfree_events_];
+    CUevent e = NULL;
+    if (!d_evcreate || d_evcreate(&e, CU_EVENT_DEFAULT) != CUDA_SUCCESS) return NULL;
+    return e;
+}
+static void give_event(CUevent e) {
+    if (!e) return;
+    if (nfree_events_ < 2 * R3_MAX_PENDING) free_events_[nfree_events_++] = e;
+    else if (d_evdestroy) d_evdestroy(e);
+}
+
+/* Read finished event pairs in launch order; with `wait`, wait for all of them. */
+static void harvest(int wait) {
+    size_t done = 0;
+    for (; done < npending_; done++) {
+        pending_t *p = &pending_[done];
+        if (wait && d_evsync) d_evsync(p->b);
+        else if (!d_evquery || d_evquery(p->b) != CUDA_SUCCESS) break;
+        float ms = 0;
+        if (d_elapsed && d_elapsed(&ms, p->a, p->b) == CUDA_SUCCESS) {
+            configs_[p->config].time_s += ms * 1e-3;
+            configs_[p->config].timed++;
+        }
+        give_event(p->a); give_event(p->b);
+    }
+    memmove(pending_, pending_ + done, (npending_ - done) * sizeof *pending_);
+    npending_ -= done;
+}
+
+typedef struct {
+    int ex, ptsz; CUfunction f; unsigned g[3], b[3], shm; CUstream s;
+    void **params, **extra; const CUlaunchConfig *cfg;
+} call_t;
+
+static CUresult do_launch(const call_t *c) {
+    if (c->ex) {
+        launchex_fn fn = c->ptsz ? r_launchex_ptsz : r_launchex;
+        return fn ? fn(c->cfg, c->f, c->params, c->extra) : CUDA_ERROR_NOT_INITIALIZED;
+    }
+    launch_fn fn = c->ptsz ? r_launch_ptsz : r_launch;
+    return fn ? fn(c->f, c->g[0], c->g[1], c->g[2], c->b[0], c->b[1], c->b[2], c->shm, c->s,
+                   c->params, c->extra) : CUDA_ERROR_NOT_INITIALIZED;
+}
+
+static int name_selected(const char *name) {
+    if (!only_) return 1;
+    if (!name) return 0;
+    char *copy = strdup(only_), *save = NULL;
+    int hit = 0;
+    for (char *tok = strtok_r(copy, ",", &save); tok && !hit; tok = strtok_r(NULL, ",", &save)) {
+        char mangled[600];
+        snprintf(mangled, sizeof mangled, "%zu%s", strlen(tok), tok);  /* Itanium <len><name> */
+        hit = !strcmp(name, tok) || (!strncmp(name, "_Z", 2) && strstr(name, mangled));
+    }
+    free(copy);
+    return hit;
+}
+
+static void hex(FILE *f, const unsigned char *b, size_t n) {
+    for (size_t i = 0; i < n; i++) fprintf(f, "%02x", b[i]);
+}
+
+/* The arena blocks this launch may touch: all live ones, or those reachable from the
+ * argument bytes through 8-byte-aligned values that point into live blocks.  Fills `host`
+ * with each selected block's prologue bytes. */
+static size_t select_blocks(const unsigned char *args, size_t nargs, long *ids, unsigned char **host) {
+    size_t n = 0;
+    if (!reachable_) {
+        for (size_t i = 0; i < nblocks_; i++)
+            if (blocks_[i].live) ids[n++] = (long)i;
+        for (size_t i = 0; i < n; i++) {
+            host[i] = malloc(blocks_[ids[i]].size + 1);
+            if (d_dtoh && blocks_[ids[i]].size) d_dtoh(host[i], blocks_[ids[i]].addr, blocks_[ids[i]].size);
+        }
+        return n;
+    }
+    unsigned char *mark = calloc(nblocks_ + 1, 1);
+    const unsigned char *scan = args; size_t scan_n = nargs; size_t next = 0;
+    for (;;) {
+        for (size_t off = 0; off + 8 <= scan_n; off += 8) {
+            uint64_t v; memcpy(&v, scan + off, 8);
+            long id = in_arena(v) ? block_at(v) : -1;
+            if (id >= 0 && !mark[id]) {
+                mark[id] = 1;
+                ids[n] = id;
+                host[n] = malloc(blocks_[id].size + 1);
+                if (d_dtoh && blocks_[id].size) d_dtoh(host[n], blocks_[id].addr, blocks_[id].size);
+                n++;
+            }
+        }
+        if (next >= n) break;
+        scan = host[next]; scan_n = blocks_[ids[next]].size; next++;
+    }
+    free(mark);
+    return n;
+}
+
+static CUresult first_launch(const call_t *c, config_t *cfg, func_t *fi, const char *name) {
+    d_sync();  /* the application's queued work belongs to the prologue */
+    CUfunction fn = c->f;
+    if (fi && fi->is_kernel && r_kernfunc) r_kernfunc(&fn, (CUkernel)c->f);
+    size_t offs[512], sizes[512], np = 0, nargs = 0;
+    int layout_known = 0;
+    if (d_pinfo) {
+        while (np < 512 && d_pinfo(fn, np, &offs[np], &sizes[np]) == CUDA_SUCCESS) {
+            if (offs[np] + sizes[np] > nargs) nargs = offs[np] + sizes[np];
+            np++;
+        }
+        layout_known = 1;
+    }
+    unsigned char *args = NULL;
+    if (c->params && layout_known) {
+        args = calloc(nargs + 1, 1);
+        for (size_t i = 0; i < np; i++) memcpy(args + offs[i], c->params[i], sizes[i]);
+    } else if (c->extra) {  /* {BUFFER_POINTER, p, BUFFER_SIZE, &n, END} */
+        void *buf = NULL; size_t *bsize = NULL;
+        for (void **e = c->extra; *e != CU_LAUNCH_PARAM_END; e += 2) {
+            if (*e == CU_LAUNCH_PARAM_BUFFER_POINTER) buf = e[1];
+            else if (*e == CU_LAUNCH_PARAM_BUFFER_SIZE) bsize = e[1];
+        }
+        if (buf && bsize) { nargs = *bsize; args = malloc(nargs + 1); memcpy(args, buf, nargs); }
+    }
+    int image = fi ? fi->image : -1;
+    if (image < 0 && d_fmod) {
+        CUmodule m = NULL;
+        if (d_fmod(&m, fn) == CUDA_SUCCESS) image = image_of_handle(m);
+    }
+    if (image >= 0) image_dump(image);
+    long *ids = malloc((nblocks_ + 1) * sizeof *ids);
+    unsigned char **host = malloc((nblocks_ + 1) * sizeof *host);
+    size_t nsel = select_blocks(args ? args : (unsigned char *)"", args ? nargs : 0, ids, host);
+    char file[128];
+    for (size_t i = 0; i < nsel; i++) {
+        snprintf(file, sizeof file, "c%d-a%ld.pro", cfg->id, ids[i]);
+        write_file(file, host[i], blocks_[ids[i]].size);
+    }
+    size_t gsel[256], ng = 0;
+    for (size_t i = 0; i < nglobals_ && ng < 256; i++) {
+        if (globals_[i].image != image || image < 0) continue;
+        unsigned char *buf = malloc(globals_[i].size + 1);
+        if (d_dtoh && d_dtoh(buf, globals_[i].addr, globals_[i].size) == CUDA_SUCCESS) {
+            snprintf(file, sizeof file, "c%d-g%zu.pro", cfg->id, i);
+            write_file(file, buf, globals_[i].size);
+            gsel[ng++] = i;
+        }
+        free(buf);
+    }
+    CUevent a = take_event(), b = take_event();
+    evrecord_fn rec = c->ptsz ? d_evrecord_ptsz : d_evrecord;
+    if (a && rec) rec(a, c->s);
+    CUresult rc = do_launch(c);
+    if (b && rec) rec(b, c->s);
+    CUresult sync_rc = d_sync();
+    float ms = 0;
+    if (a && b && d_elapsed && d_elapsed(&ms, a, b) == CUDA_SUCCESS) { cfg->time_s += ms * 1e-3; cfg->timed++; }
+    give_event(a); give_event(b);
+    for (size_t i = 0; i < nsel; i++) {
+        if (d_dtoh && blocks_[ids[i]].size) d_dtoh(host[i], blocks_[ids[i]].addr, blocks_[ids[i]].size);
+        snprintf(file, sizeof file, "c%d-a%ld.epi", cfg->id, ids[i]);
+        write_file(file, host[i], blocks_[ids[i]].size);
+        free(host[i]);
+    }
+    for (size_t k = 0; k < ng; k++) {
+        global_t *g = &globals_[gsel[k]];
+        unsigned char *buf = malloc(g->size + 1);
+        if (d_dtoh) d_dtoh(buf, g->addr, g->size);
+        snprintf(file, sizeof file, "c%d-g%zu.epi", cfg->id, gsel[k]);
+        write_file(file, buf, g->size);
+        free(buf);
+    }
+    open_index();
+    if (index_) {
+        FILE *f = index_;
+        fprintf(f, "{\"ev\":\"config\",\"id\":%d,\"recorded\":1,\"name\":", cfg->id);
+        emit_string(f, name);
+        fprintf(f, ",\"image\":%d,\"grid\":[%u,%u,%u],\"block\":[%u,%u,%u],\"shm\":%u,"
+                "\"api\":\"%s\",\"rc\":%d,\"sync_rc\":%d,\"time_s\":%.9g,\"layout\":",
+                image, c->g[0], c->g[1], c->g[2], c->b[0], c->b[1], c->b[2], c->shm,
+                c->ex ? "cuLaunchKernelEx" : "cuLaunchKernel", (int)rc, (int)sync_rc, ms * 1e-3);
+        if (layout_known) {
+            fputc('[', f);
+            for (size_t i = 0; i < np; i++) fprintf(f, "%s[%zu,%zu]", i ? "," : "", offs[i], sizes[i]);
+            fputc(']', f);
+        } else {
+            fputs("null", f);
+        }
+        fputs(",\"args\":\"", f);
+        if (args) hex(f, args, nargs);
+        fputs("\",\"allocs\":[", f);
+        for (size_t i = 0; i < nsel; i++)
+            fprintf(f, "%s[%ld,%llu,%llu,\"c%d-a%ld.pro\",\"c%d-a%ld.epi\"]", i ? "," : "", ids[i],
+                    (unsigned long long)blocks_[ids[i]].addr, (unsigned long long)blocks_[ids[i]].size,
+                    cfg->id, ids[i], cfg->id, ids[i]);
+        fputs("],\"globals\":[", f);
+        for (size_t k = 0; k < ng; k++) {
+            global_t *g = &globals_[gsel[k]];
+            fprintf(f, "%s[", k ? "," : "");
+            emit_string(f, g->name);
+            fprintf(f, ",%llu,%llu,\"c%d-g%zu.pro\",\"c%d-g%zu.epi\"]", (unsigned long long)g->addr,
+                    (unsigned long long)g->size, cfg->id, gsel[k], cfg->id, gsel[k]);
+        }
+        fputs("]}\n", f);
+        fflush(f);
+    }
+    free(ids); free(host); free(args);
+    return rc;
+}
+
+static void finish(int harvest_events);
+static void finish_at_exit(void) { finish(1); }
+
+static CUresult on_launch(const call_t *c) {
+    pthread_mutex_lock(&lock_);
+    static int registered;
+    if (!registered) {
+        /* Registered after the runtime's own handlers, so it runs before they tear down. */
+        atexit(finish_at_exit);
+        registered = 1;
+    }
+    resolve_launch_helpers();
+    launches_++;
+    config_t *cfg = NULL;
+    for (size_t i = nconfigs_; i-- > 0;) {
+        config_t *k = &configs_[i];
+        if (k->func == c->f && k->shm == c->shm && !memcmp(k->g, c->g, sizeof k->g) &&
+            !memcmp(k->b, c->b, sizeof k->b)) { cfg = k; break; }
+    }
+    CUresult rc;
+    if (!cfg) {
+        GROW(configs_, nconfigs_, capconfigs_);
+        cfg = &configs_[nconfigs_];
+        memset(cfg, 0, sizeof *cfg);
+        cfg->func = c->f; cfg->id = (int)nconfigs_++; cfg->shm = c->shm;
+        memcpy(cfg->g, c->g, sizeof cfg->g); memcpy(cfg->b, c->b, sizeof cfg->b);
+        func_t *fi = func_lookup(c->f);
+        const char *name = fi ? fi->name : NULL;
+        if (!name && d_fname) {
+            CUfunction fn = c->f;
+            if (fi && fi->is_kernel && r_kernfunc) r_kernfunc(&fn, (CUkernel)c->f);
+            d_fname(&name, fn);
+        }
+        cfg->count = 1;
+        if (name_selected(name) && d_sync) {
+            cfg->recorded = 1;
+            rc = first_launch(c, cfg, fi, name ? name : "unknown_kernel");
+        } else {
+            open_index();
+            if (index_) {
+                fprintf(index_, "{\"ev\":\"config\",\"id\":%d,\"recorded\":0,\"name\":", cfg->id);
+                emit_string(index_, name ? name : "unknown_kernel");
+                fprintf(index_, ",\"grid\":[%u,%u,%u],\"block\":[%u,%u,%u],\"shm\":%u}\n",
+                        c->g[0], c->g[1], c->g[2], c->b[0], c->b[1], c->b[2], c->shm);
+                fflush(index_);
+            }
+            goto timed;
+        }
+        pthread_mutex_unlock(&lock_);
+        return rc;
+    }
+    cfg->count++;
+timed:
+    harvest(0);
+    if (npending_ == R3_MAX_PENDING) harvest(1);  /* bounds memory; rare */
+    {
+        CUevent a = take_event(), b = take_event();
+        evrecord_fn rec = c->ptsz ? d_evrecord_ptsz : d_evrecord;
+        if (a && b && rec) rec(a, c->s);
+        rc = do_launch(c);
+        if (a && b && rec && rc == CUDA_SUCCESS) {
+            rec(b, c->s);
+            pending_[npending_++] = (pending_t){a, b, cfg->id};
+        } else {
+            give_event(a); give_event(b);
+        }
+    }
+    pthread_mutex_unlock(&lock_);
+    return rc;
+}
+
+static CUresult launch_common(int ptsz, CUfunction f, unsigned gx, unsigned gy, unsigned gz,
+                              unsigned bx, unsigned by, unsigned bz, unsigned shm, CUstream s,
+                              void **params, void **extra) {
+    call_t c = {0, ptsz, f, {gx, gy, gz}, {bx, by, bz}, shm, s, params, extra, NULL};
+    return on_launch(&c);
+}
+static CUresult w_launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                         unsigned by, unsigned bz, unsigned shm, CUstream s, void **p, void **e) {
+    return launch_common(0, f, gx, gy, gz, bx, by, bz, shm, s, p, e);
+}
+static CUresult w_launch_ptsz(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                              unsigned by, unsigned bz, unsigned shm, CUstream s, void **p, void **e) {
+    return launch_common(1, f, gx, gy, gz, bx, by, bz, shm, s, p, e);
+}
+static CUresult launchex_common(int ptsz, const CUlaunchConfig *k, CUfunction f, void **p, void **e) {
+    call_t c = {1, ptsz, f, {k->gridDimX, k->gridDimY, k->gridDimZ},
+                {k->blockDimX, k->blockDimY, k->blockDimZ}, k->sharedMemBytes, k->hStream, p, e, k};
+    return on_launch(&c);
+}
+static CUresult w_launchex(const CUlaunchConfig *k, CUfunction f, void **p, void **e) {
+    return launchex_common(0, k, f, p, e);
+}
+static CUresult w_launchex_ptsz(const CUlaunchConfig *k, CUfunction f, void **p, void **e) {
+    return launchex_common(1, k, f, p, e);
+}
+
+/* ---------------------------------------------------------------- cuGetProcAddress ------ */
+static CUresult w_gpa2(const char *, void **, int, cuuint64_t, CUdriverProcAddressQueryResult *);
+static CUresult w_gpa1(const char *, void **, int, cuuint64_t);
+
+#define SLOT(nm, minver, slot, wrapper) \
+    if (!strcmp(sym, nm)) { if (ver < (minver)) return real; slot = (__typeof__(slot))real; return (void *)(wrapper); }
+#define SLOT2(nm, minver, slot, wrapper) \
+    if (!strcmp(sym, nm)) { if (ver < (minver)) return real; \
+        if (ptsz) { slot##_ptsz = (__typeof__(slot))real; return (void *)(wrapper##_ptsz); } \
+        slot = (__typeof__(slot))real; return (void *)(wrapper); }
+
+/* The wrapper to hand out instead of the driver's `real` entry point for `sym`. */
+static void *substitute(const char *sym, void *real, int ver, cuuint64_t flags) {
+    int ptsz = (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) != 0;
+    if (!real || !sym || sym[0] != 'c' || sym[1] != 'u') return real;
+    if (!strcmp(sym, "cuGetProcAddress")) {
+        if (ver >= 12000) { real_gpa2_ = (gpa2_fn)real; return (void *)w_gpa2; }
+        real_gpa1_ = (gpa1_fn)real; return (void *)w_gpa1;
+    }
+    SLOT("cuMemAlloc", 3020, r_alloc, w_alloc)
+    SLOT("cuMemAllocPitch", 3020, r_pitch, w_pitch)
+    SLOT("cuMemFree", 3020, r_free, w_free)
+    SLOT("cuMemAllocManaged", 6000, r_managed, w_managed)
+    SLOT2("cuMemAllocAsync", 11020, r_async, w_async)
+    SLOT2("cuMemAllocFromPoolAsync", 11020, r_pool, w_pool)
+    SLOT2("cuMemFreeAsync", 11020, r_freeasync, w_freeasync)
+    SLOT2("cuLaunchKernel", 4000, r_launch, w_launch)
+    SLOT2("cuLaunchKernelEx", 11060, r_launchex, w_launchex)
+    SLOT("cuModuleGetGlobal", 3020, r_modglobal, w_modglobal)
+    SLOT("cuLibraryGetGlobal", 12000, r_libglobal, w_libglobal)
+    SLOT("cuModuleLoadData", 2000, r_modload, w_modload)
+    SLOT("cuModuleLoadFatBinary", 2000, r_modfat, w_modfat)
+    SLOT("cuModuleLoadDataEx", 2010, r_modloadex, w_modloadex)
+    SLOT("cuLibraryLoadData", 12000, r_libload, w_libload)
+    SLOT("cuModuleGetFunction", 2000, r_getfunc, w_getfunc)
+    SLOT("cuLibraryGetKernel", 12000, r_getkernel, w_getkernel)
+    SLOT("cuKernelGetFunction", 12000, r_kernfunc, w_kernfunc)
+    SLOT("cuLibraryGetModule", 12000, r_libmod, w_libmod)
+    return real;
+}
+
+static CUresult w_gpa2(const char *sym, void **pfn, int ver, cuuint64_t flags,
+                       CUdriverProcAddressQueryResult *status) {
+    getproc_seen_ = 1;
+    CUresult rc = real_gpa2_(sym, pfn, ver, flags, status);
+    if (rc == CUDA_SUCCESS && pfn && *pfn) *pfn = substitute(sym, *pfn, ver, flags);
+    return rc;
+}
+static CUresult w_gpa1(const char *sym, void **pfn, int ver, cuuint64_t flags) {
+    getproc_seen_ = 1;
+    CUresult rc = real_gpa1_(sym, pfn, ver, flags);
+    if (rc == CUDA_SUCCESS && pfn && *pfn) *pfn = substitute(sym, *pfn, ver, flags);
+    return rc;
+}
+
+/* dlsym(libcuda, "cuX_v2") from a program or library that loads the driver itself. */
+void *dlsym(void *handle, const char *name) {
+    init_real_dlsym();
+    void *p = real_dlsym_(handle, name);
+    if (!p || name[0] != 'c' || name[1] != 'u') return p;
+    if (!strcmp(name, "cuGetProcAddress_v2")) { real_gpa2_ = (gpa2_fn)p; getproc_seen_ = 1; return (void *)w_gpa2; }
+    if (!strcmp(name, "cuGetProcAddress")) { real_gpa1_ = (gpa1_fn)p; getproc_seen_ = 1; return (void *)w_gpa1; }
+    char base[128];
+    snprintf(base, sizeof base, "%s", name);
+    cuuint64_t flags = CU_GET_PROC_ADDRESS_DEFAULT;
+    size_t n = strlen(base);
+    if (n > 5 && !strcmp(base + n - 5, "_ptsz")) { base[n -= 5] = 0; flags = CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM; }
+    if (n > 3 && !strcmp(base + n - 3, "_v2")) base[n - 3] = 0;
+    else if (!strcmp(base, "cuMemAlloc") || !strcmp(base, "cuMemFree") ||
+             !strcmp(base, "cuModuleGetGlobal") || !strcmp(base, "cuMemAllocPitch"))
+        return p;  /* the pre-3.2 32-bit-size versions: not wrapped */
+    return substitute(base, p, CUDA_VERSION, flags);
+}
+
+/* ---------------------------------------------------------------- direct driver calls --- */
+/* For programs linked against libcuda.so: these definitions come before libcuda's. */
+#define REAL(slot, nm) do { exported_seen_ = 1; init_real_dlsym(); \
+    if (!(slot)) (slot) = (__typeof__(slot))real_dlsym_(RTLD_NEXT, nm); } while (0)
+
+CUresult cuMemAlloc_v2(CUdeviceptr *d, size_t n) { REAL(r_alloc, "cuMemAlloc_v2"); return w_alloc(d, n); }
+CUresult cuMemAllocPitch_v2(CUdeviceptr *d, size_t *p, size_t w, size_t h, unsigned e) {
+    REAL(r_pitch, "cuMemAllocPitch_v2"); return w_pitch(d, p, w, h, e);
+}
+CUresult cuMemFree_v2(CUdeviceptr d) { REAL(r_free, "cuMemFree_v2"); return w_free(d); }
+CUresult cuMemAllocManaged(CUdeviceptr *d, size_t n, unsigned f) {
+    REAL(r_managed, "cuMemAllocManaged"); return w_managed(d, n, f);
+}
+CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                        unsigned by, unsigned bz, unsigned shm, CUstream s, void **p, void **e) {
+    REAL(r_launch, "cuLaunchKernel"); return w_launch(f, gx, gy, gz, bx, by, bz, shm, s, p, e);
+}
+CUresult cuLaunchKernelEx(const CUlaunchConfig *k, CUfunction f, void **p, void **e) {
+    REAL(r_launchex, "cuLaunchKernelEx"); return w_launchex(k, f, p, e);
+}
+CUresult cuModuleLoadData(CUmodule *m, const void *image) {
+    REAL(r_modload, "cuModuleLoadData"); return w_modload(m, image);
+}
+CUresult cuModuleLoadDataEx(CUmodule *m, const void *image, unsigned n, CUjit_option *o, void **v) {
+    REAL(r_modloadex, "cuModuleLoadDataEx"); return w_modloadex(m, image, n, o, v);
+}
+CUresult cuModuleGetFunction(CUfunction *f, CUmodule m, const char *name) {
+    REAL(r_getfunc, "cuModuleGetFunction"); return w_getfunc(f, m, name);
+}
+CUresult cuModuleGetGlobal_v2(CUdeviceptr *p, size_t *bytes, CUmodule m, const char *name) {
+    REAL(r_modglobal, "cuModuleGetGlobal_v2"); return w_modglobal(p, bytes, m, name);
+}
+
+/* ---------------------------------------------------------------- exit ------------------ */
+static void finish(int harvest_events) {
+    pthread_mutex_lock(&lock_);
+    if (finished_) { pthread_mutex_unlock(&lock_); return; }
+    if (harvest_events) harvest(1);
+    if (index_ && index_pid_ == getpid()) {
+        fputs("{\"ev\":\"profile\",\"configs\":[", index_);
+        for (size_t i = 0; i < nconfigs_; i++)
+            fprintf(index_, "%s[%d,%llu,%.9g,%llu]", i ? "," : "", configs_[i].id,
+                    configs_[i].count, configs_[i].time_s, configs_[i].timed);
+        fprintf(index_, "]}\n{\"ev\":\"end\",\"launches\":%llu,\"getproc\":%d,\"exported\":%d,"
+                "\"arena_failed\":%d,\"harvested\":%d}\n", launches_, getproc_seen_,
+                exported_seen_, arena_failed_, harvest_events);
+        fclose(index_);
+        index_ = NULL;
+    }
+    finished_ = 1;
+    pthread_mutex_unlock(&lock_);
+}
+
+/* Reached when the program never launched (no atexit handler yet) or exits another way;
+ * it does not call the driver, which may already be torn down. */
+__attribute__((destructor)) static void finish_at_unload(void) { finish(0); }
+
+__attribute__((constructor)) static void start(void) { init_real_dlsym(); }
