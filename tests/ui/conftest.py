@@ -91,3 +91,18 @@ def text_of(widget: object, width: int = 200) -> str:
     console = Console(width=width, record=True, file=open("/dev/null", "w"))  # noqa: SIM115
     console.print(widget.content)  # type: ignore[attr-defined]
     return console.export_text()
+
+
+def screen_text(app: Any) -> list[str]:
+    """The lines the terminal shows now, without styles (read from the app's SVG export:
+    each run of text is one <text> element with its x and y)."""
+    import html
+    import re
+
+    rows: dict[float, list[tuple[float, str]]] = {}
+    for m in re.finditer(
+        r'<text class="[^"]*" x="([\d.]+)" y="([\d.]+)"[^>]*>(.*?)</text>', app.export_screenshot()
+    ):
+        text = html.unescape(m.group(3)).replace("\xa0", " ")
+        rows.setdefault(float(m.group(2)), []).append((float(m.group(1)), text))
+    return ["".join(t for _, t in sorted(spans)) for _, spans in sorted(rows.items())]

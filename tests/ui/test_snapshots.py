@@ -1,4 +1,5 @@
-"""SVG snapshots of every screen at 80×24 and 160×48 (pytest-textual-snapshot).
+"""SVG snapshots of every screen and every campaign tab at 80×24 and 160×48, plus the
+light theme and NO_COLOR (pytest-textual-snapshot).
 
 Time is frozen (an injected clock and time zone; the data's timestamps are fixed), the cursor
 does not blink, and each snapshot is taken once every worker has answered.  After a
@@ -20,6 +21,7 @@ from r3tui.ui.screens.campaign_list import CampaignListScreen
 from r3tui.ui.screens.database_error import DatabaseErrorScreen
 from r3tui.ui.screens.help import HelpScreen
 from r3tui.ui.screens.launch import LaunchScreen
+from r3tui.ui.widgets.convergence import ConvergencePanel
 from tests.ui.conftest import make_app, open_campaign, until
 
 SIZES = [(80, 24), (160, 48)]
@@ -99,12 +101,57 @@ def test_database_error_screen(snap_compare: Any, tmp_path: Path, size: tuple[in
     assert snap_compare(app, terminal_size=size, run_before=run)
 
 
-# The campaign screen's other tabs, at the size where each has room to show its content.
-# (Diff, LLM and Events are asserted on their text in the pilot tests.)
-TABS = {"source": "2", "trials": "4", "plot": "6", "elites": "7"}
+# Every tab of the campaign screen, on a child of the seed (it has a parent to diff against
+# and an LLM call), at both sizes: at 80×24 the plot pane is too narrow for a plot and shows
+# the sparkline.
+TABS = {
+    "variant": "1",
+    "source": "2",
+    "diff": "3",
+    "trials": "4",
+    "llm": "5",
+    "plot": "6",
+    "elites": "7",
+    "events": "8",
+}
 
 
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
 @pytest.mark.parametrize("tab", list(TABS))
-def test_campaign_tab(snap_compare: Any, shown_db: Path, tab: str) -> None:
-    step = _campaign("down", "down", TABS[tab])  # a child of the seed, with a parent to diff
-    assert snap_compare(make_app(shown_db), terminal_size=(160, 48), run_before=step)
+def test_campaign_tab(snap_compare: Any, shown_db: Path, tab: str, size: tuple[int, int]) -> None:
+    step = _campaign("down", "down", TABS[tab])
+    assert snap_compare(make_app(shown_db), terminal_size=size, run_before=step)
+
+
+def test_plot_by_wall_time(snap_compare: Any, shown_db: Path) -> None:
+    async def run(pilot: Pilot[Any]) -> None:
+        await _campaign("6")(pilot)
+        pilot.app.screen.query_one(ConvergencePanel).focus()
+        await pilot.press("w")
+        await _settle(pilot)
+
+    assert snap_compare(make_app(shown_db), terminal_size=(160, 48), run_before=run)
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+def test_light_theme(snap_compare: Any, shown_db: Path, size: tuple[int, int]) -> None:
+    async def run(pilot: Pilot[Any]) -> None:
+        await _campaign()(pilot)
+        await pilot.press("t")
+        await until(pilot, lambda: not pilot.app.current_theme.dark)
+        await _settle(pilot)
+
+    assert snap_compare(make_app(shown_db), terminal_size=size, run_before=run)
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+def test_no_color(
+    snap_compare: Any,
+    shown_db: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    size: tuple[int, int],
+) -> None:
+    monkeypatch.setenv("NO_COLOR", "1")
+    app = make_app(shown_db)
+    assert app.no_color
+    assert snap_compare(app, terminal_size=size, run_before=_campaign())

@@ -56,6 +56,7 @@ if TYPE_CHECKING:
     from r3tui.ui.launcher import CampaignProcess
 
 TABS = ("variant", "source", "diff", "trials", "llm", "plot", "elites", "events")
+TAB_TITLES = {name: "LLM" if name == "llm" else name.capitalize() for name in TABS}
 SELECT_DELAY_S = 0.08
 STATUS_FILTERS: tuple[tuple[str, frozenset[VariantStatus] | None], ...] = (
     ("all", None),
@@ -75,7 +76,7 @@ class CampaignScreen(Screen[None]):
         Binding("X", "stop", "Stop", key_display="shift+x"),
         Binding("tab", "focus_next", "Next pane", show=False),
         *(
-            Binding(str(k), f"tab('{name}')", name.capitalize(), show=False)
+            Binding(str(k), f"tab('{name}')", TAB_TITLES[name], show=False)
             for k, name in enumerate(TABS, start=1)
         ),
     ]

@@ -18,6 +18,15 @@ TREE_KEYS = (
     ("enter / space", "expand or collapse a variant; on a “… more” line, load the next page"),
     ("shift+left", "go to the parent"),
 )
+# Keys of Textual's DataTable that the archive grid gives a meaning to.
+ELITE_KEYS = (
+    ("arrows", "move between the archive's cells"),
+    ("enter", "open the cell's elite in the tree"),
+)
+
+
+def _shown_key(key: str) -> str:
+    return " / ".join("?" if k == "question_mark" else k for k in key.split(","))
 
 
 def binding_rows() -> list[tuple[str, str, str]]:
@@ -25,6 +34,7 @@ def binding_rows() -> list[tuple[str, str, str]]:
     from r3tui.ui.app import R3App
     from r3tui.ui.screens.campaign import CampaignScreen
     from r3tui.ui.screens.campaign_list import CampaignListScreen
+    from r3tui.ui.screens.database_error import DatabaseErrorScreen
     from r3tui.ui.screens.launch import LaunchScreen
     from r3tui.ui.widgets.convergence import ConvergencePanel
     from r3tui.ui.widgets.trials_table import TrialsTable
@@ -38,14 +48,17 @@ def binding_rows() -> list[tuple[str, str, str]]:
         ("tree", VariantTree.BINDINGS),
         ("trials", TrialsTable.BINDINGS),
         ("plot", ConvergencePanel.BINDINGS),
+        ("help", HelpScreen.BINDINGS),
+        ("database error", DatabaseErrorScreen.BINDINGS),
     )
     rows: list[tuple[str, str, str]] = []
     for where, bindings in places:
         for b in bindings:
             binding = b if isinstance(b, Binding) else Binding(*b)
             key = binding.key_display or binding.key
-            rows.append((where, key.replace("question_mark", "?"), binding.description))
+            rows.append((where, _shown_key(key), binding.description))
     rows += [("tree", key, what) for key, what in TREE_KEYS]
+    rows += [("elites", key, what) for key, what in ELITE_KEYS]
     rows.append(
         (
             "campaign",
