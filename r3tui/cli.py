@@ -22,6 +22,8 @@ COMMAND_MODULES = (
     "r3tui.record.commands",
     "r3tui.replay.commands",
     "r3tui.engine.commands",
+    "r3tui.engine.application",
+    "r3tui.engine.apply",
     "r3tui.report",
     "r3tui.ui.commands",
     "r3tui.demo",

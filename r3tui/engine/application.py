@@ -1,0 +1,369 @@
+"""``r3 tune-app RECORDING_DIR``: tune the kernels that dominate an application's GPU time.
+
+``r3 record -- ./app`` leaves a directory with ``recording.json`` (every kernel the application
+launched, with launch counts, device time and one bundle per recorded launch configuration)
+and the bundles.  This module ranks the kernels by their share of the application's kernel
+device time, tunes the top replayable configurations (each an inner-only campaign of the
+existing engine, compiled by nvcc from the whole translation unit) and predicts the
+application's speedup with Amdahl's law over the tuned shares:
+
+    predicted = 1 / (1 - Σ share_i + Σ share_i / speedup_i)
+
+where ``share_i`` is configuration *i*'s fraction of the total **kernel device time** the
+recording measured (not of wall time: host work, copies and launch gaps are not sped up and
+are not in the denominator).  Which campaigns belong to the run is written to
+``RECORDING_DIR/tune-app.json``; no schema change is needed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from r3tui.errors import R3Error
+
+RECORDING_FILE = "recording.json"
+PLAN_FILE = "tune-app.json"
+
+
+@dataclass(frozen=True)
+class RecordedConfig:
+    """One launch configuration of one kernel, as the application ran it."""
+
+    entry_point: str
+    name: str
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    count: int
+    device_time_s: float
+    bundle: Path | None
+    replayable: bool
+    reasons: tuple[str, ...]
+    share: float = 0.0  # of all kernels' device time
+
+
+@dataclass(frozen=True)
+class KernelShare:
+    entry_point: str
+    name: str
+    launches: int
+    device_time_s: float
+    share: float
+    configs: tuple[RecordedConfig, ...]  # largest device time first
+
+    @property
+    def target(self) -> RecordedConfig | None:
+        """The configuration to tune: the replayable one with the most device time."""
+        for config in self.configs:
+            if config.replayable and config.bundle is not None:
+                return config
+        return None
+
+
+@dataclass(frozen=True)
+class AppRecording:
+    path: Path
+    command: tuple[str, ...]
+    cwd: Path
+    runtime: str
+    wall_s: float
+    kernels: tuple[KernelShare, ...]  # by device time, largest first
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def kernel_time_s(self) -> float:
+        return sum(k.device_time_s for k in self.kernels)
+
+
+def _field(data: dict[str, Any], key: str, where: str) -> Any:
+    if key not in data:
+        raise R3Error(f"{where}: field {key!r} is missing")
+    return data[key]
+
+
+def load_recording(directory: Path) -> AppRecording:
+    """``directory/recording.json`` read and checked; a bad one is a one-line R3Error."""
+    path = directory / RECORDING_FILE
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError as exc:
+        raise R3Error(
+            f"{directory} is not an application recording: no {RECORDING_FILE}",
+            hint="record one with `r3 record --out DIR -- ./app ARGS`",
+        ) from exc
+    except (OSError, ValueError) as exc:
+        raise R3Error(f"cannot read {path}: {exc}") from exc
+    if not isinstance(data, dict) or data.get("format_version") != 1:
+        raise R3Error(f"{path}: not a format_version 1 application recording")
+    where = str(path)
+    raw_kernels: list[tuple[str, str, int, float, list[RecordedConfig]]] = []
+    try:
+        for k in _field(data, "kernels", where):
+            entry = str(_field(k, "entry_point", where))
+            name = str(k.get("name") or entry)
+            configs = [
+                RecordedConfig(
+                    entry,
+                    name,
+                    tuple(int(x) for x in _field(c, "grid", where)),  # type: ignore[arg-type]
+                    tuple(int(x) for x in _field(c, "block", where)),  # type: ignore[arg-type]
+                    int(c.get("count", 0)),
+                    float(_field(c, "device_time_s", where)),
+                    directory / c["bundle"] if c.get("bundle") else None,
+                    bool(c.get("replayable", False)),
+                    tuple(str(r) for r in c.get("reasons", ())),
+                )
+                for c in _field(k, "configs", where)
+            ]
+            raw_kernels.append(
+                (entry, name, int(k.get("launches", 0)), float(k["device_time_s"]), configs)
+            )
+    except (TypeError, ValueError, KeyError) as exc:
+        raise R3Error(f"{where}: malformed kernel entry ({type(exc).__name__}: {exc})") from exc
+    total = sum(t for _, _, _, t, _ in raw_kernels)
+    kernels = [
+        KernelShare(
+            entry,
+            name,
+            launches,
+            t,
+            t / total if total > 0 else 0.0,
+            tuple(
+                sorted(
+                    (_with_share(c, total) for c in configs),
+                    key=lambda c: -c.device_time_s,
+                )
+            ),
+        )
+        for entry, name, launches, t, configs in raw_kernels
+    ]
+    kernels.sort(key=lambda k: (-k.device_time_s, k.entry_point))
+    return AppRecording(
+        directory,
+        tuple(str(x) for x in data.get("command", ())),
+        Path(str(data.get("cwd", directory))),
+        str(data.get("runtime", "unknown")),
+        float(data.get("wall_s", 0.0)),
+        tuple(kernels),
+        tuple(str(w) for w in data.get("warnings", ())),
+    )
+
+
+def _with_share(config: RecordedConfig, total: float) -> RecordedConfig:
+    from dataclasses import replace
+
+    return replace(config, share=config.device_time_s / total if total > 0 else 0.0)
+
+
+def amdahl(parts: Sequence[tuple[float, float]]) -> float:
+    """Application speedup from ``(share, speedup)`` pairs: shares of the total kernel device
+    time that run ``speedup`` times faster; the rest unchanged."""
+    covered = sum(share for share, _ in parts)
+    if covered > 1.0 + 1e-9 or any(share < 0 or speedup <= 0 for share, speedup in parts):
+        raise ValueError("shares must be non-negative and sum to at most 1; speedups positive")
+    return 1.0 / (1.0 - covered + sum(share / speedup for share, speedup in parts))
+
+
+# -- the run -------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class KernelOutcome:
+    entry_point: str
+    name: str
+    share: float  # the tuned configuration's share of kernel device time
+    bundle: str | None
+    campaign_id: int | None
+    speedup: float | None  # re-timed winner over the recorded configuration
+    ci: tuple[float, float] | None
+    status: str  # tuned | no-winner | skipped: <why>
+
+
+@dataclass(frozen=True)
+class AppTuneResult:
+    recording: str
+    db: str
+    created_at: str
+    budget: str
+    kernels: list[KernelOutcome] = field(default_factory=list)
+
+    @property
+    def predicted_speedup(self) -> float:
+        return amdahl(
+            [(k.share, k.speedup) for k in self.kernels if k.speedup is not None and k.speedup > 0]
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "format_version": 1,
+            "recording": self.recording,
+            "db": self.db,
+            "created_at": self.created_at,
+            "budget": self.budget,
+            "share_basis": "fraction of the recorded kernels' total device time",
+            "predicted_app_speedup": self.predicted_speedup,
+            "kernels": [asdict(k) for k in self.kernels],
+        }
+
+
+# tunes one bundle and returns (campaign id, speedup, CI) — the GPU part, replaceable in tests
+Tuner = Callable[[Path, str], tuple[int, float | None, tuple[float, float] | None]]
+
+
+def select(recording: AppRecording, top: int) -> list[tuple[KernelShare, str | None]]:
+    """The ``top`` kernels by device time, each with why it is skipped (None: tune it)."""
+    chosen: list[tuple[KernelShare, str | None]] = []
+    for kernel in recording.kernels[:top]:
+        target = kernel.target
+        if target is None:
+            reasons = sorted({r for c in kernel.configs for r in c.reasons})
+            why = "; ".join(reasons) if reasons else "no replayable configuration recorded"
+            chosen.append((kernel, f"skipped: {why}"))
+        else:
+            chosen.append((kernel, None))
+    return chosen
+
+
+def tune_app(
+    recording: AppRecording, db: Path, budget: str, top: int, tuner: Tuner
+) -> AppTuneResult:
+    result = AppTuneResult(
+        str(recording.path), str(db), datetime.now(UTC).isoformat(timespec="seconds"), budget
+    )
+    for kernel, skipped in select(recording, top):
+        target = kernel.target
+        if skipped is not None or target is None:
+            result.kernels.append(
+                KernelOutcome(
+                    kernel.entry_point, kernel.name, 0.0, None, None, None, None, skipped or ""
+                )
+            )
+            continue
+        assert target.bundle is not None
+        campaign_id, speedup, ci = tuner(target.bundle, kernel.name)
+        result.kernels.append(
+            KernelOutcome(
+                kernel.entry_point,
+                kernel.name,
+                target.share,
+                str(target.bundle.relative_to(recording.path)),
+                campaign_id,
+                speedup,
+                ci,
+                "tuned" if speedup is not None else "no-winner",
+            )
+        )
+        # written after every kernel: an interrupted run still says which campaigns it made
+        write_plan(recording.path, result)
+    return result
+
+
+def write_plan(directory: Path, result: AppTuneResult) -> Path:
+    path = directory / PLAN_FILE
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(result.to_json(), indent=2) + "\n")
+    tmp.replace(path)
+    return path
+
+
+def inner_tuner(db: Path, budget: str, seed: int, batch: int) -> Tuner:
+    """Each bundle tuned by the engine's inner loop (BO over nvcc options, block shape and
+    launch bounds), as ``r3 tune BUNDLE --inner-only --toolchain nvcc`` would."""
+    from r3tui.engine.commands import parse_budget
+    from r3tui.engine.inner import InnerCampaign, InnerSettings, run_inner_campaign
+
+    trials, seconds = parse_budget(budget)
+
+    def tune(bundle: Path, name: str) -> tuple[int, float | None, tuple[float, float] | None]:
+        campaign_name = f"app:{name}:{time.time_ns()}"
+        settings = InnerSettings(toolchain="nvcc", seed=seed, batch=batch)
+        outcome = run_inner_campaign(
+            InnerCampaign(bundle, db, trials, seconds, settings, name=campaign_name)
+        )
+        campaign_id = _campaign_named(db, campaign_name)
+        winner = outcome.winner
+        if winner is None:
+            return campaign_id, None, None
+        return campaign_id, winner.speedup, (winner.best.low, winner.best.high)
+
+    return tune
+
+
+def _campaign_named(db: Path, name: str) -> int:
+    from db import repository as repo
+    from db.session import open_database
+
+    with open_database(db, readonly=True, create=False) as database, database.session_scope() as s:
+        ids = [c.id for c in repo.list_campaign_summaries(s) if c.name == name]
+    if not ids:
+        raise R3Error(f"the campaign {name!r} just run is not in {db}")
+    return max(ids)
+
+
+# -- the command ---------------------------------------------------------------------------
+def render_ranking(recording: AppRecording, top: int) -> list[str]:
+    total = recording.kernel_time_s
+    lines = [
+        f"{len(recording.kernels)} kernels, {total * 1e3:.3f} ms of device time "
+        f"(application wall {recording.wall_s:.3f} s, {recording.runtime} runtime)"
+    ]
+    for rank, (kernel, skipped) in enumerate(select(recording, len(recording.kernels)), 1):
+        mark = "tune" if rank <= top and skipped is None else (skipped or "-")
+        if rank > top and skipped is None:
+            mark = "-"
+        lines.append(
+            f"{rank:>3}. {kernel.share:7.2%} {kernel.device_time_s * 1e3:9.3f} ms "
+            f"{kernel.launches:>7} launches  {kernel.name}  [{mark}]"
+        )
+    return lines
+
+
+def _cmd_tune_app(args: argparse.Namespace) -> int:
+    from r3tui.engine.commands import parse_budget
+
+    recording = load_recording(args.recording)
+    parse_budget(args.budget)  # a bad budget fails before anything runs
+    if args.top < 1:
+        raise R3Error("--top must be at least 1")
+    for line in render_ranking(recording, args.top):
+        print(line)
+    if args.plan:
+        return 0
+    tuner = inner_tuner(Path(args.db), args.budget, args.seed, args.batch)
+    result = tune_app(recording, Path(args.db), args.budget, args.top, tuner)
+    for k in result.kernels:
+        if k.speedup is None:
+            print(f"{k.name}: {k.status}")
+            continue
+        ci = f" [{k.ci[0]:.3f}, {k.ci[1]:.3f}]" if k.ci else ""
+        print(
+            f"{k.name}: campaign {k.campaign_id}, speedup {k.speedup:.3f}x{ci} "
+            f"on {k.share:.2%} of kernel time"
+        )
+    print(f"app_speedup_predicted: {result.predicted_speedup:.4f}")
+    print("(Amdahl over shares of the total kernel device time; host time and copies excluded)")
+    print(f"campaigns written to {recording.path / PLAN_FILE}")
+    return 0
+
+
+def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    tune_app_parser = sub.add_parser(
+        "tune-app", help="tune the kernels that dominate a recorded application's GPU time"
+    )
+    tune_app_parser.add_argument(
+        "recording", type=Path, help="directory written by `r3 record --out DIR -- ./app`"
+    )
+    tune_app_parser.add_argument(
+        "--budget", default="30", help="per kernel: trials (30) or wall time (90s, 10m)"
+    )
+    tune_app_parser.add_argument("--top", type=int, default=3, help="kernels to tune")
+    tune_app_parser.add_argument("--seed", type=int, default=0)
+    tune_app_parser.add_argument("--batch", type=int, default=8, help="configurations at once")
+    tune_app_parser.add_argument(
+        "--plan", action="store_true", help="only print the ranking; touch no GPU"
+    )
+    tune_app_parser.set_defaults(handler=_cmd_tune_app)

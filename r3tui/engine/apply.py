@@ -1,0 +1,511 @@
+"""``r3 apply CAMPAIGN... --into DIR``: write tuned kernels back into an application's tree.
+
+For each campaign its best variant is exported the way ``r3 export`` does
+(:func:`r3tui.report.export_variant`, into ``DIR/r3-exports/campaign-N``), then applied to a
+copy of the source tree:
+
+- source: the kernel's definition from the variant's translation unit replaces the original
+  definition in the tree's file (the file whose text is the campaign's original source);
+- ``__launch_bounds__``: injected on the kernel's definition;
+- launch configuration: a tuned block shape becomes ``-DMACRO=VALUE`` when the host code
+  launches the kernel with a block size that is a ``#ifndef``-guarded macro; otherwise it is
+  reported as not applied;
+- compiler options and source tunables: written to ``r3-flags.txt``, which the build must read
+  (the example Makefile does).  Options apply to the whole translation unit, so when two
+  campaigns of one unit disagree, the one first on the command line wins and the other is
+  reported.
+
+A campaign counts towards the predicted application speedup only when everything its best
+configuration changed was applied.  ``r3-apply.patch`` is a unified diff against the original
+tree; ``r3-apply.json`` says what was and was not applied.  Unless ``--no-run``, both trees are
+built and the application is run in interleaved order (see :mod:`r3tui.engine.app_run`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import json
+import re
+import shlex
+import shutil
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from r3tui.errors import R3Error
+
+if TYPE_CHECKING:
+    from sqlalchemy.orm import Session
+
+FLAGS_FILE = "r3-flags.txt"
+PATCH_FILE = "r3-apply.patch"
+SUMMARY_FILE = "r3-apply.json"
+EXPORTS_DIR = "r3-exports"
+_BUILD_OUTPUTS = (".git", "*.o", "*.so", "*.a", "__pycache__", EXPORTS_DIR)
+_SOURCE_SUFFIXES = (".cu", ".cuh", ".cpp", ".cc", ".cxx", ".h", ".hpp")
+
+
+@dataclass
+class CampaignApply:
+    campaign_id: int
+    kernel: str
+    file: str | None = None
+    applied: list[str] = field(default_factory=list)
+    not_applied: list[str] = field(default_factory=list)
+    speedup: float | None = None
+    share: float | None = None
+
+    @property
+    def complete(self) -> bool:
+        return self.file is not None and not self.not_applied
+
+
+@dataclass
+class ApplyResult:
+    source_tree: str
+    into: str
+    campaigns: list[CampaignApply]
+    flags: list[str]
+    patch: str
+    predicted_speedup: float | None
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data.pop("patch")
+        data["patch_file"] = PATCH_FILE
+        return data
+
+
+@dataclass(frozen=True)
+class _Best:
+    """A campaign's best variant as ``r3 export`` wrote it."""
+
+    campaign_id: int
+    kernel: str  # as the recording names it (a C++ name expression)
+    original: str  # the recorded translation unit
+    source: str  # the variant's translation unit
+    options: tuple[str, ...]
+    block: tuple[int, int, int] | None
+    launch_bounds: tuple[int, int] | None
+    tunables: dict[str, Any]
+    toolchain: str | None
+    speedup: float | None
+    bundle_path: Path
+
+
+def _speedup(s: Session, campaign_id: int, report_speedup: float | None) -> float | None:
+    """The re-timed winner's speedup (inner_done / final events), else the report's."""
+    from db import repository as repo
+
+    found = None
+    for e in repo.events(s, campaign_id, limit=1_000_000):
+        if e.kind in ("inner_done", "final") and e.data and e.data.get("speedup"):
+            found = float(e.data["speedup"])
+    return found if found is not None else report_speedup
+
+
+def load_best(s: Session, campaign_id: int, exports: Path) -> _Best:
+    from db import repository as repo
+    from r3tui.domain import VariantOrigin
+    from r3tui.report import build_report, export_variant
+
+    report = build_report(s, campaign_id)
+    if report.best_variant is None:
+        raise R3Error(f"campaign {campaign_id} has no measured variant to apply")
+    out = exports / f"campaign-{campaign_id}"
+    files = export_variant(s, campaign_id, None, out)
+    source_file = next(p for p in files if p.suffix == ".cu")
+    launch = json.loads((out / "launch.json").read_text())
+    options = tuple((out / "options.txt").read_text().split())
+    seeds = [v for v in repo.campaign_variants(s, campaign_id) if v.origin is VariantOrigin.SEED]
+    campaign = repo.get_campaign(s, campaign_id)
+    assert campaign is not None
+    recording = repo.get_recording(s, campaign.recording_id)
+    assert recording is not None
+    block = launch.get("block")
+    bounds = launch.get("launch_bounds")
+    return _Best(
+        campaign_id,
+        report.kernel,
+        seeds[0].source if seeds else report.best_variant.source,
+        source_file.read_text(),
+        options,
+        (int(block[0]), int(block[1]), int(block[2])) if block else None,
+        (int(bounds[0]), int(bounds[1])) if bounds else None,
+        dict(launch.get("tunables") or {}),
+        launch.get("toolchain"),
+        _speedup(s, campaign_id, report.speedup),
+        Path(recording.bundle_path),
+    )
+
+
+# -- editing the tree ----------------------------------------------------------------------
+def find_unit(tree: Path, original: str, hint: str | None) -> Path | None:
+    """The file of ``tree`` whose text is the campaign's recorded translation unit; else the
+    one named like the bundle's source (``hint``)."""
+    candidates = sorted(p for p in tree.rglob("*") if p.suffix in _SOURCE_SUFFIXES and p.is_file())
+    for path in candidates:
+        if path.read_text(errors="replace") == original:
+            return path
+    if hint:
+        named = [p for p in candidates if p.name == Path(hint).name]
+        if len(named) == 1:
+            return named[0]
+    return None
+
+
+def _kernel_parts(kernel: str) -> tuple[tuple[str, ...], str]:
+    """``cg::dot<256>`` -> (("cg",), "dot"); a mangled name is read with the record layer."""
+    from r3tui.record.sources import qualified_name
+
+    if kernel.startswith("_Z"):
+        q = qualified_name(kernel)
+        if q is not None:
+            return q.scopes, q.name
+    base = re.sub(r"<.*", "", kernel).strip()
+    parts = [p for p in base.split("::") if p]
+    return tuple(parts[:-1]), parts[-1] if parts else kernel
+
+
+def splice_definition(tree_text: str, variant_text: str, kernel: str) -> str | None:
+    """``tree_text`` with the kernel's definition taken from ``variant_text``; None when
+    either has no unique definition of it."""
+    from r3tui.record.sources import definitions
+
+    scopes, name = _kernel_parts(kernel)
+
+    def one(text: str) -> tuple[int, int] | None:
+        defs = [d for d in definitions(text, name) if not scopes or d.scopes == scopes]
+        return (defs[0].start, defs[0].end) if len(defs) == 1 else None
+
+    here, there = one(tree_text), one(variant_text)
+    if here is None or there is None:
+        return None
+    return tree_text[: here[0]] + variant_text[there[0] : there[1]] + tree_text[here[1] :]
+
+
+def block_macro(text: str, kernel: str) -> tuple[str, str] | None:
+    """The ``#ifndef``-guarded macro that gives the kernel's block size at its launches, and
+    its default; None when the launches use anything else or disagree."""
+    from r3tui.record.sources import mask
+
+    _, name = _kernel_parts(kernel)
+    masked = mask(text)
+    used = {
+        m.group(1).strip()
+        for m in re.finditer(
+            rf"\b{re.escape(name)}\s*(?:<[^;{{}}()]*?>)?\s*<<<[^,;]*,\s*([^,>;]+?)\s*(?:,[^;]*)?>>>",
+            masked,
+        )
+    }
+    if len(used) != 1:
+        return None
+    macro = used.pop()
+    guarded = re.search(
+        rf"#\s*ifndef\s+{re.escape(macro)}\s*\n\s*#\s*define\s+{re.escape(macro)}\s+(\S+)", masked
+    )
+    return (macro, guarded.group(1)) if guarded else None
+
+
+def apply_campaign(
+    best: _Best,
+    tree: Path,
+    flags: dict[str, str],
+    option_owner: dict[str, int],
+    share: float | None,
+) -> CampaignApply:
+    """Apply one campaign's best variant to ``tree`` in place; ``flags`` (flag -> owner text)
+    and ``option_owner`` collect what goes into the flags file."""
+    from r3tui.errors import KernelNotFound
+    from r3tui.record.bundle import Bundle
+    from r3tui.search import inject_launch_bounds
+
+    outcome = CampaignApply(best.campaign_id, best.kernel, speedup=best.speedup, share=share)
+    hint = None
+    try:
+        sources = Bundle.open(best.bundle_path).manifest.kernel.sources
+        hint = sources[0].name if sources else None
+    except Exception:  # the bundle may live on another node: the tree text still identifies it
+        hint = None
+    unit = find_unit(tree, best.original, hint)
+    if unit is None:
+        outcome.not_applied.append("source: no file in the tree holds the recorded source")
+        return outcome
+    outcome.file = str(unit.relative_to(tree))
+    text = unit.read_text()
+    if best.source != best.original:
+        spliced = splice_definition(text, best.source, best.kernel)
+        if spliced is None:
+            outcome.not_applied.append("source: kernel definition not found uniquely")
+        else:
+            text = spliced
+            outcome.applied.append("source: kernel definition replaced")
+    if best.launch_bounds is not None:
+        threads, blocks = best.launch_bounds
+        try:
+            text = inject_launch_bounds(text, best.kernel, threads, blocks or None)
+            outcome.applied.append(f"__launch_bounds__({threads}, {blocks})")
+        except KernelNotFound as exc:
+            outcome.not_applied.append(f"__launch_bounds__: {exc}")
+    unit.write_text(text)
+    if best.block is not None:
+        found = block_macro(text, best.kernel)
+        x, y, z = best.block
+        if found is None or y != 1 or z != 1:
+            outcome.not_applied.append(
+                f"block {x}x{y}x{z}: the host code does not take this kernel's block size from "
+                "a #ifndef macro" + ("" if found is None else " (and it is not 1-D)")
+            )
+        else:
+            _add_flag(flags, option_owner, f"-D{found[0]}=", str(x), best, outcome, "block")
+    for key, value in sorted(best.tunables.items()):
+        _add_flag(flags, option_owner, f"-D{key}=", str(value), best, outcome, "tunable")
+    if best.options:
+        if best.toolchain not in (None, "nvcc"):
+            outcome.not_applied.append(
+                f"options {' '.join(best.options)}: found with {best.toolchain}, not nvcc"
+            )
+        else:
+            for option in best.options:
+                name, sep, value = option.partition("=")
+                _add_flag(flags, option_owner, name + sep, value, best, outcome, "option")
+    return outcome
+
+
+def _add_flag(
+    flags: dict[str, str],
+    owner: dict[str, int],
+    key: str,
+    value: str,
+    best: _Best,
+    outcome: CampaignApply,
+    what: str,
+) -> None:
+    """One flag of the shared flags file; a clash with an earlier campaign's value is
+    reported, not applied (the unit has one command line)."""
+    flag = key + value
+    if key in flags and flags[key] != value:
+        outcome.not_applied.append(
+            f"{what} {flag}: campaign {owner[key]} already set {key}{flags[key]}"
+        )
+        return
+    flags[key] = value
+    owner.setdefault(key, best.campaign_id)
+    outcome.applied.append(f"{what} {flag} (in {FLAGS_FILE})")
+
+
+def unified_patch(original: Path, patched: Path) -> str:
+    """A ``diff -ru``-style patch of text files that differ or were added."""
+    chunks: list[str] = []
+    for path in sorted(p for p in patched.rglob("*") if p.is_file()):
+        rel = path.relative_to(patched)
+        if rel.parts[0] in (EXPORTS_DIR, PATCH_FILE, SUMMARY_FILE) or ".git" in rel.parts:
+            continue
+        old_path = original / rel
+        try:
+            new = path.read_text()
+            old = old_path.read_text() if old_path.is_file() else ""
+        except UnicodeDecodeError:
+            continue  # binaries: build outputs, not sources
+        if old == new:
+            continue
+        chunks.append(
+            "".join(
+                difflib.unified_diff(
+                    old.splitlines(keepends=True),
+                    new.splitlines(keepends=True),
+                    fromfile=f"a/{rel}" if old_path.is_file() else "/dev/null",
+                    tofile=f"b/{rel}",
+                )
+            )
+        )
+    return "".join(chunks)
+
+
+def apply_campaigns(
+    s: Session,
+    campaign_ids: list[int],
+    source_tree: Path,
+    into: Path,
+    shares: dict[int, float] | None = None,
+) -> ApplyResult:
+    """Copy ``source_tree`` to ``into`` and apply every campaign there."""
+    from r3tui.engine.application import amdahl
+
+    if not source_tree.is_dir():
+        raise R3Error(f"source tree {source_tree} is not a directory")
+    if into.exists() and any(into.iterdir()):
+        raise R3Error(f"{into} exists and is not empty", hint="give a new directory to --into")
+    if into.resolve() == source_tree.resolve() or source_tree.resolve() in into.resolve().parents:
+        raise R3Error("--into must be outside the source tree")
+    shutil.copytree(
+        source_tree,
+        into,
+        ignore=shutil.ignore_patterns(*_BUILD_OUTPUTS),
+        dirs_exist_ok=True,
+        symlinks=True,
+    )
+    exports = into / EXPORTS_DIR
+    flags: dict[str, str] = {}
+    owners: dict[str, int] = {}
+    outcomes = []
+    for campaign_id in campaign_ids:
+        best = load_best(s, campaign_id, exports)
+        share = (shares or {}).get(campaign_id)
+        outcomes.append(apply_campaign(best, into, flags, owners, share))
+    flag_list = [k + v for k, v in flags.items()]
+    if flag_list:
+        (into / FLAGS_FILE).write_text(" ".join(flag_list) + "\n")
+        if not _build_reads_flags(into):
+            for o in outcomes:
+                flagged = [a for a in o.applied if FLAGS_FILE in a]
+                o.applied = [a for a in o.applied if FLAGS_FILE not in a]
+                o.not_applied += [f"{a}: the build does not read {FLAGS_FILE}" for a in flagged]
+    patch = unified_patch(source_tree, into)
+    (into / PATCH_FILE).write_text(patch)
+    parts = [
+        (o.share, o.speedup)
+        for o in outcomes
+        if o.complete and o.share is not None and o.speedup is not None and o.speedup > 0
+    ]
+    predicted = amdahl(parts) if shares is not None else None
+    result = ApplyResult(str(source_tree), str(into), outcomes, flag_list, patch, predicted)
+    (into / SUMMARY_FILE).write_text(json.dumps(result.to_json(), indent=2) + "\n")
+    return result
+
+
+def _build_reads_flags(tree: Path) -> bool:
+    for name in ("Makefile", "makefile", "GNUmakefile", "CMakeLists.txt"):
+        build = tree / name
+        if build.is_file() and FLAGS_FILE in build.read_text(errors="replace"):
+            return True
+    return False
+
+
+# -- shares and the default tree, from the recording the campaigns came from ----------------
+def recording_context(
+    s: Session, campaign_ids: list[int]
+) -> tuple[dict[int, float] | None, Path | None, tuple[str, ...]]:
+    """Each campaign's share of kernel device time, the application's directory and command,
+    from the ``recording.json`` beside the campaigns' bundles (None where there is none)."""
+    from db import repository as repo
+    from r3tui.engine.application import load_recording
+
+    shares: dict[int, float] = {}
+    cwd: Path | None = None
+    command: tuple[str, ...] = ()
+    for campaign_id in campaign_ids:
+        campaign = repo.get_campaign(s, campaign_id)
+        if campaign is None:
+            raise R3Error(f"no campaign {campaign_id} in this database", hint="`r3 runs`")
+        recording = repo.get_recording(s, campaign.recording_id)
+        assert recording is not None
+        bundle = Path(recording.bundle_path).resolve()
+        directory = bundle.parent.parent
+        if not (directory / "recording.json").is_file():
+            return None, cwd, command
+        app = load_recording(directory)
+        cwd, command = app.cwd, app.command
+        for kernel in app.kernels:
+            for config in kernel.configs:
+                if config.bundle is not None and config.bundle.resolve() == bundle:
+                    shares[campaign_id] = config.share
+    return shares, cwd, command
+
+
+# -- the command ---------------------------------------------------------------------------
+def _cmd_apply(args: argparse.Namespace) -> int:
+    from db.session import open_database
+
+    if not args.campaigns:
+        raise R3Error("give at least one campaign id")
+    with (
+        open_database(args.db, readonly=True, create=False) as database,
+        database.session_scope() as s,
+    ):
+        shares, cwd, command = recording_context(s, args.campaigns)
+        source_tree = args.source_tree or cwd
+        if source_tree is None:
+            raise R3Error(
+                "no source tree: the campaigns' recording does not name one",
+                hint="give --source-tree SRC",
+            )
+        result = apply_campaigns(s, args.campaigns, Path(source_tree), args.into, shares)
+    for o in result.campaigns:
+        print(f"campaign {o.campaign_id} ({o.kernel}) -> {o.file or '?'}")
+        for line in o.applied:
+            print(f"  applied: {line}")
+        for line in o.not_applied:
+            print(f"  not applied: {line}")
+    print(f"patch: {args.into / PATCH_FILE} ({len(result.patch.splitlines())} lines)")
+    if result.predicted_speedup is not None:
+        print(f"app_speedup_predicted: {result.predicted_speedup:.4f}")
+    if args.no_run:
+        return 0
+    app_command = tuple(shlex.split(args.run)) if args.run else command
+    if not app_command:
+        raise R3Error("no application command recorded", hint='give --run "./app ARGS"')
+    return _rebuild_and_compare(args, Path(source_tree), app_command, result.predicted_speedup)
+
+
+def _rebuild_and_compare(
+    args: argparse.Namespace, source_tree: Path, command: tuple[str, ...], predicted: float | None
+) -> int:
+    from r3tui.engine.app_run import build, compare
+
+    original = args.into.with_name(args.into.name + ".original")
+    if original.exists():
+        shutil.rmtree(original)
+    shutil.copytree(source_tree, original, ignore=shutil.ignore_patterns(*_BUILD_OUTPUTS))
+    for tree in (original, args.into):
+        build(tree, args.build)
+    result = compare(original, args.into, command, args.runs, args.time_key)
+    failed = [r.exit_code for r in result.original + result.patched if r.exit_code != 0]
+    if failed:
+        raise R3Error(f"the application exited with {failed[0]} (see {args.into})")
+    a, b = result.times(result.original), result.times(result.patched)
+    import statistics
+
+    print(
+        f"{args.time_key} median: original {statistics.median(a):.6f} s, "
+        f"patched {statistics.median(b):.6f} s ({args.runs} interleaved runs each)"
+    )
+    print(f"app_speedup_measured: {result.speedup:.4f}")
+    print(f"wall_speedup_measured: {result.wall_speedup:.4f}")
+    if predicted is not None:
+        print(f"app_speedup_predicted: {predicted:.4f}")
+    summary = json.loads((args.into / SUMMARY_FILE).read_text())
+    summary["measured"] = {
+        "key": args.time_key,
+        "runs": args.runs,
+        "original": a,
+        "patched": b,
+        "original_wall_s": [r.wall_s for r in result.original],
+        "patched_wall_s": [r.wall_s for r in result.patched],
+        "speedup": result.speedup,
+        "wall_speedup": result.wall_speedup,
+    }
+    (args.into / SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n")
+    return 0
+
+
+def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = sub.add_parser(
+        "apply", help="write campaigns' best variants into a copy of the application's tree"
+    )
+    parser.add_argument("campaigns", type=int, nargs="*", metavar="CAMPAIGN")
+    parser.add_argument("--into", type=Path, required=True, help="new directory for the copy")
+    parser.add_argument(
+        "--source-tree", type=Path, help="the application's tree (default: its recorded cwd)"
+    )
+    parser.add_argument("--no-run", action="store_true", help="write the patch only")
+    parser.add_argument("--build", default="make", help="build command run in both trees")
+    parser.add_argument("--run", help="application command (default: the recorded one)")
+    parser.add_argument("--runs", type=int, default=5, help="runs of each tree, interleaved")
+    parser.add_argument(
+        "--time-key",
+        default="solve_time_s",
+        help="the `key: seconds` line the application prints (else its wall time)",
+    )
+    parser.set_defaults(handler=_cmd_apply)
