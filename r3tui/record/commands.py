@@ -1,4 +1,5 @@
-"""``r3 record kernel``, ``r3 record pycuda``, ``r3 record verify`` and ``r3 recordings``."""
+"""``r3 record kernel``, ``r3 record pycuda``, ``r3 record verify``, ``r3 record -- ./app``
+and ``r3 recordings``."""
 
 from __future__ import annotations
 
@@ -54,6 +55,10 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     verify.add_argument("--device", type=int, default=0)
     verify.add_argument("--no-gpu", action="store_true", help="checksums only")
     verify.set_defaults(handler=cmd_record_verify)
+
+    from r3tui.record.app_commands import add_app_command
+
+    add_app_command(record, sub)
 
     recordings = subparsers.add_parser("recordings", help="table of the recordings in the DB")
     recordings.set_defaults(handler=cmd_recordings)

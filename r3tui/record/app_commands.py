@@ -1,0 +1,105 @@
+"""``r3 record [OPTIONS] -- ./app ARGS...`` (also spelled ``r3 record app ...``)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from r3tui.errors import R3Error
+
+_ACTIONS = ("kernel", "pycuda", "verify", "app")
+
+
+def add_app_command(record: argparse.ArgumentParser, sub: Any) -> None:
+    """Add ``app`` under ``r3 record`` and route ``r3 record [opts] -- CMD`` to it."""
+    app = sub.add_parser("app", help="run an unmodified CUDA application and record its "
+                         "kernels: r3 record [OPTIONS] -- ./app ARGS...")
+    app.add_argument("--out", type=Path, default=None,
+                     help="recording directory (default: recordings/<app name>)")
+    app.add_argument("--source", action="append", type=Path, default=[], dest="sources",
+                     metavar="FILE", help="a source file or directory of the application "
+                     "(repeatable), for kernel source association")
+    app.add_argument("--compile-db", type=Path, default=None, metavar="JSON",
+                     help="compile_commands.json of the application's build")
+    app.add_argument("--reachable", action="store_true",
+                     help="snapshot only the allocations the arguments reach (default: all live)")
+    app.add_argument("--kernel", action="append", default=[], dest="kernels", metavar="NAME",
+                     help="snapshot only this kernel (repeatable; all are still profiled)")
+    app.add_argument("--force", action="store_true", help="replace an existing recording")
+    app.add_argument("--keep-raw", action="store_true",
+                     help="keep the interposer's raw dump (DIR/raw) for debugging")
+    app.add_argument("app_command", nargs="*", metavar="-- CMD", help="the application and "
+                     "its arguments, after --")
+    app.set_defaults(handler=cmd_record_app)
+
+    base = type(record)
+
+    class RecordParser(base):  # type: ignore[valid-type, misc]
+        """Inserts the ``app`` action when the line reads ``r3 record [opts] -- CMD``."""
+
+        def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
+            items = list(args) if args is not None else []
+            if items and items[0] not in _ACTIONS and items[0] not in ("-h", "--help") \
+                    and "--" in items:
+                items = ["app", *items]
+            return super().parse_known_args(items, namespace)
+
+    record.__class__ = RecordParser
+
+
+def cmd_record_app(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from r3tui.record.app_recorder import AppRecordRequest, record_app, resolve_executable
+    from r3tui.record.commands import register
+
+    command = tuple(args.app_command)
+    exe = resolve_executable(command)
+    for path in args.sources:
+        if not path.exists():
+            raise R3Error(f"no source file or directory {path}")
+    if args.compile_db is not None and not args.compile_db.is_file():
+        raise R3Error(f"no compile database {args.compile_db}")
+    out = args.out or Path("recordings") / exe.name
+    req = AppRecordRequest(command=command, out=out, sources=tuple(args.sources),
+                           compile_db=args.compile_db, reachable=args.reachable,
+                           kernels=tuple(args.kernels), overwrite=args.force,
+                           keep_raw=args.keep_raw)
+    console = Console(stderr=True)
+    console.print(f"[bold]recording[/] {' '.join(command)} -> {out}")
+    # No spinner while the application runs: its own output goes to the terminal.
+    recording = record_app(req, progress=lambda msg: console.print(f"[dim]{msg}[/]"))
+    from r3tui.record.bundle import Bundle
+
+    registered = 0
+    for kernel in recording.data["kernels"]:
+        for config in kernel["configs"]:
+            if config["bundle"]:
+                register(args.db, Bundle.open(recording.out / config["bundle"]))
+                registered += 1
+    print_profile(recording.data)
+    for warning in recording.data["warnings"]:
+        console.print(f"[yellow]warning:[/] {warning}")
+    print(f"{recording.out / 'recording.json'}: {registered} replayable bundles "
+          f"(registered in {args.db})")
+    return 0
+
+
+def print_profile(data: dict[str, Any]) -> None:
+    """The recording as a profile: kernels by device time, with their share and replayability."""
+    from rich.console import Console
+    from rich.table import Table
+
+    total = sum(k["device_time_s"] for k in data["kernels"]) or 1.0
+    table = Table("kernel", "launches", "device time", "share", "configs", "replayable",
+                  title=f"{' '.join(data['command'])}: runtime {data['runtime']}, "
+                  f"wall {data['wall_s']:.2f} s, exit {data['exit_code']}")
+    for k in data["kernels"]:
+        ok = sum(c["replayable"] for c in k["configs"])
+        n = len(k["configs"])
+        reasons = sorted({r for c in k["configs"] for r in c["reasons"]})
+        verdict = f"{ok}/{n}" + (f" [red]({reasons[0]})[/]" if reasons else "")
+        table.add_row(k["name"], str(k["launches"]), f"{k['device_time_s'] * 1e3:.3f} ms",
+                      f"{k['device_time_s'] / total:.1%}", str(n), verdict)
+    Console().print(table)

@@ -1,0 +1,330 @@
+"""From the interposer's raw dump to recording bundles and ``recording.json``.
+
+The interposer (``interpose/r3rec.c``) writes, per process that used CUDA, ``p<pid>/index.jsonl``
+(one event a line: allocations, frees, module images, device globals, the first launch of each
+configuration with its argument bytes and snapshot files, and at exit the per-configuration
+launch counts and device times) and ``p<pid>/data/`` (raw prologue/epilogue bytes and module
+images).  This module reads that dump -- tolerating a last line cut short by a crash -- and
+writes one standard bundle per replayable configuration with the existing
+:class:`~r3tui.record.bundle.BundleWriter`, so the rest of R³ replays them like any other.
+
+A configuration is *not replayable*, with the reason, when its arguments or the buffers it can
+reach hold a pointer into memory the arena does not hold (managed memory, a stream-ordered
+pool, or an allocation the arena could not serve), when its launch failed, or when no module
+image of it was captured.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from r3tui import __version__
+from r3tui.domain import Dim3
+from r3tui.record.arena import ARENA_BASE
+from r3tui.record.bundle import BundleWriter
+from r3tui.record.layout import layout_from_buffer, params_from_bytes
+from r3tui.record.manifest import (
+    AllocationInfo,
+    ArenaInfo,
+    BinaryImage,
+    GlobalInfo,
+    KernelInfo,
+    LaunchInfo,
+    Manifest,
+    SourceFile,
+)
+
+FORMAT_VERSION = 1
+RECORDING_NAME = "recording.json"
+BUNDLE_DIR = "bundles"
+UNSUPPORTED_KINDS = ("managed", "stream_ordered")
+_DEFAULT_GRANULARITY = 2 << 20
+
+
+@dataclass
+class OutsideAllocation:
+    """Device memory the arena does not hold: managed, stream-ordered, or passed through."""
+
+    kind: str
+    address: int
+    size: int
+    api: str
+    live: bool = True
+
+    def contains(self, value: int) -> bool:
+        return self.address <= value < self.address + max(self.size, 1)
+
+
+@dataclass
+class RawConfig:
+    """One (function, grid, block, shared memory) the process launched."""
+
+    id: int
+    name: str
+    grid: Dim3
+    block: Dim3
+    shared: int
+    recorded: bool
+    event: dict[str, Any] = field(default_factory=dict)
+    outside: list[OutsideAllocation] = field(default_factory=list)  # live at its first launch
+    count: int = 1
+    time_s: float = 0.0
+
+
+@dataclass
+class RawProcess:
+    path: Path
+    pid: int
+    configs: list[RawConfig] = field(default_factory=list)
+    outside: list[OutsideAllocation] = field(default_factory=list)
+    images: dict[int, str] = field(default_factory=dict)
+    arena: dict[str, Any] | None = None
+    end: dict[str, Any] | None = None
+    profiled: bool = False
+    warnings: list[str] = field(default_factory=list)
+
+    def data(self, name: str) -> bytes:
+        return (self.path / "data" / name).read_bytes()
+
+
+def read_process(path: Path) -> RawProcess:
+    """Parse one ``p<pid>/index.jsonl``."""
+    proc = RawProcess(path, int(path.name[1:]) if path.name[1:].isdigit() else 0)
+    live: dict[int, OutsideAllocation] = {}
+    lines = (path / "index.jsonl").read_text(errors="replace").splitlines()
+    configs: dict[int, RawConfig] = {}
+    for number, line in enumerate(lines, 1):
+        try:
+            ev = json.loads(line)
+        except json.JSONDecodeError:
+            proc.warnings.append(f"{path.name}/index.jsonl line {number} is cut short "
+                                 "(the application crashed while recording?)")
+            continue
+        kind = ev.get("ev")
+        if kind == "alloc" and ev["kind"] != "arena":
+            a = OutsideAllocation(ev["kind"], int(ev["addr"]), int(ev["size"]), ev.get("api", ""))
+            live[a.address] = a
+            proc.outside.append(a)
+        elif kind == "free" and ev.get("id", -1) < 0:
+            gone = live.pop(int(ev["addr"]), None)
+            if gone is not None:
+                gone.live = False
+        elif kind == "image":
+            proc.images[int(ev["id"])] = str(ev["file"])
+        elif kind == "arena":
+            proc.arena = ev
+            if not ev.get("ok"):
+                proc.warnings.append(f"the arena could not be reserved: {ev.get('error')}; "
+                                     "allocations went to the driver and cannot be replayed")
+        elif kind == "config":
+            cfg = RawConfig(int(ev["id"]), str(ev["name"]), Dim3.of(ev["grid"]),
+                            Dim3.of(ev["block"]), int(ev["shm"]), bool(ev["recorded"]), ev,
+                            [a for a in live.values()], time_s=float(ev.get("time_s", 0.0)))
+            configs[cfg.id] = cfg
+            proc.configs.append(cfg)
+        elif kind == "profile":
+            proc.profiled = True
+            for cid, count, time_s, _timed in ev["configs"]:
+                if cid in configs:
+                    configs[cid].count, configs[cid].time_s = int(count), float(time_s)
+        elif kind == "end":
+            proc.end = ev
+    if proc.configs and not proc.profiled:
+        proc.warnings.append(f"process {proc.pid} did not exit normally: launch counts and "
+                             "device times are those of the first launches only")
+    elif proc.end is not None and not proc.end.get("harvested"):
+        proc.warnings.append(f"process {proc.pid} exited without the interposer's exit "
+                             "handler: device times of later launches may be missing")
+    return proc
+
+
+def read_dump(raw: Path) -> list[RawProcess]:
+    return [read_process(p) for p in sorted(raw.glob("p*"))
+            if p.is_dir() and (p / "index.jsonl").is_file()]
+
+
+# -- replayability ---------------------------------------------------------------------------
+
+def _words(data: bytes) -> np.ndarray:
+    n = len(data) // 8 * 8
+    return np.frombuffer(data[:n], dtype="<u8")
+
+
+def _hits(words: np.ndarray, region: OutsideAllocation) -> bool:
+    lo, hi = region.address, region.address + max(region.size, 1)
+    return bool(np.any((words >= lo) & (words < hi)))
+
+
+def unreplayable_reasons(proc: RawProcess, cfg: RawConfig) -> list[str]:
+    """Why this configuration's bundle would replay wrongly (empty: it replays)."""
+    ev = cfg.event
+    if not cfg.recorded:
+        return ["not recorded (excluded by --kernel)"]
+    reasons: list[str] = []
+    if ev.get("rc", 0) != 0:
+        reasons.append(f"the launch failed in the application (CUresult {ev['rc']})")
+    if ev.get("image", -1) not in proc.images:
+        reasons.append("no module image of this kernel was captured")
+    args = bytes.fromhex(ev.get("args", ""))
+    if ev.get("layout") is None and not args:
+        reasons.append("its parameter layout is unknown (cuFuncGetParamInfo unavailable)")
+    regions = cfg.outside
+    if regions:
+        arg_words = _words(args)
+        for region in regions:
+            what = f"{region.kind.replace('_', '-')} memory ({region.size} bytes at " \
+                   f"{region.address:#x}, {region.api})"
+            if _hits(arg_words, region):
+                reasons.append(f"an argument points into {what}, which the arena does not hold")
+                continue
+            for alloc_id, _addr, _size, pro, _epi in ev.get("allocs", []):
+                if _hits(_words(proc.data(pro)), region):
+                    reasons.append(f"allocation alloc{alloc_id} holds a pointer into {what}, "
+                                   "which the arena does not hold")
+                    break
+    return reasons
+
+
+# -- bundles ---------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class SourceChoice:
+    """What the bundle's ``kernel`` section says about source (from source association)."""
+
+    path: str
+    file_name: str
+    text: str
+    kernel: str
+    options: tuple[str, ...]
+    defines: tuple[tuple[str, str], ...]
+
+
+def _image_kind(image: bytes) -> str:
+    if image[:4] == b"\x7fELF":
+        return "cubin"
+    if image[:4] in (b"\x50\xed\x55\xba", b"\xb1\x43\x62\x46"):
+        return "fatbin"
+    return "ptx"
+
+
+def write_bundle(proc: RawProcess, cfg: RawConfig, dest: Path, *, entry_point: str,
+                 name: str, source: SourceChoice | None, provenance: dict[str, Any]) -> str:
+    """Write the configuration's bundle at ``dest``; returns the bundle's sha256."""
+    ev = cfg.event
+    arena = proc.arena or {}
+    granularity = int(arena.get("granularity", _DEFAULT_GRANULARITY))
+    with BundleWriter(dest, overwrite=True) as w:
+        allocations = [
+            AllocationInfo(name=f"alloc{aid}", address=int(addr), size=int(size),
+                           prologue=w.add_blob(proc.data(pro)), epilogue=w.add_blob(proc.data(epi)))
+            for aid, addr, size, pro, epi in ev.get("allocs", [])
+        ]
+        globals_ = [GlobalInfo(str(gname), int(size), w.add_blob(proc.data(pro)),
+                               w.add_blob(proc.data(epi)))
+                    for gname, _addr, size, pro, epi in ev.get("globals", [])]
+        spans = sorted((a.address, a.address + a.size, a.name) for a in allocations)
+
+        def locate(address: int) -> tuple[str, int] | None:
+            for start, end, label in spans:
+                if start <= address < max(end, start + 1):
+                    return label, address - start
+            return None
+
+        args = bytes.fromhex(ev.get("args", ""))
+        layout = [tuple(x) for x in ev["layout"]] if ev.get("layout") is not None \
+            else layout_from_buffer(args)
+        params = params_from_bytes(args, layout, locate)  # type: ignore[arg-type]
+        image_file = proc.images.get(int(ev.get("image", -1)))
+        binary = None
+        if image_file is not None:
+            image = proc.data(image_file)
+            binary = BinaryImage(w.add_blob(image), _image_kind(image), arena.get("arch"))
+        sources: tuple[SourceFile, ...] = ()
+        if source is not None:
+            sources = (SourceFile(source.file_name, w.add_blob(source.text.encode())),)
+        extent = max((a.address + a.size for a in allocations), default=ARENA_BASE) - ARENA_BASE
+        manifest = Manifest(
+            kernel=KernelInfo(
+                name=source.kernel if source else name, entry_point=entry_point,
+                sources=sources, toolchain="nvcc" if source else None,
+                options=source.options if source else (),
+                defines=source.defines if source else (), binary=binary),
+            launch=LaunchInfo(grid=cfg.grid, block=cfg.block, shared_mem_bytes=cfg.shared,
+                              count=max(cfg.count, 1), total_time_s=cfg.time_s),
+            params=params,
+            allocations=tuple(allocations),
+            globals=tuple(globals_),
+            arena=ArenaInfo(ARENA_BASE, max(granularity, -(-extent // granularity) * granularity)),
+            recorded_at=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+            blobs=dict(w.blobs),
+            provenance={"recorder": "app interposer", "r3_version": __version__,
+                        "pid": proc.pid, "device": arena.get("device"), **provenance},
+        )
+        return w.commit(manifest).sha256
+
+
+def short_name(demangled: str) -> str:
+    """A file-system-safe short form of a kernel name for its bundle directory."""
+    base = demangled.split("(")[0].split("<")[0].split("::")[-1] or "kernel"
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", base)[:40]
+
+
+# -- recording.json --------------------------------------------------------------------------
+
+def build_recording(
+    procs: Sequence[RawProcess], out: Path, *, command: Sequence[str], cwd: str, runtime: str,
+    wall_s: float, exit_code: int, reachable: bool, recorded_at: str,
+    demangle: Callable[[str], str], source_of: Callable[[str], SourceChoice | None],
+    progress: Callable[[str], None] = lambda _msg: None,
+) -> dict[str, Any]:
+    """Write the bundles under ``out/bundles`` and return the recording.json object."""
+    kernels: dict[str, dict[str, Any]] = {}
+    warnings: list[str] = []
+    unsupported: list[dict[str, Any]] = []
+    index = 0
+    for proc in procs:
+        warnings += proc.warnings
+        unsupported += [{"kind": a.kind, "size": a.size, "address": a.address}
+                        for a in proc.outside if a.kind in UNSUPPORTED_KINDS]
+        for cfg in proc.configs:
+            entry = kernels.get(cfg.name)
+            if entry is None:
+                pretty = demangle(cfg.name)
+                choice = source_of(cfg.name)
+                entry = kernels[cfg.name] = {
+                    "entry_point": cfg.name, "name": pretty, "launches": 0,
+                    "device_time_s": 0.0,
+                    "source": None if choice is None else {"path": choice.path,
+                                                           "kernel": choice.kernel},
+                    "configs": [], "_source": choice}
+            reasons = unreplayable_reasons(proc, cfg)
+            bundle_rel = None
+            if not reasons:
+                short = short_name(entry["name"])
+                bundle_rel = f"{BUNDLE_DIR}/{index:03d}-{short}"
+                progress(f"writing bundle {bundle_rel}")
+                write_bundle(proc, cfg, out / bundle_rel, entry_point=cfg.name,
+                             name=entry["name"], source=entry["_source"],
+                             provenance={"command": list(command), "runtime": runtime})
+                index += 1
+            entry["launches"] += cfg.count
+            entry["device_time_s"] += cfg.time_s
+            entry["configs"].append({
+                "grid": list(cfg.grid.as_tuple()), "block": list(cfg.block.as_tuple()),
+                "shared_mem_bytes": cfg.shared, "count": cfg.count, "device_time_s": cfg.time_s,
+                "bundle": bundle_rel, "replayable": not reasons, "reasons": reasons})
+    ordered = sorted(kernels.values(), key=lambda k: -k["device_time_s"])
+    for k in ordered:
+        del k["_source"]
+    return {"format_version": FORMAT_VERSION, "command": list(command), "cwd": cwd,
+            "runtime": runtime, "recorded_at": recorded_at, "wall_s": wall_s,
+            "exit_code": exit_code, "reachable": reachable, "kernels": ordered,
+            "unsupported_allocations": unsupported, "warnings": warnings}

@@ -1,0 +1,204 @@
+"""``r3 record -- ./app ARGS``: run an unmodified CUDA application under the interposer.
+
+Builds (or finds in the cache) the interposer library, runs the application with
+``LD_PRELOAD`` and ``R3_RECORD_DIR`` pointing at a raw dump inside the output directory,
+then converts the dump into bundles and ``recording.json`` (:mod:`r3tui.record.app_dump`).
+
+Supported builds: the default static CUDA runtime and ``-cudart=shared`` (both reach the
+driver through ``cuGetProcAddress``, which the interposer hooks), and programs that call the
+driver API through libcuda.so.  Not supported, and reported as such: statically linked
+executables (LD_PRELOAD cannot reach them) and programs whose CUDA calls never reach the
+interposer (e.g. a runtime that resolves the driver in a way other than dlsym/cuGetProcAddress).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from r3tui.errors import R3Error, RecordingError
+from r3tui.record import app_dump, interposer
+
+RAW_DIR = "raw"
+
+
+@dataclass(frozen=True)
+class AppRecordRequest:
+    command: tuple[str, ...]
+    out: Path
+    sources: tuple[Path, ...] = ()
+    compile_db: Path | None = None
+    reachable: bool = False
+    kernels: tuple[str, ...] = ()
+    overwrite: bool = False
+    keep_raw: bool = False
+
+
+@dataclass
+class AppRecording:
+    out: Path
+    data: dict[str, Any]
+    messages: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class ExecutableInfo:
+    runtime: str  # "shared" | "driver" | "static" | "unknown" (decided after the run)
+    static_executable: bool
+    needed: tuple[str, ...]
+
+
+def inspect_executable(path: Path) -> ExecutableInfo:
+    """What the dynamic section says: which CUDA libraries it needs, whether it is static."""
+    readelf = shutil.which("readelf")
+    if readelf is None:
+        return ExecutableInfo("unknown", False, ())
+    try:
+        run = subprocess.run([readelf, "-d", "-l", "--wide", str(path)], capture_output=True,
+                             text=True, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return ExecutableInfo("unknown", False, ())
+    if run.returncode != 0:  # not ELF: a script; its interpreter's children are recorded
+        return ExecutableInfo("unknown", False, ())
+    needed = tuple(line.split("[", 1)[1].rstrip("]").strip()
+                   for line in run.stdout.splitlines() if "(NEEDED)" in line and "[" in line)
+    static = "INTERP" not in run.stdout and "(NEEDED)" not in run.stdout
+    runtime = "unknown"
+    if any(n.startswith("libcudart.so") for n in needed):
+        runtime = "shared"
+    elif any(n.startswith("libcuda.so") for n in needed):
+        runtime = "driver"
+    return ExecutableInfo(runtime, static, needed)
+
+
+def resolve_executable(command: Sequence[str]) -> Path:
+    if not command:
+        raise R3Error("no application to record: write `r3 record -- ./app ARGS...`")
+    first = command[0]
+    found = shutil.which(first) if os.sep not in first else (first if Path(first).is_file() else None)
+    if found is None:
+        raise R3Error(f"no executable {first!r} (not a file, not on PATH)")
+    path = Path(found)
+    if not os.access(path, os.X_OK):
+        raise R3Error(f"{first} is not executable")
+    return path
+
+
+def _prepare_out(out: Path, overwrite: bool) -> None:
+    if out.exists() and any(out.iterdir()):
+        if not overwrite:
+            raise RecordingError(f"{out} already exists and is not empty; choose another --out "
+                                 "or pass --force")
+        for child in (out / app_dump.BUNDLE_DIR, out / RAW_DIR):
+            shutil.rmtree(child, ignore_errors=True)
+        (out / app_dump.RECORDING_NAME).unlink(missing_ok=True)
+    out.mkdir(parents=True, exist_ok=True)
+
+
+def _source_lookup(req: AppRecordRequest) -> Callable[[str], app_dump.SourceChoice | None]:
+    cache: dict[str, app_dump.SourceChoice | None] = {}
+
+    def lookup(entry_point: str) -> app_dump.SourceChoice | None:
+        if entry_point in cache:
+            return cache[entry_point]
+        choice = None
+        if req.sources or req.compile_db is not None:
+            from r3tui.record.sources import associate
+
+            found = associate(entry_point, list(req.sources), req.compile_db)
+            if found is not None:
+                choice = app_dump.SourceChoice(
+                    path=str(found.path), file_name=found.path.name, text=found.text,
+                    kernel=found.kernel,
+                    options=tuple(f"-I{d}" for d in found.include_dirs) + tuple(found.options),
+                    defines=tuple(found.defines))
+        cache[entry_point] = choice
+        return choice
+
+    return lookup
+
+
+def _demangler() -> Callable[[str], str]:
+    from r3tui.record.sources import demangle
+
+    def pretty(name: str) -> str:
+        return demangle(name) or name
+
+    return pretty
+
+
+def _diagnose(procs: list[app_dump.RawProcess], exe: ExecutableInfo, exit_code: int) -> None:
+    """One clear line when the run produced nothing to convert."""
+    if exe.static_executable:
+        raise RecordingError("the application is a statically linked executable: LD_PRELOAD "
+                             "cannot reach it (link it dynamically; see docs/app-recording.md)")
+    if not procs:
+        raise RecordingError(
+            "the interposer saw no CUDA activity (no allocation or launch reached the driver "
+            f"through cuGetProcAddress or libcuda; exit code {exit_code}): supported builds are "
+            "the static or shared CUDA runtime and the driver API (see docs/app-recording.md)")
+    if not any(p.configs for p in procs):
+        raise RecordingError(
+            f"the application made CUDA calls but no kernel launch was seen (exit code "
+            f"{exit_code}); launches through a path the interposer does not wrap (e.g. CUDA "
+            "graphs) are not recorded")
+
+
+def record_app(req: AppRecordRequest,
+               progress: Callable[[str], None] = lambda _msg: None) -> AppRecording:
+    exe_path = resolve_executable(req.command)
+    exe = inspect_executable(exe_path)
+    out = req.out.absolute()
+    _prepare_out(out, req.overwrite)
+    progress("building the interposer")
+    lib = interposer.build()
+    raw = out / RAW_DIR
+    raw.mkdir()
+    env = dict(os.environ)
+    env["LD_PRELOAD"] = f"{lib.path} {env['LD_PRELOAD']}" if env.get("LD_PRELOAD") else str(lib.path)
+    env["R3_RECORD_DIR"] = str(raw)
+    env["R3_RECORD_REACHABLE"] = "1" if req.reachable else "0"
+    if req.kernels:
+        env["R3_RECORD_KERNELS"] = ",".join(req.kernels)
+    progress(f"running {' '.join(req.command)}")
+    started = time.perf_counter()
+    recorded_at = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+    try:
+        code = subprocess.run(list(req.command), env=env, check=False).returncode
+    except OSError as exc:
+        raise R3Error(f"cannot run {req.command[0]}: {exc}") from exc
+    wall = time.perf_counter() - started
+    procs = app_dump.read_dump(raw)
+    try:
+        _diagnose(procs, exe, code)
+    except RecordingError:
+        if not req.keep_raw:  # nothing worth keeping: leave no directory that blocks a rerun
+            shutil.rmtree(raw, ignore_errors=True)
+            if not any(out.iterdir()):
+                out.rmdir()
+        raise
+    runtime = exe.runtime
+    if runtime == "unknown" and any((p.end or {}).get("getproc") for p in procs):
+        runtime = "static"
+    progress("writing bundles")
+    data = app_dump.build_recording(
+        procs, out, command=req.command, cwd=os.getcwd(), runtime=runtime, wall_s=wall,
+        exit_code=code, reachable=req.reachable, recorded_at=recorded_at,
+        demangle=_demangler(), source_of=_source_lookup(req), progress=progress)
+    if code != 0:
+        data["warnings"].append(f"the application exited with code {code}")
+    import json
+
+    tmp = out / f".{app_dump.RECORDING_NAME}.tmp"
+    tmp.write_text(json.dumps(data, indent=2) + "\n")
+    os.replace(tmp, out / app_dump.RECORDING_NAME)
+    if not req.keep_raw:
+        shutil.rmtree(raw, ignore_errors=True)
+    return AppRecording(out, data)
