@@ -178,9 +178,12 @@ class TrialConfig:
     tunables: Mapping[str, int | str] = field(default_factory=dict)  # become -D NAME=VALUE
     launch_bounds: tuple[int, int] | None = None  # (max threads, min blocks per SM)
     pipeline: str | None = None  # LLVM pass pipeline for the llvm toolchain
+    # Dynamic shared memory bytes at launch (None: the recorded size); set by the search where
+    # the kernel declares `// r3: shared EXPR`.
+    shared_mem_bytes: int | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        data: dict[str, Any] = {
             "toolchain": self.toolchain,
             "options": list(self.options),
             "block": list(self.block.as_tuple()) if self.block else None,
@@ -188,11 +191,15 @@ class TrialConfig:
             "launch_bounds": list(self.launch_bounds) if self.launch_bounds else None,
             "pipeline": self.pipeline,
         }
+        if self.shared_mem_bytes is not None:  # absent = recorded, as in rows written before
+            data["shared_mem_bytes"] = self.shared_mem_bytes
+        return data
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> TrialConfig:
         block = data.get("block")
         bounds = data.get("launch_bounds")
+        shared = data.get("shared_mem_bytes")
         return cls(
             toolchain=str(data.get("toolchain", "nvrtc")),
             options=tuple(data.get("options", ())),
@@ -200,6 +207,7 @@ class TrialConfig:
             tunables=dict(data.get("tunables", {})),
             launch_bounds=(int(bounds[0]), int(bounds[1])) if bounds else None,
             pipeline=data.get("pipeline"),
+            shared_mem_bytes=None if shared is None else int(shared),
         )
 
 

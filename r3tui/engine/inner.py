@@ -99,7 +99,9 @@ class ReplayEvaluator:
     def candidate(self, config: TrialConfig, compiled: CompiledKernel) -> Candidate:
         from r3tui.replay.candidate import Candidate
 
-        return Candidate.from_compiled(compiled, block=config.block, label=str(config.options))
+        return Candidate.from_compiled(compiled, block=config.block,
+                                       shared_mem_bytes=config.shared_mem_bytes,
+                                       label=str(config.options))
 
     def evaluate(self, configs: Sequence[TrialConfig]) -> list[Measurement]:
         futures: dict[Future[CompiledKernel], int] = {
@@ -176,7 +178,14 @@ def build_space(
     """The variant's space: the toolchain's options, the launch, the source's tunables."""
     from r3tui.compile.llvm import PIPELINES
     from r3tui.compile.options import accepted_options
-    from r3tui.search import LaunchSpec, SearchSpace, option_dims, parse_relations, parse_tunables
+    from r3tui.search import (
+        LaunchSpec,
+        SearchSpace,
+        option_dims,
+        parse_relations,
+        parse_shared,
+        parse_tunables,
+    )
 
     specs = [s for s in accepted_options(settings.toolchain) if s.name != "passes"]
     return SearchSpace.from_parts(
@@ -188,6 +197,7 @@ def build_space(
         include_launch_bounds=settings.launch_bounds,
         pipelines=list(PIPELINES) if settings.toolchain == "llvm" else None,
         toolchain=settings.toolchain,
+        shared=parse_shared(source.text),
     )
 
 

@@ -24,6 +24,7 @@ from r3tui.search.source import (
     guard_defines,
     inject_launch_bounds,
     parse_relations,
+    parse_shared,
     parse_tunables,
 )
 from r3tui.search.space import (
@@ -80,5 +81,6 @@ __all__ = [
     "inject_launch_bounds",
     "option_dims",
     "parse_relations",
+    "parse_shared",
     "parse_tunables",
 ]

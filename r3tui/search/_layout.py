@@ -30,6 +30,7 @@ def build(space: SearchSpace, max_block_shapes: int) -> None:
     _options(space)
     block_dims = _block(space, max_block_shapes)
     _tunables(space, block_dims)
+    _shared(space, block_dims)
     _launch_bounds(space, block_dims)
     if space.pipelines:
         choices: tuple[Any, ...] = (None, *space.pipelines)
@@ -126,17 +127,39 @@ def _block(space: SearchSpace, max_block_shapes: int) -> list[int]:
         f"block must have a multiple of {limits.warp_size} threads, at most "
         f"{limits.max_threads_per_block} (device limit)",
         lambda view: shape_ok(view.block), device=True))
+    return dims
+
+
+def _shared(space: SearchSpace, block_dims: list[int]) -> None:
+    """The per-block shared memory limit; where the dynamic size is an expression, the
+    dimensions it names are tied to it (a negative size, or one dividing by zero, is invalid)."""
+    launch, limits = space.launch, space.limits
+    expression = space.shared_expression()
+    dims: set[int] = set()
+    if expression is not None:
+        numeric = {t.name for t in space.tunables if t.numeric}
+        unknown = expression.names - numeric - set(BLOCK_NAMES)
+        if unknown:
+            raise SpaceError(
+                f"shared memory size {expression.text!r} names {', '.join(sorted(unknown))}",
+                hint=f"it may use the numeric tunables ({', '.join(sorted(numeric)) or 'none'})"
+                f" and {', '.join(BLOCK_NAMES)}")
+        dims = {i for i, d in enumerate(space.dims)
+                if d.role == "tunable" and d.name.split(".", 1)[1] in expression.names}
+        if expression.names & set(BLOCK_NAMES):
+            dims |= set(block_dims)
 
     def shared_ok(view: _View) -> bool:
-        dynamic = (launch.shared_mem_per_thread * view.block.volume
-                   if launch.shared_mem_per_thread else launch.shared_mem_bytes)
-        return launch.static_shared_bytes + dynamic <= limits.max_shared_per_block
+        dynamic = space.shared_bytes(view)
+        return (dynamic is not None and dynamic >= 0
+                and launch.static_shared_bytes + dynamic <= limits.max_shared_per_block)
 
+    what = "shared memory per block" if expression is None else (
+        f"shared memory per block ({expression.text} dynamic bytes)")
     space.constraints.append(_Constraint(
-        frozenset(dims) if launch.shared_mem_per_thread else frozenset(),
-        f"shared memory per block exceeds the device limit {limits.max_shared_per_block}",
+        frozenset(dims),
+        f"{what} exceeds the device limit {limits.max_shared_per_block}, or is negative",
         shared_ok, device=True))
-    return dims
 
 
 def _shapes(space: SearchSpace, shape_ok: Any, limit: int) -> list[Dim3]:
@@ -288,4 +311,8 @@ def indices_of(space: SearchSpace, config: TrialConfig) -> tuple[int, ...] | Non
         given = config.tunables.get(tunable.name, tunable.default)
         if given is None or str(view.tunables[tunable.name]) != str(given):
             return None
+    recorded = space.launch.shared_mem_bytes
+    wanted = recorded if config.shared_mem_bytes is None else config.shared_mem_bytes
+    if wanted != space.shared_bytes(view):  # a size the point does not launch with
+        return None
     return tuple(out)

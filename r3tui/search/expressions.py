@@ -160,7 +160,8 @@ def _names(node: Node) -> set[str]:
 
 @dataclass(frozen=True)
 class Relation:
-    """A parsed ``// r3: require ...`` line: :meth:`holds` on the tunables and block."""
+    """A parsed ``// r3: require ...`` line: :meth:`holds` on the tunables and block (also the
+    size expression of a ``// r3: shared ...`` line: :meth:`value`)."""
 
     text: str
     tree: Node
@@ -172,6 +173,14 @@ class Relation:
             return bool(self.tree.evaluate(env))
         except ZeroDivisionError:
             return False
+
+    def value(self, env: Mapping[str, int]) -> int | None:
+        """The expression's integer value (a ``// r3: shared`` size); None on a division by
+        zero."""
+        try:
+            return self.tree.evaluate(env)
+        except ZeroDivisionError:
+            return None
 
     @classmethod
     def parse(cls, text: str) -> Relation:

@@ -234,7 +234,10 @@ def config_key(config: TrialConfig) -> str:
          "block": list(config.block.as_tuple()) if config.block else None,
          "tunables": {k: config.tunables[k] for k in sorted(config.tunables)},
          "launch_bounds": list(config.launch_bounds) if config.launch_bounds else None,
-         "pipeline": config.pipeline},
+         "pipeline": config.pipeline,
+         # only where set, so that keys of configs without it (recorded tables) stay the same
+         **({"shared_mem_bytes": config.shared_mem_bytes}
+            if config.shared_mem_bytes is not None else {})},
         sort_keys=True, separators=(",", ":"))
 
 

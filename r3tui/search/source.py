@@ -14,6 +14,19 @@ default (the baseline sends no ``-D``), and joins the values if it is not among 
 ``require EXPR`` is a :class:`~r3tui.search.expressions.Relation` over the tunables and the block
 (``BLOCK_X``, ``BLOCK_Y``, ``BLOCK_Z``, ``BLOCK_THREADS``).
 
+A kernel with an ``extern __shared__`` array says how many bytes of dynamic shared memory it
+needs with ``shared EXPR``, an integer expression in the same language and names::
+
+    // r3: tune TILE 256 512 1024 2048
+    // r3: shared TILE * 4
+    extern __shared__ float tile[];
+
+Each point of the search is then launched with the bytes its tunables and block give
+(:attr:`~r3tui.domain.TrialConfig.shared_mem_bytes`; a point whose size exceeds the device's
+per-block limit, or is negative, is never compiled), so the staged tile size is searched like
+any tunable.  At the source's defaults and the recorded block the expression must give the bytes
+the recording launched with.  Without the line the recorded size is always launched.
+
 Everything here is a pure text transform: no file, no compiler.
 """
 
@@ -109,12 +122,13 @@ def parse_tunables(source: str) -> tuple[Tunable, ...]:
     on a malformed or unknown ``// r3:`` line."""
     tunables: dict[str, Tunable] = {}
     for line, verb, rest in _directives(source):
-        if verb == "require":
+        if verb in ("require", "shared"):
             continue
         if verb != "tune":
             raise DeclarationError(
                 f"line {line}: unknown declaration '// r3: {verb}'",
-                hint="known: '// r3: tune NAME v1 v2 ...', '// r3: require EXPR'",
+                hint="known: '// r3: tune NAME v1 v2 ...', '// r3: require EXPR', "
+                "'// r3: shared EXPR'",
             )
         parts = rest.replace(",", " ").split()
         if len(parts) < 2:
@@ -148,6 +162,31 @@ def parse_relations(source: str) -> tuple[Relation, ...]:
         except ConfigError as exc:
             raise DeclarationError(f"line {line}: {exc}", hint=exc.hint) from None
     return tuple(relations)
+
+
+_EXTERN_SHARED = re.compile(r"\bextern\s+__shared__\b|\b__shared__\s+extern\b")
+
+
+def parse_shared(source: str) -> Relation | None:
+    """The ``// r3: shared EXPR`` size expression of ``source`` (None without one).
+
+    :class:`DeclarationError` when it does not parse, is given twice, or the source declares
+    no ``extern __shared__`` array (the launch's dynamic shared memory would go unused)."""
+    found: Relation | None = None
+    for line, verb, rest in _directives(source):
+        if verb != "shared":
+            continue
+        if found is not None:
+            raise DeclarationError(f"line {line}: '// r3: shared' is declared twice")
+        try:
+            found = Relation.parse(rest)
+        except ConfigError as exc:
+            raise DeclarationError(f"line {line}: {exc}", hint=exc.hint) from None
+        if not _EXTERN_SHARED.search(_mask(source)):
+            raise DeclarationError(
+                f"line {line}: '// r3: shared' but the source declares no extern __shared__ "
+                "array", hint="dynamic shared memory is an `extern __shared__ T name[];` array")
+    return found
 
 
 def guard_defines(source: str, names: set[str] | frozenset[str]) -> str:

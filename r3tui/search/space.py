@@ -115,6 +115,7 @@ class SearchSpace:
     include_launch_bounds: bool
     pipelines: tuple[str, ...] | None
     block_encoding: BlockEncoding
+    shared: Relation | None = None  # the source's `// r3: shared EXPR` (dynamic bytes)
     dims: list[_Dim] = field(default_factory=list)
     constraints: list[_Constraint] = field(default_factory=list)
     _labels: list[dict[str, int] | None] = field(default_factory=list, repr=False)
@@ -123,6 +124,7 @@ class SearchSpace:
     _group_points: dict[int, list[tuple[int, ...]]] = field(default_factory=dict, repr=False)
     _checks: list[tuple[tuple[int, ...], set[tuple[int, ...]] | None, list[_Constraint]]] | None \
         = field(default=None, repr=False)
+    _shared_expression: Relation | None = field(default=None, repr=False)
 
     # -- construction --------------------------------------------------------------------
     @classmethod
@@ -139,7 +141,12 @@ class SearchSpace:
         toolchain: str = "nvrtc",
         block_encoding: BlockEncoding = "axes",
         max_block_shapes: int = 48,
+        shared: Relation | str | None = None,
     ) -> SearchSpace:
+        """``shared``: the dynamic shared memory bytes as an expression of the numeric
+        tunables and the block (a source's ``// r3: shared EXPR``); every point launches with
+        its own size.  Without it the recorded size is launched (or ``shared_mem_per_thread``
+        times the block volume, where the launch gives that)."""
         space = cls(
             toolchain=toolchain, options=tuple(options), launch=launch, tunables=tuple(tunables),
             relations=tuple(r if isinstance(r, Relation) else Relation.parse(r)
@@ -147,7 +154,11 @@ class SearchSpace:
             limits=limits or DeviceLimits(), include_launch_bounds=include_launch_bounds,
             pipelines=None if pipelines is None else tuple(dict.fromkeys(pipelines)),
             block_encoding=block_encoding,
+            shared=Relation.parse(shared) if isinstance(shared, str) else shared,
         )
+        space._shared_expression = space.shared or (
+            Relation.parse(f"BLOCK_THREADS * {launch.shared_mem_per_thread}")
+            if launch.shared_mem_per_thread else None)
         from r3tui.search import _layout  # the dimension builders, kept in their own module
 
         _layout.build(space, max_block_shapes)
@@ -157,7 +168,25 @@ class SearchSpace:
         broken = [c.why for c in space.constraints if c.device and not c.check(view)]
         if broken:
             raise SpaceError("the recorded launch violates the device limits: " + "; ".join(broken))
+        at_baseline = space.shared_bytes(view)
+        if space.shared is not None and at_baseline != launch.shared_mem_bytes:
+            raise SpaceError(
+                f"'// r3: shared {space.shared.text}' gives {at_baseline} bytes at the "
+                f"source's defaults and the recorded block, but the recording launched with "
+                f"{launch.shared_mem_bytes}",
+                hint="the expression must reproduce the recorded launch's dynamic shared memory")
         return space
+
+    def shared_expression(self) -> Relation | None:
+        """What sizes the dynamic shared memory: the declared expression, or the launch's
+        bytes per thread (None: the recorded size, whatever the point)."""
+        return self._shared_expression
+
+    def shared_bytes(self, view: _View) -> int | None:
+        """Dynamic shared memory bytes of a point (None: its expression divides by zero)."""
+        expression = self.shared_expression()
+        return self.launch.shared_mem_bytes if expression is None else expression.value(
+            view.env())
 
     # -- skopt ---------------------------------------------------------------------------
     def dimensions(self) -> list[Any]:
@@ -303,8 +332,11 @@ class SearchSpace:
             if tunable.default is None and tunable.name not in tunables:
                 tunables[tunable.name] = view.tunables[tunable.name]
         block = None if view.block == self.launch.block else view.block
+        shared = self.shared_bytes(view)
         return TrialConfig(toolchain=self.toolchain, options=tuple(options), block=block,
-                           tunables=tunables, launch_bounds=view.bounds, pipeline=pipeline)
+                           tunables=tunables, launch_bounds=view.bounds, pipeline=pipeline,
+                           shared_mem_bytes=None if shared == self.launch.shared_mem_bytes
+                           else shared)
 
     def _tunable(self, name: str) -> Tunable:
         return next(t for t in self.tunables if t.name == name)
@@ -346,9 +378,8 @@ class SearchSpace:
 
     def dynamic_shared_bytes(self, config: TrialConfig) -> int:
         """Dynamic shared memory to launch ``config`` with."""
-        if self.launch.shared_mem_per_thread:
-            block = config.block or self.launch.block
-            return self.launch.shared_mem_per_thread * block.volume
+        if config.shared_mem_bytes is not None:
+            return config.shared_mem_bytes
         return self.launch.shared_mem_bytes
 
     def grid_for(self, config: TrialConfig) -> Dim3 | None:
@@ -437,7 +468,8 @@ class SearchSpace:
                 "relations": [r.text for r in self.relations], "limits": self.limits.to_json(),
                 "include_launch_bounds": self.include_launch_bounds,
                 "pipelines": None if self.pipelines is None else list(self.pipelines),
-                "block_encoding": self.block_encoding}
+                "block_encoding": self.block_encoding,
+                "shared": None if self.shared is None else self.shared.text}
 
     @classmethod
     def from_description(cls, data: Mapping[str, Any]) -> SearchSpace:
@@ -452,6 +484,7 @@ class SearchSpace:
                 data.get("pipelines"),
                 toolchain=str(data.get("toolchain", "nvrtc")),
                 block_encoding=data.get("block_encoding", "axes"),
+                shared=data.get("shared"),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise SpaceError(f"bad search-space description: {exc!r}") from None

@@ -127,3 +127,93 @@ def test_resume_from_the_database_asks_no_stored_point_again(tmp_path: Path) -> 
     assert result.trials == 20
     assert len(second.evaluated) == 12
     assert not set(second.evaluated) & set(first.evaluated)
+
+
+# -- dynamic shared memory: the engine passes each config's size to the launch ----------------
+TILE_SOURCE = """// r3: tune TILE 256 1024 4096
+// r3: shared TILE * 4
+#define TILE 256
+extern "C" __global__ void k(const int* x, int* out, int n)
+{
+    extern __shared__ int tile[];
+    tile[threadIdx.x] = x[threadIdx.x];
+}
+"""
+
+
+class FakeCompilePool:
+    """Stands in for CompilePool (nvrtc is not on the CPU machine): every request 'compiles' to
+    the same fake binary, and the requests are kept."""
+
+    def __init__(self) -> None:
+        self.requests: list[object] = []
+
+    def submit(self, toolchain: str, request: object) -> object:
+        from concurrent.futures import Future
+
+        from r3tui.compile.base import CompiledKernel
+        from r3tui.domain import ResourceUsage
+
+        self.requests.append(request)
+        future: Future[CompiledKernel] = Future()
+        future.set_result(CompiledKernel(
+            ok=True, toolchain=toolchain, toolchain_version="fake", binary=b"fake cubin",
+            binary_kind="cubin", lowered_name="k", resources=ResourceUsage(), log="",
+            seconds=0.0, cache_key=f"fake-{len(self.requests)}", binary_sha256=None))
+        return future
+
+
+class FakeReplayWorker:
+    """Stands in for ReplayWorker (no GPU here): keeps every candidate it is asked to launch."""
+
+    def __init__(self) -> None:
+        self.candidates: list[object] = []
+
+    def evaluate(self, candidate: object) -> Measurement:
+        self.candidates.append(candidate)
+        return Measurement(MeasurementStatus.OK, time=TimeStats(1e-5, 1e-5, 0.0, 5), verified=True)
+
+
+def test_each_config_launches_with_its_dynamic_shared_memory(tmp_path: Path) -> None:
+    from types import SimpleNamespace
+    from typing import Any, cast
+
+    from r3tui.engine import KernelSource, ReplayEvaluator, build_space
+    from r3tui.record.manifest import LaunchInfo
+    from r3tui.search import DeviceLimits
+
+    launch = LaunchInfo(grid=Dim3(256), block=Dim3(128), shared_mem_bytes=1024)
+    source = KernelSource(TILE_SOURCE, "k")
+    space = build_space(launch, source, InnerSettings(launch_bounds=False), DeviceLimits())
+    assert "tune.TILE" in space.names
+    configs = [space.baseline_config(),
+               TrialConfig(tunables={"TILE": 1024}, shared_mem_bytes=4096),
+               TrialConfig(tunables={"TILE": 4096}, shared_mem_bytes=16384)]
+    assert all(space.check(c) == [] for c in configs)
+    pool, worker = FakeCompilePool(), FakeReplayWorker()
+    evaluator = ReplayEvaluator(source, cast(Any, worker), cast(Any, pool), arch="sm_90")
+    results = evaluator.evaluate(configs)
+    assert all(m.ok for m in results)
+    # the tunable reaches the compile as -D, the size reaches the launch
+    assert [dict(cast(Any, r).defines).get("TILE") for r in pool.requests] == [
+        None, "1024", "4096"]
+    recording = SimpleNamespace(launch=launch, arg_bytes=lambda: b"")  # what resolve() reads
+    launched = sorted(cast(Any, c).resolve(recording)[2] for c in worker.candidates)
+    assert launched == [1024, 4096, 16384]
+
+    # stored and read back from the database with the size, as a resume tells them
+    database, cid, vid = setup_campaign(tmp_path / "shm.sqlite")
+    settings = InnerSettings(batch=3, rounds=2, seed=1, launch_bounds=False)
+
+    class Timed(FakeReplayEvaluator):
+        def evaluate(self, configs: Sequence[TrialConfig]) -> list[Measurement]:
+            return [Measurement(MeasurementStatus.OK, time=TimeStats(t, t, 0.0, 5))
+                    for t in (1e-5 * (1 + (c.shared_mem_bytes or 0) / 4096) for c in configs)]
+
+    search = make_strategy(space, settings)
+    run_inner(database, cid, vid, search, Timed(), Budget(max_trials=6), settings)
+    with database.session_scope() as s:
+        stored = repo.finished_trials(s, cid, variant_id=vid)
+    assert {config_key(t.config) for t in stored} == {config_key(r.config) for r in search.history}
+    assert any(t.config.shared_mem_bytes for t in stored)
+    assert all(space.check(t.config) == [] for t in stored)

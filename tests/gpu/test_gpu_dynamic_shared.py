@@ -1,0 +1,65 @@
+"""Dynamic shared memory as a search dimension, on the GPU: a kernel whose staged tile size is a
+tunable (`// r3: shared TILE * 4`) replays correctly at three dynamic shared memory sizes, each
+launched with the size its config says; the same binary launched with the recorded (too small)
+size traps, so the size really reaches the launch."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.gpu
+
+KERNELS = Path(__file__).resolve().parent / "kernels"
+
+
+def test_tile_sizes_replay_with_their_own_dynamic_shared_memory(tmp_path: Path) -> None:
+    from r3tui.compile.cache import CompileCache
+    from r3tui.compile.pool import CompilePool
+    from r3tui.domain import MeasurementStatus, TrialConfig
+    from r3tui.engine import InnerSettings, ReplayEvaluator, build_space
+    from r3tui.engine.inner import seed_source
+    from r3tui.record.bundle import Bundle
+    from r3tui.record.kernel_recorder import RecordKernelRequest, record_kernel
+    from r3tui.replay.worker import ReplayWorker
+    from r3tui.search import DeviceLimits
+
+    bundle_dir = tmp_path / "tile_sum.r3b"
+    record_kernel(RecordKernelRequest(
+        source_path=KERNELS / "tile_sum.cu", kernel_name="tile_sum",
+        inputs_path=KERNELS / "tile_sum_inputs.py", out=bundle_dir, seed=4,
+    ))
+    bundle = Bundle.open(bundle_dir)
+    assert bundle.manifest.launch.shared_mem_bytes == 1024
+    source = seed_source(bundle)
+    space = build_space(bundle.manifest.launch, source, InnerSettings(launch_bounds=False),
+                        DeviceLimits())
+    assert "tune.TILE" in space.names
+    baseline = space.baseline_config()
+    mid = TrialConfig(tunables={"TILE": 1024}, shared_mem_bytes=4096)
+    big = TrialConfig(tunables={"TILE": 4096}, shared_mem_bytes=16384)
+    assert baseline.shared_mem_bytes is None  # the recorded 1024 bytes
+    assert space.check(mid) == [] and space.check(big) == []
+    # the size is not free: TILE=4096 at the recorded size is not a point of the space
+    too_small = TrialConfig(tunables={"TILE": 4096})
+    assert space.check(too_small) != []
+
+    with (
+        ReplayWorker(bundle_dir, timeout_s=30) as worker,
+        CompilePool(workers=2, cache=CompileCache(None)) as pool,
+    ):
+        info = worker.start()
+        evaluator = ReplayEvaluator(source, worker, pool, arch=info.arch)
+        results = evaluator.evaluate([baseline, mid, big])
+        for config, measured in zip([baseline, mid, big], results, strict=True):
+            assert measured.status is MeasurementStatus.OK, (config, measured.error_text)
+            assert measured.verified is True
+            assert measured.time is not None and measured.time.median_s > 0
+        launched = {c.shared_mem_bytes for c in evaluator.candidates.values()}
+        assert launched == {None, 4096, 16384}
+
+        # the TILE=4096 binary at the recorded 1024 bytes: the kernel's own check traps
+        (trapped,) = evaluator.evaluate([too_small])
+        assert trapped.status in (MeasurementStatus.CRASHED, MeasurementStatus.LAUNCH_ERROR), (
+            trapped.status, trapped.error_text)
