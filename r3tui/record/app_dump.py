@@ -239,9 +239,10 @@ def write_bundle(proc: RawProcess, cfg: RawConfig, dest: Path, *, entry_point: s
             return None
 
         args = bytes.fromhex(ev.get("args", ""))
-        layout = [tuple(x) for x in ev["layout"]] if ev.get("layout") is not None \
-            else layout_from_buffer(args)
-        params = params_from_bytes(args, layout, locate)  # type: ignore[arg-type]
+        layout: list[tuple[int, int]] = layout_from_buffer(args)
+        if ev.get("layout") is not None:
+            layout = [(int(o), int(n)) for o, n in ev["layout"]]
+        params = params_from_bytes(args, layout, locate)
         image_file = proc.images.get(int(ev.get("image", -1)))
         binary = None
         if image_file is not None:

@@ -82,7 +82,10 @@ def resolve_executable(command: Sequence[str]) -> Path:
     if not command:
         raise R3Error("no application to record: write `r3 record -- ./app ARGS...`")
     first = command[0]
-    found = shutil.which(first) if os.sep not in first else (first if Path(first).is_file() else None)
+    if os.sep in first:
+        found = first if Path(first).is_file() else None
+    else:
+        found = shutil.which(first)
     if found is None:
         raise R3Error(f"no executable {first!r} (not a file, not on PATH)")
     path = Path(found)
@@ -162,7 +165,8 @@ def record_app(req: AppRecordRequest,
     raw = out / RAW_DIR
     raw.mkdir()
     env = dict(os.environ)
-    env["LD_PRELOAD"] = f"{lib.path} {env['LD_PRELOAD']}" if env.get("LD_PRELOAD") else str(lib.path)
+    previous = env.get("LD_PRELOAD")
+    env["LD_PRELOAD"] = f"{lib.path} {previous}" if previous else str(lib.path)
     env["R3_RECORD_DIR"] = str(raw)
     env["R3_RECORD_REACHABLE"] = "1" if req.reachable else "0"
     if req.kernels:

@@ -44,7 +44,7 @@ def cuda_include_dirs() -> list[Path]:
         found += [real.parent.parent / "include", Path(nvcc).parent.parent / "include"]
     found.append(Path("/usr/local/cuda/include"))
     try:  # the pip layout: nvidia/cuda_runtime/include or nvidia/cu13/include
-        import nvidia
+        import nvidia  # type: ignore[import-untyped]
 
         for root in getattr(nvidia, "__path__", []):
             found += sorted(Path(root).glob("*/include"))

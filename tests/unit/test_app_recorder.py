@@ -1,0 +1,214 @@
+"""`r3 record -- ./app` without a GPU: the interposer compiles and loads, and a raw dump
+written here in the interposer's format converts into valid bundles and recording.json."""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from r3tui.cli import main
+from r3tui.record import app_dump, interposer
+from r3tui.record.arena import ARENA_BASE
+from r3tui.record.bundle import Bundle
+from r3tui.record.manifest import ParamKind
+
+
+@pytest.fixture(scope="module")
+def library(tmp_path_factory: pytest.TempPathFactory) -> interposer.Interposer:
+    try:
+        interposer.find_cuda_header()
+        interposer.find_compiler()
+    except Exception as exc:  # no cuda.h or no cc on this machine
+        pytest.skip(f"cannot build the interposer here: {exc}")
+    return interposer.build(tmp_path_factory.mktemp("interpose"))
+
+
+def test_interposer_compiles_and_exports_the_hooks(library: interposer.Interposer) -> None:
+    assert library.built and library.path.is_file()
+    symbols = subprocess.run(["nm", "-D", "--defined-only", str(library.path)],
+                             capture_output=True, text=True, check=True).stdout
+    for name in ("dlsym", "cuMemAlloc_v2", "cuMemFree_v2", "cuLaunchKernel", "cuLaunchKernelEx"):
+        assert f" T {name}\n" in symbols, name
+    again = interposer.build(library.path.parent)
+    assert again.path == library.path and not again.built  # cached by source hash
+
+
+def test_interposer_loads_into_a_process_without_cuda(library: interposer.Interposer,
+                                                      tmp_path: Path) -> None:
+    # A process that never touches CUDA runs normally (dlsym still works through the hook)
+    # and leaves no per-process directory behind.
+    env = {**os.environ, "LD_PRELOAD": str(library.path), "R3_RECORD_DIR": str(tmp_path / "raw")}
+    run = subprocess.run([sys.executable, "-c", "import ctypes; print(ctypes.CDLL(None).getpid())"],
+                         env=env, capture_output=True, text=True, check=True)
+    assert run.stdout.strip().isdigit()
+    assert not (tmp_path / "raw").exists()
+
+
+# -- a synthetic dump in the interposer's format ---------------------------------------------
+
+A0, A1, A2 = ARENA_BASE, ARENA_BASE + 256, ARENA_BASE + 512  # bump allocator, 256-byte align
+MANAGED = 0x7F0000000000
+
+
+class Dump:
+    def __init__(self, root: Path, pid: int = 4242) -> None:
+        self.dir = root / f"p{pid}"
+        (self.dir / "data").mkdir(parents=True)
+        self.lines: list[dict[str, object]] = [{"ev": "start", "pid": pid, "reachable": 0}]
+
+    def data(self, name: str, content: bytes) -> str:
+        (self.dir / "data" / name).write_bytes(content)
+        return name
+
+    def config(self, cid: int, name: str, layout: list[list[int]], args: bytes,
+               allocs: dict[int, tuple[int, bytes, bytes]], image: int = 0) -> None:
+        entries = []
+        for aid, (addr, pro, epi) in allocs.items():
+            entries.append([aid, addr, len(pro), self.data(f"c{cid}-a{aid}.pro", pro),
+                            self.data(f"c{cid}-a{aid}.epi", epi)])
+        self.lines.append({"ev": "config", "id": cid, "recorded": 1, "name": name,
+                           "image": image, "grid": [4, 1, 1], "block": [64, 1, 1], "shm": 0,
+                           "api": "cuLaunchKernel", "rc": 0, "sync_rc": 0, "time_s": 2e-6,
+                           "layout": layout, "args": args.hex(), "allocs": entries,
+                           "globals": []})
+
+    def write(self, *, cut_last: bool = False) -> None:
+        text = "\n".join(json.dumps(x) for x in self.lines) + "\n"
+        if cut_last:
+            text += '{"ev":"prof'  # the line a crash cut short
+        (self.dir / "index.jsonl").write_text(text)
+
+
+def _synthetic(root: Path) -> Dump:
+    d = Dump(root)
+    d.lines.append({"ev": "arena", "ok": 1, "base": ARENA_BASE, "reserved": 64 << 30,
+                    "granularity": 2 << 20, "device": 0, "arch": "sm_90"})
+    for aid, addr in enumerate((A0, A1, A2)):
+        d.lines.append({"ev": "alloc", "id": aid, "addr": addr, "size": 32, "kind": "arena",
+                        "api": "cuMemAlloc"})
+    d.data("image-0.bin", b"\x7fELF" + bytes(60))
+    d.lines.append({"ev": "image", "id": 0, "file": "image-0.bin", "size": 64})
+    # kernel 1: (Pair* pairs, int n) where pairs holds pointers to alloc1 and alloc2
+    table = struct.pack("<QQ", A1, A2) + bytes(16)
+    args = struct.pack("<Qi", A0, 2) + bytes(4)
+    d.config(0, "_Z9ptr_kernelP4Pairi", [[0, 8], [8, 4]], args[:12],
+             {0: (A0, table, table), 1: (A1, bytes(32), b"\x01" * 32),
+              2: (A2, bytes(32), b"\x02" * 32)})
+    # kernel 2 is launched on managed memory
+    d.lines.append({"ev": "alloc", "id": -1, "addr": MANAGED, "size": 4096, "kind": "managed",
+                    "api": "cuMemAllocManaged"})
+    d.config(1, "_Z7managedPfi", [[0, 8], [8, 4]], struct.pack("<Qi", MANAGED + 64, 7), {})
+    d.lines.append({"ev": "profile", "configs": [[0, 5, 1e-5, 5], [1, 3, 6e-6, 3]]})
+    d.lines.append({"ev": "end", "launches": 8, "getproc": 1, "exported": 0,
+                    "arena_failed": 0, "harvested": 1})
+    return d
+
+
+def _build(root: Path) -> dict[str, object]:
+    procs = app_dump.read_dump(root / "raw")
+    return app_dump.build_recording(
+        procs, root / "out", command=["./app", "-n", "2"], cwd=str(root), runtime="static",
+        wall_s=0.5, exit_code=0, reachable=False, recorded_at="2026-01-01T00:00:00+00:00",
+        demangle=lambda n: {"_Z9ptr_kernelP4Pairi": "ptr_kernel(Pair*, int)"}.get(n, n),
+        source_of=lambda _n: None)
+
+
+def test_dump_becomes_bundles_with_pointer_params_and_allocations(tmp_path: Path) -> None:
+    _synthetic(tmp_path / "raw").write()
+    data = _build(tmp_path)
+    assert data["format_version"] == 1 and data["runtime"] == "static"
+    kernels = {k["entry_point"]: k for k in data["kernels"]}  # type: ignore[union-attr]
+    ptr = kernels["_Z9ptr_kernelP4Pairi"]
+    assert ptr["name"] == "ptr_kernel(Pair*, int)" and ptr["launches"] == 5
+    assert ptr["device_time_s"] == pytest.approx(1e-5)
+    (config,) = ptr["configs"]
+    assert config["replayable"] and config["reasons"] == [] and config["count"] == 5
+    bundle = Bundle.open(tmp_path / "out" / config["bundle"], verify=True)
+    m = bundle.manifest
+    assert m.kernel.entry_point == "_Z9ptr_kernelP4Pairi" and m.kernel.binary is not None
+    assert m.kernel.binary.kind == "cubin" and m.kernel.binary.arch == "sm_90"
+    assert [(p.offset, p.size, p.kind) for p in m.params] == [
+        (0, 8, ParamKind.POINTER), (8, 4, ParamKind.BYTES)]
+    assert m.params[0].allocation == "alloc0" and m.params[0].alloc_offset == 0
+    assert struct.unpack("<i", m.params[1].raw) == (2,)
+    assert [a.address for a in m.allocations] == [A0, A1, A2]
+    assert bundle.blob(m.allocation("alloc1").epilogue) == b"\x01" * 32
+    assert m.arena.base == ARENA_BASE and m.arena.size == 2 << 20
+    assert m.launch.count == 5 and m.launch.total_time_s == pytest.approx(1e-5)
+
+
+def test_managed_memory_kernel_is_not_replayable(tmp_path: Path) -> None:
+    _synthetic(tmp_path / "raw").write()
+    data = _build(tmp_path)
+    kernels = {k["entry_point"]: k for k in data["kernels"]}  # type: ignore[union-attr]
+    (config,) = kernels["_Z7managedPfi"]["configs"]
+    assert not config["replayable"] and config["bundle"] is None
+    assert "managed memory" in config["reasons"][0]
+    assert data["unsupported_allocations"] == [
+        {"kind": "managed", "size": 4096, "address": MANAGED}]
+    assert not (tmp_path / "out" / "bundles" / "001-managed").exists()
+
+
+def test_pointer_to_managed_memory_inside_a_buffer_is_found(tmp_path: Path) -> None:
+    d = Dump(tmp_path / "raw")
+    d.lines.append({"ev": "alloc", "id": -1, "addr": MANAGED, "size": 64, "kind": "managed",
+                    "api": "cuMemAllocManaged"})
+    d.data("image-0.bin", b"\x7fELF" + bytes(60))
+    d.lines.append({"ev": "image", "id": 0, "file": "image-0.bin", "size": 64})
+    holder = struct.pack("<QQ", 5, MANAGED + 8)
+    d.config(0, "k", [[0, 8]], struct.pack("<Q", A0), {0: (A0, holder, holder)})
+    d.write(cut_last=True)  # and the process crashed before its profile line
+    data = _build(tmp_path)
+    (config,) = data["kernels"][0]["configs"]  # type: ignore[index]
+    assert not config["replayable"]
+    assert config["reasons"] == [
+        f"allocation alloc0 holds a pointer into managed memory (64 bytes at {MANAGED:#x}, "
+        "cuMemAllocManaged), which the arena does not hold"]
+    assert any("did not exit normally" in w for w in data["warnings"])  # type: ignore[union-attr]
+
+
+def test_missing_image_and_failed_launch_are_reasons(tmp_path: Path) -> None:
+    d = Dump(tmp_path / "raw")
+    d.config(0, "k", [], b"", {}, image=3)
+    d.lines[-1]["rc"] = 700
+    d.write()
+    (config,) = _build(tmp_path)["kernels"][0]["configs"]  # type: ignore[index]
+    assert config["reasons"] == ["the launch failed in the application (CUresult 700)",
+                                 "no module image of this kernel was captured"]
+
+
+def test_short_names_are_file_system_safe() -> None:
+    assert app_dump.short_name("cg::detail::xpay<double>(double const*, int)") == "xpay"
+    assert app_dump.short_name("a b/c") == "a_b_c"
+
+
+def test_record_without_a_command_is_one_line_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["record", "--"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no application to record" in err
+
+
+def test_record_missing_executable_is_one_line_exit_2(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["record", "--out", str(tmp_path / "o"), "--", str(tmp_path / "nope"), "-x"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no executable" in err
+    assert not (tmp_path / "o").exists()
+
+
+def test_record_app_without_cuda_says_so(library: interposer.Interposer, tmp_path: Path,
+                                         capsys: pytest.CaptureFixture[str],
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("R3_CACHE", str(library.path.parent.parent))
+    monkeypatch.chdir(tmp_path)
+    assert main(["--db", str(tmp_path / "r3.sqlite"), "record", "--out", "rec", "--",
+                 "/bin/true"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith("r3: error: the interposer saw no CUDA activity")
+    assert not (tmp_path / "rec").exists()
