@@ -82,10 +82,8 @@ def resolve_executable(command: Sequence[str]) -> Path:
     if not command:
         raise R3Error("no application to record: write `r3 record -- ./app ARGS...`")
     first = command[0]
-    if os.sep in first:
-        found = first if Path(first).is_file() else None
-    else:
-        found = shutil.which(first)
+    local = first if Path(first).is_file() else None
+    found = local if os.sep in first else shutil.which(first)
     if found is None:
         raise R3Error(f"no executable {first!r} (not a file, not on PATH)")
     path = Path(found)
