@@ -204,7 +204,7 @@ class AppTuneResult:
             "db": self.db,
             "created_at": self.created_at,
             "budget": self.budget,
-            "share_basis": "fraction of the recorded kernels' total device time",
+            "share_basis": "fraction of the total kernel device time the recording measured",
             "predicted_app_speedup": self.predicted_speedup,
             "kernels": [asdict(k) for k in self.kernels],
         }

@@ -144,7 +144,13 @@ def load_best(s: Session, campaign_id: int, exports: Path) -> _Best:
 def find_unit(tree: Path, original: str, hint: str | None) -> Path | None:
     """The file of ``tree`` whose text is the campaign's recorded translation unit; else the
     one named like the bundle's source (``hint``)."""
-    candidates = sorted(p for p in tree.rglob("*") if p.suffix in _SOURCE_SUFFIXES and p.is_file())
+    candidates = sorted(
+        p
+        for p in tree.rglob("*")
+        if p.suffix in _SOURCE_SUFFIXES
+        and p.is_file()
+        and EXPORTS_DIR not in p.relative_to(tree).parts
+    )
     for path in candidates:
         if path.read_text(errors="replace") == original:
             return path
@@ -192,13 +198,11 @@ def block_macro(text: str, kernel: str) -> tuple[str, str] | None:
 
     _, name = _kernel_parts(kernel)
     masked = mask(text)
-    used = {
-        m.group(1).strip()
-        for m in re.finditer(
-            rf"\b{re.escape(name)}\s*(?:<[^;{{}}()]*?>)?\s*<<<[^,;]*,\s*([^,>;]+?)\s*(?:,[^;]*)?>>>",
-            masked,
-        )
-    }
+    used: set[str] = set()
+    for match in re.finditer(rf"\b{re.escape(name)}\s*(?:<[^;{{}}()]*?>)?\s*<<<", masked):
+        end = masked.find(">>>", match.end())
+        arguments = _top_level_split(masked[match.end() : end]) if end > 0 else []
+        used.add(arguments[1].strip() if len(arguments) > 1 else "")
     if len(used) != 1:
         return None
     macro = used.pop()
@@ -208,15 +212,32 @@ def block_macro(text: str, kernel: str) -> tuple[str, str] | None:
     return (macro, guarded.group(1)) if guarded else None
 
 
+def _top_level_split(text: str) -> list[str]:
+    """``text`` split at commas outside parentheses, brackets and braces."""
+    parts, depth, start = [], 0, 0
+    for index, ch in enumerate(text):
+        if ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            parts.append(text[start:index])
+            start = index + 1
+    parts.append(text[start:])
+    return parts
+
+
 def apply_campaign(
     best: _Best,
     tree: Path,
     flags: dict[str, str],
     option_owner: dict[str, int],
     share: float | None,
+    units: dict[str, Path],
 ) -> CampaignApply:
     """Apply one campaign's best variant to ``tree`` in place; ``flags`` (flag -> owner text)
-    and ``option_owner`` collect what goes into the flags file."""
+    and ``option_owner`` collect what goes into the flags file; ``units`` remembers which file
+    held which recorded source, since an earlier campaign may already have edited it."""
     from r3tui.errors import KernelNotFound
     from r3tui.record.bundle import Bundle
     from r3tui.search import inject_launch_bounds
@@ -228,10 +249,11 @@ def apply_campaign(
         hint = sources[0].name if sources else None
     except Exception:  # the bundle may live on another node: the tree text still identifies it
         hint = None
-    unit = find_unit(tree, best.original, hint)
+    unit = units.get(best.original) or find_unit(tree, best.original, hint)
     if unit is None:
         outcome.not_applied.append("source: no file in the tree holds the recorded source")
         return outcome
+    units[best.original] = unit
     outcome.file = str(unit.relative_to(tree))
     text = unit.read_text()
     if best.source != best.original:
@@ -267,9 +289,16 @@ def apply_campaign(
                 f"options {' '.join(best.options)}: found with {best.toolchain}, not nvcc"
             )
         else:
-            for option in best.options:
-                name, sep, value = option.partition("=")
-                _add_flag(flags, option_owner, name + sep, value, best, outcome, "option")
+            from r3tui.compile.options import canonicalize, render
+            from r3tui.errors import ConfigError
+
+            try:
+                canonical = canonicalize("nvcc", best.options)
+            except ConfigError as exc:
+                outcome.not_applied.append(f"options {' '.join(best.options)}: {exc}")
+                canonical = ()
+            for (name, _), token in zip(canonical, render("nvcc", canonical), strict=True):
+                _add_flag(flags, option_owner, f"option:{name}", token, best, outcome, "option")
     return outcome
 
 
@@ -284,15 +313,19 @@ def _add_flag(
 ) -> None:
     """One flag of the shared flags file; a clash with an earlier campaign's value is
     reported, not applied (the unit has one command line)."""
-    flag = key + value
+    flag = value if key.startswith("option:") else key + value
     if key in flags and flags[key] != value:
         outcome.not_applied.append(
-            f"{what} {flag}: campaign {owner[key]} already set {key}{flags[key]}"
+            f"{what} {flag}: campaign {owner[key]} already set {_flag(key, flags[key])}"
         )
         return
     flags[key] = value
     owner.setdefault(key, best.campaign_id)
     outcome.applied.append(f"{what} {flag} (in {FLAGS_FILE})")
+
+
+def _flag(key: str, value: str) -> str:
+    return value if key.startswith("option:") else key + value
 
 
 def unified_patch(original: Path, patched: Path) -> str:
@@ -350,11 +383,12 @@ def apply_campaigns(
     flags: dict[str, str] = {}
     owners: dict[str, int] = {}
     outcomes = []
+    units: dict[str, Path] = {}
     for campaign_id in campaign_ids:
         best = load_best(s, campaign_id, exports)
         share = (shares or {}).get(campaign_id)
-        outcomes.append(apply_campaign(best, into, flags, owners, share))
-    flag_list = [k + v for k, v in flags.items()]
+        outcomes.append(apply_campaign(best, into, flags, owners, share, units))
+    flag_list = [_flag(k, v) for k, v in flags.items()]
     if flag_list:
         (into / FLAGS_FILE).write_text(" ".join(flag_list) + "\n")
         if not _build_reads_flags(into):

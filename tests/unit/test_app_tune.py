@@ -1,0 +1,343 @@
+"""`r3 tune-app` ranking and prediction on a synthetic recording.json, and `r3 apply` writing
+tuned campaigns (a real SQLite database built with the repository) into a copy of the example
+application's tree."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from db import repository as repo
+from db.session import open_database
+from r3tui.domain import (
+    Campaign,
+    CampaignStatus,
+    Dim3,
+    KernelLaunch,
+    Recording,
+    TrialConfig,
+    Variant,
+    VariantOrigin,
+    VariantStatus,
+)
+from r3tui.engine.application import amdahl, load_recording, select, tune_app
+from r3tui.errors import R3Error
+from tests.db.factories import ok, sha
+
+REPO = Path(__file__).resolve().parents[2]
+CG = REPO / "examples" / "apps" / "cg"
+SPMV = "_ZN2cg8spmv_csrENS_9CsrMatrixEPKdPd"
+DOT = "_ZN2cg11dot_partialILi256EEEvPKdS2_Pdi"
+UPDATE = "_ZN2cg9update_xrEPKNS_9CgVectorsEdi"
+XPAY = "_ZN2cg6detail4xpayIdEEvPKT_S2_PS2_i"
+
+
+def r3(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("R3_")}
+    env.update({"NO_COLOR": "1", "COLUMNS": "200", "PYTHONPATH": str(REPO)})
+    env["XDG_CONFIG_HOME"] = str(cwd / ".config")
+    return subprocess.run(
+        [sys.executable, "-m", "r3tui", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def _kernel(entry: str, name: str, configs: list[tuple[float, int, str | None, bool]]) -> dict:
+    return {
+        "entry_point": entry,
+        "name": name,
+        "launches": sum(c[1] for c in configs),
+        "device_time_s": sum(c[0] for c in configs),
+        "source": {"path": str(CG / "cg.cu"), "kernel": name},
+        "configs": [
+            {
+                "grid": [64, 1, 1],
+                "block": [128, 1, 1],
+                "shared_mem_bytes": 0,
+                "count": count,
+                "device_time_s": t,
+                "bundle": bundle,
+                "replayable": replayable,
+                "reasons": [] if replayable else ["touches managed memory at 0x7f0000000000"],
+            }
+            for t, count, bundle, replayable in configs
+        ],
+    }
+
+
+def write_recording(directory: Path, cwd: Path) -> Path:
+    """A recording.json as `r3 record --` writes it: 1.0 s of kernel time in all."""
+    directory.mkdir(parents=True, exist_ok=True)
+    data = {
+        "format_version": 1,
+        "command": ["./cg", "--n", "32"],
+        "cwd": str(cwd),
+        "runtime": "static",
+        "recorded_at": "2026-12-02T14:00:00+00:00",
+        "wall_s": 2.5,
+        "exit_code": 0,
+        "reachable": False,
+        "kernels": [
+            _kernel(XPAY, "cg::detail::xpay<double>", [(0.05, 100, "bundles/xpay-0", True)]),
+            # two configurations; the bigger one is tuned
+            _kernel(
+                SPMV,
+                "cg::spmv_csr",
+                [(0.10, 1, "bundles/spmv-1", True), (0.50, 100, "bundles/spmv-0", True)],
+            ),
+            _kernel(UPDATE, "cg::update_xr", [(0.10, 100, "bundles/update-0", True)]),
+            _kernel(DOT, "cg::dot_partial<256>", [(0.25, 200, None, False)]),
+        ],
+        "unsupported_allocations": [],
+        "warnings": [],
+    }
+    (directory / "recording.json").write_text(json.dumps(data))
+    return directory
+
+
+def test_kernels_ranked_by_device_time_share(tmp_path: Path) -> None:
+    recording = load_recording(write_recording(tmp_path / "rec", CG))
+    assert [k.name for k in recording.kernels] == [
+        "cg::spmv_csr",
+        "cg::dot_partial<256>",
+        "cg::update_xr",
+        "cg::detail::xpay<double>",
+    ]
+    assert [round(k.share, 6) for k in recording.kernels] == [0.6, 0.25, 0.1, 0.05]
+    spmv = recording.kernels[0]
+    assert spmv.target is not None and spmv.target.bundle == tmp_path / "rec/bundles/spmv-0"
+    assert spmv.target.share == pytest.approx(0.5)
+    chosen = select(recording, 3)
+    assert [why for _, why in chosen] == [
+        None,
+        "skipped: touches managed memory at 0x7f0000000000",
+        None,
+    ]
+
+
+def test_amdahl_over_kernel_time_shares() -> None:
+    assert amdahl([]) == 1.0
+    assert amdahl([(0.5, 2.0)]) == pytest.approx(1 / (0.5 + 0.25))
+    # 1 / (1 - 0.6 + 0.5/1.25 + 0.1/2)
+    assert amdahl([(0.5, 1.25), (0.1, 2.0)]) == pytest.approx(1 / 0.85)
+    with pytest.raises(ValueError):
+        amdahl([(0.7, 2.0), (0.6, 2.0)])
+
+
+def test_tune_app_tunes_the_top_kernels_and_records_their_campaigns(tmp_path: Path) -> None:
+    directory = write_recording(tmp_path / "rec", CG)
+    recording = load_recording(directory)
+    calls: list[tuple[Path, str]] = []
+
+    def fake_tuner(bundle: Path, name: str) -> tuple[int, float | None, tuple[float, float] | None]:
+        """Stands in for the GPU campaign (which cannot run here): fixed speedups."""
+        calls.append((bundle, name))
+        return (len(calls), {"cg::spmv_csr": 1.25, "cg::update_xr": 2.0}[name], (1.1, 1.3))
+
+    result = tune_app(recording, tmp_path / "r3.sqlite", "10", 3, fake_tuner)
+    assert [name for _, name in calls] == ["cg::spmv_csr", "cg::update_xr"]
+    assert result.predicted_speedup == pytest.approx(1 / (1 - 0.6 + 0.5 / 1.25 + 0.1 / 2.0))
+    plan = json.loads((directory / "tune-app.json").read_text())
+    assert [k["campaign_id"] for k in plan["kernels"]] == [1, None, 2]
+    assert plan["kernels"][1]["status"].startswith("skipped: touches managed memory")
+    assert plan["predicted_app_speedup"] == pytest.approx(result.predicted_speedup)
+    assert "kernel device time" in plan["share_basis"]
+
+
+def test_tune_app_plan_and_bad_input_from_the_command_line(tmp_path: Path) -> None:
+    directory = write_recording(tmp_path / "rec", CG)
+    plan = r3("tune-app", str(directory), "--top", "2", "--plan", cwd=tmp_path)
+    assert plan.returncode == 0, plan.stderr
+    lines = plan.stdout.splitlines()
+    assert lines[0].startswith("4 kernels, 1000.000 ms of device time")
+    assert "60.00%" in lines[1] and "cg::spmv_csr" in lines[1] and "[tune]" in lines[1]
+    assert "[skipped: touches managed memory" in lines[2]
+    assert lines[3].endswith("[-]")
+    for bad in (
+        ("tune-app", str(tmp_path / "missing")),
+        ("tune-app", str(directory), "--budget", "lots"),
+        ("apply", "--into", str(tmp_path / "x")),
+    ):
+        result = r3(*bad, "--db", str(tmp_path / "r3.sqlite"), cwd=tmp_path)
+        assert result.returncode == 2, (bad, result.stderr)
+        assert result.stderr.count("\n") == 1 and result.stderr.startswith("r3: error:"), bad
+    (directory / "recording.json").write_text('{"format_version": 1, "kernels": [{}]}')
+    broken = r3("tune-app", str(directory), "--plan", cwd=tmp_path)
+    assert broken.returncode == 2 and "field 'entry_point' is missing" in broken.stderr
+
+
+# -- r3 apply ------------------------------------------------------------------------------
+XPAY_BODY = "if (i < n) y[i] = x[i] + beta * y[i];"
+XPAY_TUNED = "if (i < n) y[i] = fma(beta, y[i], x[i]);"
+
+
+def _campaign(
+    s,
+    kernel: str,
+    bundle: Path,
+    original: str,
+    best_source: str | None,
+    best: TrialConfig,
+    speedup: float,
+) -> int:
+    launch = KernelLaunch(kernel, Dim3(64, 1, 1), Dim3(128, 1, 1), 0, 100, 1e-3)
+    rid = repo.add_recording(
+        s, Recording(str(bundle), sha(str(bundle)), kernel, launch), {"kernel": kernel}
+    )
+    cid = repo.create_campaign(
+        s, Campaign(f"app:{kernel}", rid, 0, {"mode": "inner-only"}, CampaignStatus.FINISHED)
+    )
+    seed = repo.add_variant(s, Variant(cid, original, VariantOrigin.SEED))
+    recorded = TrialConfig(toolchain="nvcc")
+    rows = [repo.NewTrial(cid, seed, recorded, ok(100e-6))]
+    if best_source is None:
+        rows.append(repo.NewTrial(cid, seed, best, ok(100e-6 / speedup)))
+    else:
+        child = repo.add_variant(
+            s,
+            Variant(
+                cid,
+                best_source,
+                VariantOrigin.LLM,
+                parent_id=seed,
+                status=VariantStatus.IMPROVED,
+                operator="fma",
+            ),
+        )
+        rows.append(repo.NewTrial(cid, child, best, ok(100e-6 / speedup)))
+    repo.insert_trials(s, rows)
+    repo.add_event(s, cid, "inner_done", "done", {"speedup": speedup, "ci": [1.0, 1.5]})
+    return cid
+
+
+def _apply_db(tmp_path: Path, tree: Path, rec: Path) -> tuple[Path, list[int]]:
+    original = (tree / "cg.cu").read_text()
+    assert XPAY_BODY in original
+    db_path = tmp_path / "r3.sqlite"
+    with (
+        open_database(db_path, create=True, upgrade=True) as database,
+        database.session_scope() as s,
+    ):
+        spmv = _campaign(
+            s,
+            "cg::spmv_csr",
+            rec / "bundles/spmv-0",
+            original,
+            None,
+            TrialConfig(
+                toolchain="nvcc",
+                options=("--ptxas-options=-dlcm=cg",),
+                block=Dim3(256, 1, 1),
+                launch_bounds=(256, 2),
+            ),
+            1.25,
+        )
+        xpay = _campaign(
+            s,
+            "cg::detail::xpay<double>",
+            rec / "bundles/xpay-0",
+            original,
+            original.replace(XPAY_BODY, XPAY_TUNED),
+            TrialConfig(toolchain="nvcc", options=("--maxrregcount=32",)),
+            1.5,
+        )
+        # a 2-D block the host code cannot take, and a register cap that clashes
+        update = _campaign(
+            s,
+            "cg::update_xr",
+            rec / "bundles/update-0",
+            original,
+            None,
+            TrialConfig(toolchain="nvcc", options=("--maxrregcount=64",), block=Dim3(64, 2, 1)),
+            2.0,
+        )
+    return db_path, [spmv, xpay, update]
+
+
+def test_apply_writes_a_patch_of_the_tuned_campaigns(tmp_path: Path) -> None:
+    tree = tmp_path / "app"
+    shutil.copytree(CG, tree, ignore=shutil.ignore_patterns("cg", "cg-shared", "*.o", "*.json"))
+    rec = write_recording(tmp_path / "rec", tree)
+    db_path, ids = _apply_db(tmp_path, tree, rec)
+    out = tmp_path / "patched"
+    run = r3(
+        "apply", *map(str, ids), "--into", str(out), "--no-run", "--db", str(db_path), cwd=tmp_path
+    )
+    assert run.returncode == 0, run.stderr
+    assert "app_speedup_predicted: " in run.stdout
+
+    text = (out / "cg.cu").read_text()
+    assert "spmv_csr(CsrMatrix a" in text
+    assert "__global__ void __launch_bounds__(256, 2) spmv_csr(" in text.replace("\n", " ")
+    assert XPAY_TUNED in text and XPAY_BODY not in text
+    assert (out / "r3-flags.txt").read_text().split() == [
+        "-DCG_BLOCK_SPMV=256",
+        "--ptxas-options=-dlcm=cg",
+        "--maxrregcount=32",
+    ]
+    summary = json.loads((out / "r3-apply.json").read_text())
+    by_id = {c["campaign_id"]: c for c in summary["campaigns"]}
+    assert by_id[ids[0]]["not_applied"] == [] and by_id[ids[1]]["not_applied"] == []
+    problems = " | ".join(by_id[ids[2]]["not_applied"])
+    assert (
+        "block 64x2x1" in problems
+        and f"campaign {ids[1]} already set --maxrregcount=32" in problems
+    )
+    # only fully applied campaigns count: spmv 0.5 of kernel time at 1.25x, xpay 0.05 at 1.5x
+    expected = amdahl([(0.5, 1.25), (0.05, 1.5)])
+    assert summary["predicted_speedup"] == pytest.approx(expected)
+    assert f"app_speedup_predicted: {expected:.4f}" in run.stdout
+    assert (out / "r3-exports" / f"campaign-{ids[1]}" / "options.txt").is_file()
+
+    # the patch turns the original tree into the patched one
+    patch = (out / "r3-apply.patch").read_text()
+    assert "+++ b/cg.cu" in patch and "+++ b/r3-flags.txt" in patch
+    check = tmp_path / "check"
+    shutil.copytree(tree, check)
+    applied = subprocess.run(
+        ["patch", "-p1", "-i", str(out / "r3-apply.patch")],
+        cwd=check,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert applied.returncode == 0, applied.stdout + applied.stderr
+    assert (check / "cg.cu").read_text() == text
+
+    if shutil.which("nvcc"):  # the spliced tree still builds, with the flags file read
+        built = subprocess.run(
+            ["make"], cwd=out, capture_output=True, text=True, timeout=300, check=False
+        )
+        assert built.returncode == 0, built.stdout + built.stderr
+        assert "-DCG_BLOCK_SPMV=256" in built.stdout and "--maxrregcount=32" in built.stdout
+
+
+def test_apply_refuses_bad_targets(tmp_path: Path) -> None:
+    tree = tmp_path / "app"
+    shutil.copytree(CG, tree, ignore=shutil.ignore_patterns("cg", "cg-shared", "*.o", "*.json"))
+    rec = write_recording(tmp_path / "rec", tree)
+    db_path, ids = _apply_db(tmp_path, tree, rec)
+    for args in (
+        ("999", "--into", str(tmp_path / "o1")),  # no such campaign
+        (str(ids[0]), "--into", str(tree / "inside")),  # into the source tree itself
+        (str(ids[0]), "--into", str(tmp_path / "o2"), "--source-tree", str(tmp_path / "nope")),
+    ):
+        result = r3("apply", *args, "--no-run", "--db", str(db_path), cwd=tmp_path)
+        assert result.returncode == 2, (args, result.stdout, result.stderr)
+        assert result.stderr.startswith("r3: error:") and result.stderr.count("\n") == 1, args
+
+
+def test_load_recording_rejects_other_versions(tmp_path: Path) -> None:
+    (tmp_path / "recording.json").write_text('{"format_version": 2}')
+    with pytest.raises(R3Error, match="not a format_version 1"):
+        load_recording(tmp_path)
