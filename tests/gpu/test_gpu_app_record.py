@@ -1,0 +1,133 @@
+"""`r3 record -- ./app` on an unmodified CUDA program built with both runtime linkages.
+
+tests/gpu/apps/record_app.cu is compiled here with nvcc (shared and static cudart), recorded
+through the CLI, and every replayable bundle is replayed in a worker process: the epilogue
+must match byte for byte.  The kernel launched on managed memory must be reported as not
+replayable, with the reason.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from r3tui.cli import main
+from r3tui.domain import MeasurementStatus
+
+pytestmark = pytest.mark.gpu
+
+APP = Path(__file__).resolve().parent / "apps" / "record_app.cu"
+LINKAGES = {"shared": ["-cudart=shared"], "static": []}
+
+
+@pytest.fixture(scope="module", params=sorted(LINKAGES))
+def recorded(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+             ) -> tuple[str, Path, dict[str, Any]]:
+    linkage = request.param
+    nvcc = shutil.which("nvcc")
+    if nvcc is None:
+        pytest.skip("nvcc is not on PATH")
+    work = tmp_path_factory.mktemp(f"app-{linkage}")
+    exe = work / f"record_app_{linkage}"
+    build = subprocess.run([nvcc, "-arch=sm_90", *LINKAGES[linkage], "-o", str(exe), str(APP)],
+                           capture_output=True, text=True, timeout=300, check=False)
+    assert build.returncode == 0, build.stderr
+    out = work / "rec"
+    code = main(["--db", str(work / "r3.sqlite"), "record", "--out", str(out),
+                 "--source", str(APP), "--", str(exe), "20000"])
+    assert code == 0
+    data = json.loads((out / "recording.json").read_text())
+    return linkage, out, data
+
+
+def _kernel(data: dict[str, Any], name: str) -> dict[str, Any]:
+    found = [k for k in data["kernels"] if name in k["entry_point"]]
+    assert len(found) == 1, [k["entry_point"] for k in data["kernels"]]
+    return found[0]
+
+
+def test_recording_is_a_profile_with_the_runtime_and_unsupported_memory(
+        recorded: tuple[str, Path, dict[str, Any]]) -> None:
+    linkage, _out, data = recorded
+    assert data["format_version"] == 1 and data["exit_code"] == 0
+    assert data["runtime"] == linkage
+    follow = _kernel(data, "follow_pairs")
+    assert follow["launches"] == 3 and follow["device_time_s"] > 0
+    assert follow["name"].startswith("follow_pairs")
+    assert follow["source"] is not None and follow["source"]["path"].endswith("record_app.cu")
+    by_value = _kernel(data, "by_value")
+    assert by_value["launches"] == 2 and len(by_value["configs"]) == 2
+    managed = _kernel(data, "on_managed")
+    (config,) = managed["configs"]
+    assert not config["replayable"] and config["bundle"] is None
+    assert any("managed memory" in r for r in config["reasons"]), config["reasons"]
+    assert [u["kind"] for u in data["unsupported_allocations"]] == ["managed"]
+
+
+def _replay(path: Path) -> tuple[bool, str]:
+    from r3tui.record.bundle import Bundle
+    from r3tui.replay import Candidate, ReplayWorker
+
+    bundle = Bundle.open(path, verify=True)
+    m = bundle.manifest
+    binary = bundle.binary()
+    if binary is None:
+        return False, "no binary"
+    with ReplayWorker(path, timeout_s=120) as worker:
+        result = worker.evaluate(Candidate(binary, m.kernel.entry_point), timed=False)
+    ok = result.status is MeasurementStatus.OK and result.verified and not result.max_error
+    return ok, f"{result.status}: {result.error_text} (max error {result.max_error})"
+
+
+def test_every_replayable_kernel_replays_to_its_epilogue_exactly(
+        recorded: tuple[str, Path, dict[str, Any]]) -> None:
+    _linkage, out, data = recorded
+    results = {}
+    for kernel in data["kernels"]:
+        for config in kernel["configs"]:
+            if config["replayable"]:
+                results[(kernel["entry_point"], tuple(config["grid"]))] = \
+                    _replay(out / config["bundle"])
+    names = {name for name, _grid in results}
+    assert any("follow_pairs" in n for n in names) and any("by_value" in n for n in names)
+    assert sum("by_value" in n for n, _ in results) == 2  # both launch configurations
+    bad = {key: why for key, (ok, why) in results.items() if not ok}
+    assert not bad, bad
+
+
+def test_pointer_in_struct_bundle_holds_the_arena_addresses(
+        recorded: tuple[str, Path, dict[str, Any]]) -> None:
+    import struct
+
+    from r3tui.record.arena import ARENA_BASE
+    from r3tui.record.bundle import Bundle
+    from r3tui.record.manifest import ParamKind
+
+    _linkage, out, data = recorded
+    (config,) = _kernel(data, "follow_pairs")["configs"]
+    bundle = Bundle.open(out / config["bundle"])
+    m = bundle.manifest
+    pointer = m.params[0]
+    assert pointer.kind is ParamKind.POINTER
+    holder = bundle.blob(m.allocation(str(pointer.allocation)).prologue)
+    x, y = struct.unpack("<QQ", holder[:16])
+    addresses = {a.address for a in m.allocations}
+    assert x in addresses and y in addresses and min(addresses) >= ARENA_BASE
+    assert m.launch.count == 3
+
+
+def test_device_global_is_recorded_for_its_kernel(
+        recorded: tuple[str, Path, dict[str, Any]]) -> None:
+    from r3tui.record.bundle import Bundle
+
+    _linkage, out, data = recorded
+    (config,) = _kernel(data, "with_global")["configs"]
+    assert config["replayable"], config["reasons"]
+    bundle = Bundle.open(out / config["bundle"])
+    (g,) = [g for g in bundle.manifest.globals if "g_bias" in g.name]
+    assert bundle.blob(g.prologue) == bytes.fromhex("0000403f")  # 0.75f
