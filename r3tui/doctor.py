@@ -127,6 +127,15 @@ def _gpu_driver() -> Check:
     )
 
 
+def _interposer() -> Check:
+    from r3tui.record import interposer
+
+    lib = interposer.build()
+    how = "built now" if lib.built else "cached"
+    return Check("app interposer", True, f"{lib.path} ({how}, {lib.compiler}, "
+                 f"cuda.h from {lib.include_dir})")
+
+
 def _llama() -> Check:
     try:
         module = importlib.import_module("llama_cpp")
@@ -152,6 +161,8 @@ def run_checks(settings: Settings, db_path: Path) -> list[Check]:
         ("llvm", lambda: _toolchain("llvm", False), _TOOLCHAIN_FIX["llvm"], False),
         ("gpu (pycuda)", _gpu_pycuda, "pip install 'r3tui[gpu]' on a GPU node", False),
         ("gpu (driver)", _gpu_driver, "run on a GPU node", False),
+        ("app interposer", _interposer, "needs cc and cuda.h (for `r3 record -- ./app`)",
+         False),
         ("llama_cpp", _llama, "pip install 'r3tui[llm]'", False),
         ("model", lambda: _model(settings), "pip install 'r3tui[model]' or --model", False),
     ]
