@@ -89,6 +89,7 @@ def _field(data: dict[str, Any], key: str, where: str) -> Any:
 
 def load_recording(directory: Path) -> AppRecording:
     """``directory/recording.json`` read and checked; a bad one is a one-line R3Error."""
+    directory = directory.resolve()  # bundle paths go into the database: make them absolute
     path = directory / RECORDING_FILE
     try:
         data = json.loads(path.read_text())
