@@ -481,9 +481,10 @@ static void note_func(const void *key, int image, int is_kernel, const char *nam
     if (!f) {
         GROW(funcs_, nfuncs_, capfuncs_);
         f = &funcs_[nfuncs_++];
-        f->key = key; f->name = NULL;
+        f->key = key; f->name = NULL; f->image = -1; f->is_kernel = 0;
     }
-    f->image = image; f->is_kernel = is_kernel;
+    if (image >= 0) f->image = image;
+    f->is_kernel |= is_kernel;
     if (name && !f->name) f->name = strdup(name);
     pthread_mutex_unlock(&lock_);
 }
@@ -590,6 +591,9 @@ static evcreate_fn d_evcreate; static evrecord_fn d_evrecord, d_evrecord_ptsz;
 static evone_fn d_evquery, d_evsync, d_evdestroy; static evelapsed_fn d_elapsed;
 static sync_fn d_sync; static dtoh_fn d_dtoh; static fname_fn d_fname; static pinfo_fn d_pinfo;
 static fmod_fn d_fmod;
+typedef CUresult (*kname_fn)(const char **, CUkernel);
+typedef CUresult (*klib_fn)(CUlibrary *, CUkernel);
+static kname_fn d_kname; static klib_fn d_klib;
 static CUevent free_events_[2 * R3_MAX_PENDING]; static size_t nfree_events_;
 
 static void resolve_launch_helpers(void) {
@@ -610,7 +614,29 @@ static void resolve_launch_helpers(void) {
     d_fname = DRV(fname_fn, "cuFuncGetName", 12030);
     d_pinfo = DRV(pinfo_fn, "cuFuncGetParamInfo", 12040);
     d_fmod = DRV(fmod_fn, "cuFuncGetModule", 11000);
+    d_kname = DRV(kname_fn, "cuKernelGetName", 12030);
+    d_klib = DRV(klib_fn, "cuKernelGetLibrary", 12050);
+    if (!r_kernfunc) r_kernfunc = DRV(kernfunc_fn, "cuKernelGetFunction", 12000);
     d_sync = DRV(sync_fn, "cuCtxSynchronize", 2000);
+}
+
+/* A launch handle the wrappers never saw created (e.g. a runtime that enumerates a library's
+ * kernels): learn whether it is a CUkernel, its name and its library from the driver. */
+static func_t *learn_func(const void *f) {
+    const char *name = NULL;
+    int is_kernel = 0, image = -1;
+    if (d_kname && d_kname(&name, (CUkernel)f) == CUDA_SUCCESS && name) {
+        is_kernel = 1;
+        CUlibrary lib = NULL;
+        if (d_klib && d_klib(&lib, (CUkernel)f) == CUDA_SUCCESS) image = image_of_handle(lib);
+    } else {
+        name = NULL;
+        if (d_fname) d_fname(&name, (CUfunction)f);
+        CUmodule m = NULL;
+        if (d_fmod && d_fmod(&m, (CUfunction)f) == CUDA_SUCCESS) image = image_of_handle(m);
+    }
+    note_func(f, image, is_kernel, name);
+    return func_lookup(f);
 }
 
 static CUevent take_event(void) {
@@ -849,12 +875,8 @@ static CUresult on_launch(const call_t *c) {
         cfg->func = c->f; cfg->id = (int)nconfigs_++; cfg->shm = c->shm;
         memcpy(cfg->g, c->g, sizeof cfg->g); memcpy(cfg->b, c->b, sizeof cfg->b);
         func_t *fi = func_lookup(c->f);
+        if (!fi || !fi->name) fi = learn_func(c->f);
         const char *name = fi ? fi->name : NULL;
-        if (!name && d_fname) {
-            CUfunction fn = c->f;
-            if (fi && fi->is_kernel && r_kernfunc) r_kernfunc(&fn, (CUkernel)c->f);
-            d_fname(&name, fn);
-        }
         cfg->count = 1;
         if (name_selected(name) && d_sync) {
             cfg->recorded = 1;
