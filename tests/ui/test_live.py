@@ -10,6 +10,8 @@ from db import repository as repo
 from db.session import open_database
 from r3tui.domain import CampaignStatus
 from r3tui.ui.screens.campaign import CampaignScreen
+from r3tui.ui.screens.campaign_list import CampaignListScreen
+from r3tui.ui.widgets.campaign_table import CampaignTable
 from r3tui.ui.widgets.event_log import EventLog
 from r3tui.ui.widgets.variant_tree import VariantTree
 from tests.ui.conftest import make_app, open_campaign, text_of, until, visible_variants
@@ -117,3 +119,31 @@ async def test_a_node_with_many_children_loads_in_pages(tmp_path: Path) -> None:
         await until(pilot, lambda: len(visible_variants(app)) == 1 + 451)
         last = tree.root.children[0].children[-1].data
         assert last is not None and not last.is_more
+
+
+async def test_the_campaign_list_shows_a_campaign_that_stops_or_crashes(tmp_path: Path) -> None:
+    db_path = build_database(
+        tmp_path / "r3.sqlite", (LIVE, CampaignSpec(name="other", n_variants=4, n_trials=20))
+    )
+    writer = open_database(db_path)
+    app = make_app(db_path, poll_interval_s=0.25)
+    try:
+        async with app.run_test(size=(120, 30)) as pilot:
+            await until(
+                pilot, lambda: isinstance(app.screen, CampaignListScreen) and app.screen.rows
+            )
+            table = app.screen.query_one(CampaignTable)
+
+            def status(name: str) -> str:
+                row = next(i for i, r in enumerate(table.rows_shown) if r.name == name)
+                return str(table.get_row_at(row)[4])
+
+            assert status("live") == "running"
+            with writer.session_scope() as s:
+                repo.set_campaign_status(s, 1, CampaignStatus.STOPPED, finished=True)
+            await until(pilot, lambda: status("live") == "stopped", timeout=5)
+            with writer.session_scope() as s:
+                repo.set_campaign_status(s, 1, CampaignStatus.CRASHED, finished=True)
+            await until(pilot, lambda: status("live") == "crashed", timeout=5)
+    finally:
+        writer.close()

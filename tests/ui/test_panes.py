@@ -19,6 +19,7 @@ from r3tui.ui.screens.campaign_list import CampaignListScreen
 from r3tui.ui.screens.help import HelpScreen, binding_rows
 from r3tui.ui.widgets.convergence import ConvergencePanel
 from r3tui.ui.widgets.elite_grid import EliteGrid
+from r3tui.ui.widgets.trials_table import TrialsTable
 from r3tui.ui.widgets.variant_tree import VariantTree
 from tests.ui.conftest import make_app, open_campaign, screen_text, text_of, until
 
@@ -189,3 +190,45 @@ async def test_help_overlay_lists_every_binding_the_ui_declares(standard_db: Pat
             )
             assert keys in text and binding.description in text, (cls.__name__, keys)
     assert "open the cell's elite in the tree" in text
+
+
+async def test_a_click_on_a_trials_header_sorts_by_it(standard_db: Path) -> None:
+    app = make_app(standard_db)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await open_campaign(pilot, 1)
+        screen = app.screen
+        assert isinstance(screen, CampaignScreen)
+        await pilot.press("4")
+        table = screen.query_one(TrialsTable)
+        variant = screen.selected
+        n = _sql(standard_db, "select count(*) from trials where variant_id=?", variant)[0][0]
+        await until(pilot, lambda: table.row_count == n)
+        await pilot.pause()
+        columns = list(table.columns.values())
+        regs = next(i for i, c in enumerate(columns) if c.key.value == "regs")
+        x = sum(c.get_render_width(table) for c in columns[:regs]) + 1
+        order = [
+            str(tid)
+            for (tid,) in _sql(
+                standard_db,
+                "select id from trials where variant_id=? "
+                "order by registers is null, registers, id",
+                variant,
+            )
+        ]
+        await pilot.click(TrialsTable, offset=(x, 0))
+        await until(pilot, lambda: [str(table.get_row_at(i)[0]) for i in range(n)] == order)
+        assert screen.trial_sort.value == "registers" and not screen.trial_descending
+        await pilot.click(TrialsTable, offset=(x, 0))  # the same header again: descending
+        await until(pilot, lambda: screen.trial_descending)
+        descending = [
+            str(tid)
+            for (tid,) in _sql(
+                standard_db,
+                "select id from trials where variant_id=? "
+                "order by registers is null, registers desc, id",
+                variant,
+            )
+        ]
+        assert descending != order
+        await until(pilot, lambda: [str(table.get_row_at(i)[0]) for i in range(n)] == descending)
