@@ -37,7 +37,8 @@ from r3tui.search.simulation import (
 from r3tui.search.space import LaunchSpec, SearchSpace, SpaceError, config_key, option_dims
 
 SPACES_DIR = Path(__file__).resolve().parents[1] / "data" / "spaces"
-RECORDED = sorted(SPACES_DIR.glob("*.json"))
+# the reduced tables, and the hard ones (bench/record_spaces.py --space hard) where recorded
+RECORDED = sorted(SPACES_DIR.glob("*.json")) + sorted(SPACES_DIR.glob("hard/*.json"))
 
 
 def synthetic_space() -> SearchSpace:
@@ -133,8 +134,9 @@ def test_bayes_beats_random_on_a_synthetic_table(synthetic) -> None:
 
 recorded = pytest.mark.skipif(
     not RECORDED, reason="no recorded spaces in tests/data/spaces (recorded on a GPU node)")
-paths = pytest.mark.parametrize("path", RECORDED or [None],
-                                ids=lambda p: p.stem if p else "none")
+paths = pytest.mark.parametrize(
+    "path", RECORDED or [None],
+    ids=lambda p: (f"hard-{p.stem}" if p.parent.name == "hard" else p.stem) if p else "none")
 _SCORES: dict[Path, dict[str, dict[int, StrategyScore]]] = {}
 
 
