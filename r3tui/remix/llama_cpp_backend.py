@@ -12,16 +12,24 @@ spaces, i.e. indentation) comes out truncated or empty, so generated code lost l
 Here each token's piece is read with a buffer of the size llama.cpp asks for.  A GGUF without
 a chat template falls back to ``create_chat_completion`` and its built-in format.
 
+The weights are loaded without llama.cpp's "extra buffer types" (``use_extra_bufts``, the
+CLI's ``--no-repack``), which llama-cpp-python 0.3.36 does not expose: on a CPU with AMX the
+extra type is ggml's AMX matmul, and as built here its ``ldtilecfg`` faults on a tile
+configuration with non-zero reserved bytes (SIGSEGV in ``ggml_backend_amx_mul_mat`` on the
+first decode, every run; 2026-12-03, Xeon with amx_int8/amx_bf16).  Plain AVX-512 kernels are
+used instead; for a model this size the difference in speed is small.
+
 Grammars are checked by llama.cpp's own parser first: ``LlamaGrammar.from_string`` does not
 parse, and a grammar llama.cpp rejects would otherwise reach the sampler as a null pointer.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +66,32 @@ def _import_llama_cpp() -> Any:
     return llama_cpp
 
 
+# Model loads patch a module-level default (below), so they are serialized process-wide.
+_LOAD_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def without_extra_buffer_types(lib: Any) -> Iterator[None]:
+    """While a ``Llama`` is built, its model parameters start with ``use_extra_bufts`` off.
+
+    ``Llama.__init__`` takes its parameters from ``llama_model_default_params()`` and offers no
+    argument for this field, so the default is swapped for the duration of the load only."""
+    module = lib.llama_cpp
+    default = module.llama_model_default_params
+
+    def no_extra_bufts() -> Any:
+        params = default()
+        params.use_extra_bufts = False
+        return params
+
+    with _LOAD_LOCK:
+        module.llama_model_default_params = no_extra_bufts
+        try:
+            yield
+        finally:
+            module.llama_model_default_params = default
+
+
 class LlamaCppBackend:
     """In-process llama.cpp; thread-safe by serializing calls (one context, one call at a time)."""
 
@@ -74,11 +108,14 @@ class LlamaCppBackend:
         self._grammars_checked: dict[str, str | None] = {}
         self.sha256 = model_sha256(path)
         try:
-            self._llm = self._lib.Llama(
-                model_path=str(path), n_ctx=n_ctx, n_threads=n_threads, verbose=False
-            )
+            with without_extra_buffer_types(self._lib):
+                self._llm = self._lib.Llama(
+                    model_path=str(path), n_ctx=n_ctx, n_threads=n_threads, verbose=False
+                )
         except (ValueError, RuntimeError, OSError) as exc:
             raise BackendError(f"llama.cpp cannot load {path}: {exc}") from exc
+        if self._llm.model_params.use_extra_bufts:  # the swap above did not take
+            raise BackendError("llama.cpp loaded the model with extra buffer types (AMX)")
         self._vocab = self._lib.llama_model_get_vocab(self._llm.model)
         self._formatter = self._make_formatter()
 
@@ -143,6 +180,12 @@ class LlamaCppBackend:
         """``(text, tokens generated, finish reason)`` for a rendered prompt."""
         if sampling.seed is not None:
             self._llm.set_seed(sampling.seed)
+        # Forget the previous call's context: ``generate`` would otherwise reuse its KV cache
+        # and re-evaluate only the prompt's last token, alone, whose logits then differ in the
+        # last bits from a batched evaluation, enough to change a sampled token (measured:
+        # the same seed gave two different answers in a row).  The same seed must give the
+        # same answer whatever ran before.
+        self._llm.reset()
         answer = bytearray()
         generated = 0
         finish = "length"
