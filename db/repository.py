@@ -408,6 +408,19 @@ def campaign_variants(s: Session, campaign_id: int) -> list[Variant]:
     return [_variant(r) for r in rows]
 
 
+def variant_with_source(s: Session, campaign_id: int, source: str) -> int | None:
+    """The first variant of the campaign whose source is exactly ``source``, or ``None``.
+
+    Compared in SQLite (the campaign's rows through ``ix_variants_campaign_parent``), so no
+    source text comes back to Python; a campaign holds hundreds of variants, not millions."""
+    return s.execute(
+        select(VariantRow.id)
+        .where(VariantRow.campaign_id == campaign_id, VariantRow.source == source)
+        .order_by(VariantRow.id)
+        .limit(1)
+    ).scalar_one_or_none()
+
+
 def campaign_tree(s: Session, campaign_id: int) -> list[TreeNode]:
     """The campaign's variants without their source, with trial counts, in one query."""
     stats = (

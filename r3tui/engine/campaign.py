@@ -304,16 +304,9 @@ class CampaignRun:
             )
             ok = proposal.ok and proposal.source is not None
             reason = proposal.reason
-            if ok:
+            if ok and proposal.source is not None:
                 # the same source twice would cost a second inner loop and say nothing new
-                twin = next(
-                    (
-                        v.id
-                        for v in repo.campaign_variants(s, self.campaign_id)
-                        if v.source == proposal.source
-                    ),
-                    None,
-                )
+                twin = repo.variant_with_source(s, self.campaign_id, proposal.source)
                 if twin is not None:
                     ok, reason = False, f"duplicate of variant {twin}"
             vid = repo.add_variant(

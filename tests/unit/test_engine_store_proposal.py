@@ -1,0 +1,74 @@
+"""``CampaignRun.store_proposal``: duplicates are found by a query on the source, in SQLite."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from db import repository as repo
+from db.session import open_database
+from r3tui.domain import VariantOrigin, VariantStatus
+from r3tui.engine.campaign import _Request
+from r3tui.remix.catalogue import transformation
+from r3tui.remix.mutation import Proposal
+from tests.unit.test_engine_campaign import SOURCE, make_run, new_campaign
+
+RESTRICT = transformation("restrict_const")
+
+
+def proposal(source: str | None, *, ok: bool = True) -> Proposal:
+    return Proposal(
+        source=source,
+        origin=VariantOrigin.RULE,
+        operator=RESTRICT.name,
+        transformation=RESTRICT,
+        llm_call=None,
+        ok=ok,
+        reason=None if ok else "no match",
+        diff="--- a\n+++ b\n" if ok else None,
+    )
+
+
+def test_a_source_already_in_the_campaign_is_a_duplicate_and_only_in_that_campaign(
+    tmp_path: Path,
+) -> None:
+    database = open_database(tmp_path / "r3.sqlite")
+    try:
+        cid = new_campaign(database)
+        other_cid = new_campaign(database)
+        run = make_run(database, cid)
+        seed = run.seed_variant()
+        request = _Request(index=1, island=0, parent=seed, profile=None, inspirations=())
+        child_source = SOURCE.text.replace("__global__", "__global__ /* a */", 1)
+
+        first = run.store_proposal(request, proposal(child_source))
+        assert first.status is VariantStatus.PENDING
+
+        again = run.store_proposal(request, proposal(child_source))
+        assert again.status is VariantStatus.APPLY_FAILED
+        assert again.status_reason == f"duplicate of variant {first.id}"
+
+        # the parent's own text is a duplicate of the parent (the first row with that text)
+        same = run.store_proposal(request, proposal(SOURCE.text))
+        assert same.status_reason == f"duplicate of variant {seed.id}"
+
+        # a failed proposal is stored with the parent's text and is never called a duplicate
+        failed = run.store_proposal(request, proposal(None, ok=False))
+        assert failed.status is VariantStatus.APPLY_FAILED and failed.status_reason == "no match"
+
+        # one character more is a different source; another campaign's rows do not count
+        longer = run.store_proposal(request, proposal(child_source + "\n"))
+        assert longer.status is VariantStatus.PENDING
+        other = make_run(database, other_cid)
+        other_seed = other.seed_variant()
+        elsewhere = other.store_proposal(
+            _Request(index=1, island=0, parent=other_seed, profile=None, inspirations=()),
+            proposal(child_source),
+        )
+        assert elsewhere.status is VariantStatus.PENDING
+
+        with database.session_scope() as s:
+            assert repo.variant_with_source(s, cid, child_source) == first.id
+            assert repo.variant_with_source(s, cid, "no such kernel") is None
+            assert repo.variant_with_source(s, other_cid, child_source) == elsewhere.id
+    finally:
+        database.close()
