@@ -14,17 +14,25 @@ Speedups are over the recorder's own timing of the original launch (the same den
 all three).  Prints per-example medians over seeds, the yield of valid variants per mutation
 source, the time per evaluated variant, and the `key: value` lines of issue #5.
 
-    python bench/campaigns.py --db OUT/campaigns.sqlite [--seeds 2] [--variants 8]
+    python bench/campaigns.py --db OUT/campaigns.sqlite [--seeds 3] [--variants 4] [--inner 5]
+        [--seed-trials 12] [--examples a,b] [--time-limit 420] [--example-cap S]
+
+Seed 0 of every example runs first, then seed 1, and so on; a search that would end past
+``--time-limit`` is not started, and the summary (bench/campaign_summary.py, read back from
+the database) names whatever was cut short.
     python bench/campaigns.py --evaluate-db OUT/llm.sqlite --bundles DIR   # LLM proposals
 """
 
 from __future__ import annotations
 
 import argparse
+import signal
 import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -32,6 +40,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "examples"))
 
+from campaign_summary import read_results, summary_lines, yield_lines  # noqa: E402
 from eval_cost import DEFAULT_EXAMPLES, DEFAULT_SCALES  # noqa: E402
 
 
@@ -71,9 +80,20 @@ def best_trial_s(db: Path, campaign_id: int) -> tuple[float | None, int]:
     return (min(times) if times else None), len(trials)
 
 
-def run_example(
-    name: str, bundle: Path, db: Path, seeds: int, variants: int, inner: int, seed_trials: int
-) -> dict[str, list[float]]:
+@dataclass(frozen=True)
+class Budgets:
+    variants: int
+    inner: int
+    seed_trials: int
+
+    @property
+    def trials(self) -> int:
+        """What every search may compile and replay: the r3 campaign's budget."""
+        return self.seed_trials + self.variants * self.inner
+
+
+def run_seed(name: str, bundle: Path, db: Path, seed: int, budgets: Budgets) -> bool:
+    """The three searches of one example and seed; ``False`` if one was stopped early."""
     from r3tui.engine import InnerCampaign, InnerSettings, run_inner_campaign
     from r3tui.engine.campaign import CampaignSettings
     from r3tui.engine.tune import CampaignJob, run_campaign
@@ -81,85 +101,65 @@ def run_example(
 
     baseline = Bundle.open(bundle).manifest.launch.baseline
     assert baseline is not None, "the recorder timed no baseline"
-    budget = seed_trials + variants * inner
-    out: dict[str, list[float]] = {"r3": [], "bo": [], "remix": [], "s_per_variant": []}
-    for seed in range(seeds):
-        started = time.monotonic()
-        r3 = run_campaign(
-            CampaignJob(
-                bundle,
-                db,
-                CampaignSettings(
-                    variants=variants,
-                    inner_trials=inner,
-                    seed_trials=seed_trials,
-                    seed=seed,
-                    llm_share=0.0,
-                    inner=InnerSettings(seed=seed),
-                ),
-                None,
-                name=f"{name}-r3-s{seed}",
-            )
+    budget = budgets.trials
+    started = time.monotonic()
+    r3 = run_campaign(
+        CampaignJob(
+            bundle,
+            db,
+            CampaignSettings(
+                variants=budgets.variants,
+                inner_trials=budgets.inner,
+                seed_trials=budgets.seed_trials,
+                seed=seed,
+                llm_share=0.0,
+                inner=InnerSettings(seed=seed),
+            ),
+            None,
+            name=f"{name}-r3-s{seed}",
         )
-        elapsed = time.monotonic() - started
-        bo = run_inner_campaign(
-            InnerCampaign(
-                bundle,
-                db,
-                budget_trials=budget,
-                settings=InnerSettings(seed=seed),
-                name=f"{name}-bo-s{seed}",
-            )
+    )
+    r3_s = time.monotonic() - started
+    bo = run_inner_campaign(
+        InnerCampaign(
+            bundle,
+            db,
+            budget_trials=budget,
+            settings=InnerSettings(seed=seed),
+            name=f"{name}-bo-s{seed}",
         )
-        remix = run_campaign(
-            CampaignJob(
-                bundle,
-                db,
-                CampaignSettings(
-                    variants=budget - 1,
-                    inner_trials=1,
-                    seed_trials=1,
-                    warm_start=0,
-                    give_up_after=1,
-                    seed=seed,
-                    llm_share=0.0,
-                    inner=InnerSettings(seed=seed, finalists=1, rounds=3),
-                ),
-                None,
-                name=f"{name}-remix-s{seed}",
-            )
+    )
+    remix = run_campaign(
+        CampaignJob(
+            bundle,
+            db,
+            CampaignSettings(
+                variants=budget - 1,
+                inner_trials=1,
+                seed_trials=1,
+                warm_start=0,
+                give_up_after=1,
+                seed=seed,
+                llm_share=0.0,
+                inner=InnerSettings(seed=seed, finalists=1, rounds=3),
+            ),
+            None,
+            name=f"{name}-remix-s{seed}",
         )
-        for key, cid in (("r3", r3.campaign_id), ("remix", remix.campaign_id)):
-            best, n = best_trial_s(db, cid)
-            assert n <= budget, f"{key} used {n} trials > {budget}"
-            out[key].append(baseline.median_s / best if best else 0.0)
-        out["bo"].append(baseline.median_s / bo.best_s if bo.best_s else 0.0)
-        out["s_per_variant"].append(elapsed / (r3.proposals + 1))
-        print(
-            f"   seed {seed}: r3 {out['r3'][-1]:.3f}x  bo {out['bo'][-1]:.3f}x  "
-            f"remix {out['remix'][-1]:.3f}x  ({elapsed:.0f} s for r3)",
-            flush=True,
-        )
-    return out
-
-
-def yields(db: Path) -> dict[str, tuple[int, int, int]]:
-    """(proposals, verified, improved) per mutation source over every campaign in ``db``."""
-    from db import repository as repo
-    from db.session import open_database
-    from r3tui.domain import VariantOrigin, VariantStatus
-
-    counts: dict[str, list[int]] = {}
-    with open_database(db, readonly=True) as database, database.session_scope() as s:
-        for c in repo.list_campaign_summaries(s):
-            for v in repo.campaign_variants(s, c.id):
-                if v.origin is VariantOrigin.SEED or v.status is VariantStatus.PENDING:
-                    continue
-                row = counts.setdefault(v.origin.value, [0, 0, 0])
-                row[0] += 1
-                row[1] += v.status in (VariantStatus.VERIFIED, VariantStatus.IMPROVED)
-                row[2] += v.status is VariantStatus.IMPROVED
-    return {k: (a, b, c) for k, (a, b, c) in counts.items()}
+    )
+    speedups = {}
+    for key, cid in (("r3", r3.campaign_id), ("remix", remix.campaign_id)):
+        best, n = best_trial_s(db, cid)
+        assert n <= budget, f"{key} used {n} trials > {budget}"
+        speedups[key] = baseline.median_s / best if best else 0.0
+    speedups["bo"] = baseline.median_s / bo.best_s if bo.best_s else 0.0
+    print(
+        f"   seed {seed}: r3 {speedups['r3']:.3f}x  bo {speedups['bo']:.3f}x  "
+        f"remix {speedups['remix']:.3f}x  ({r3_s:.0f} s for r3, "
+        f"{time.monotonic() - started:.0f} s for the three)",
+        flush=True,
+    )
+    return "stopped" not in (r3.status, remix.status)
 
 
 def evaluate_llm(db: Path, bundles: Path) -> int:
@@ -182,24 +182,40 @@ def evaluate_llm(db: Path, bundles: Path) -> int:
         )
         with open_database(db, readonly=True) as database, database.session_scope() as s:
             print("\n".join("   " + line for line in render(build_report(s, cid))))
-    for origin, (n, ok, better) in sorted(yields(db).items()):
-        print(
-            f"valid_variant_yield_{origin}: {ok / n if n else 0:.3f}  ({ok}/{n} verified, "
-            f"{better} improved)"
-        )
+    print("\n".join(yield_lines(db)))
     return 0
+
+
+class _Terminated(Exception):
+    """SIGTERM (``timeout``) outside a campaign: stop, then still print the summary."""
+
+
+def _on_term(signum: int, frame: object) -> None:
+    raise _Terminated
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--db", type=Path)
     parser.add_argument("--examples", default=",".join(DEFAULT_EXAMPLES))
-    parser.add_argument("--seeds", type=int, default=2)
-    parser.add_argument("--variants", type=int, default=8)
-    parser.add_argument("--inner", type=int, default=8)
-    parser.add_argument("--seed-trials", type=int, default=24)
+    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--variants", type=int, default=4)
+    parser.add_argument("--inner", type=int, default=5)
+    parser.add_argument("--seed-trials", type=int, default=12)
     parser.add_argument("--bundles", type=Path, help="record into / read bundles from here")
     parser.add_argument("--scale", type=float, help="problem size for every example")
+    parser.add_argument(
+        "--time-limit",
+        type=float,
+        default=420.0,
+        help="seconds: start no search of an example and seed that would end past it (0: none)",
+    )
+    parser.add_argument(
+        "--example-cap",
+        type=float,
+        default=0.0,
+        help="seconds per example over its seeds (0: none)",
+    )
     parser.add_argument("--evaluate-db", type=Path, help="evaluate pending LLM variants in it")
     args = parser.parse_args(argv)
     print(
@@ -211,44 +227,64 @@ def main(argv: list[str] | None = None) -> int:
         return evaluate_llm(args.evaluate_db, args.bundles)
     if args.db is None:
         parser.error("--db is required")
-    with tempfile.TemporaryDirectory(prefix="r3-campaigns-") as tmp:
-        where = args.bundles or Path(tmp)
-        where.mkdir(parents=True, exist_ok=True)
-        results = {}
-        for name in args.examples.split(","):
-            print(f"== {name}", flush=True)
-            scale = args.scale or DEFAULT_SCALES.get(name, 1.0)
-            bundle = record(name, where, scale)
-            results[name] = run_example(
-                name, bundle, args.db, args.seeds, args.variants, args.inner, args.seed_trials
-            )
-    budget = args.seed_trials + args.variants * args.inner
+    examples = [e for e in args.examples.split(",") if e]
+    budgets = Budgets(args.variants, args.inner, args.seed_trials)
+    notes = run_all(args, examples, budgets)
     print()
-    print(
-        f"budget: {budget} trials per search; {args.seeds} seeds; speedup over the recorded "
-        "launch, median over seeds"
-    )
-    print(
-        f"{'example':11} {'r3':>7} {'bo':>7} {'remix':>7} {'r3/bo':>7} {'r3/remix':>8} "
-        f"{'s/variant':>9}"
-    )
-    over_bo, over_remix = [], []
-    for name, r in results.items():
-        m = {k: statistics.median(v) for k, v in r.items()}
-        over_bo.append(m["r3"] / m["bo"] if m["bo"] else float("nan"))
-        over_remix.append(m["r3"] / m["remix"] if m["remix"] else float("nan"))
-        print(
-            f"{name:11} {m['r3']:7.3f} {m['bo']:7.3f} {m['remix']:7.3f} {over_bo[-1]:7.3f} "
-            f"{over_remix[-1]:8.3f} {m['s_per_variant']:9.2f}"
-        )
-    print(f"r3_over_bo_only: {min(over_bo):.3f}")
-    print(f"r3_over_remix_only: {min(over_remix):.3f}")
-    for origin, (n, ok, better) in sorted(yields(args.db).items()):
-        print(
-            f"valid_variant_yield_{origin}: {ok / n if n else 0:.3f}  ({ok}/{n} verified, "
-            f"{better} improved)"
-        )
+    for note in notes:
+        print(f"# {note}")
+    print("\n".join(summary_lines(read_results(args.db), examples, args.seeds, budgets.trials)))
+    print("\n".join(yield_lines(args.db)))
     return 0
+
+
+def run_all(
+    args: argparse.Namespace,
+    examples: list[str],
+    budgets: Budgets,
+    clock: Callable[[], float] = time.monotonic,
+) -> list[str]:
+    """Record every example, then run seed 0 of every example, then seed 1, ...: a run cut
+    short by its time limit still has every example at least once.  Returns what was cut."""
+    started = clock()
+    deadline = started + args.time_limit if args.time_limit > 0 else None
+    notes: list[str] = []
+    spent: dict[str, list[float]] = {name: [] for name in examples}
+    previous = signal.signal(signal.SIGTERM, _on_term)
+    try:
+        with tempfile.TemporaryDirectory(prefix="r3-campaigns-") as tmp:
+            where = args.bundles or Path(tmp)
+            where.mkdir(parents=True, exist_ok=True)
+            bundles = {}
+            for name in examples:
+                t0 = clock()
+                bundles[name] = record(name, where, args.scale or DEFAULT_SCALES.get(name, 1.0))
+                print(f"recorded {name} in {clock() - t0:.1f} s", flush=True)
+            for seed in range(args.seeds):
+                for name in examples:
+                    # the next seed of an example is expected to take as long as its last ones
+                    expected = statistics.mean(spent[name]) if spent[name] else 0.0
+                    if deadline is not None and clock() + expected > deadline:
+                        notes.append(f"{name} seed {seed} not run: time limit {args.time_limit} s")
+                        continue
+                    if args.example_cap > 0 and sum(spent[name]) + expected > args.example_cap:
+                        notes.append(
+                            f"{name} seed {seed} not run: example cap {args.example_cap} s"
+                        )
+                        continue
+                    print(f"== {name} seed {seed}", flush=True)
+                    t0 = clock()
+                    complete = run_seed(name, bundles[name], args.db, seed, budgets)
+                    spent[name].append(clock() - t0)
+                    if not complete:
+                        notes.append(f"stopped by a signal during {name} seed {seed}")
+                        return notes
+    except _Terminated:
+        notes.append("terminated (SIGTERM) between searches")
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        notes.append(f"wall time {clock() - started:.0f} s")
+    return notes
 
 
 if __name__ == "__main__":

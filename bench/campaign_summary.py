@@ -1,0 +1,175 @@
+"""The summary of bench/campaigns.py, computed from its database alone (no GPU needed).
+
+Every search of the benchmark is one campaign named ``<example>-<kind>-s<seed>`` with kind
+``r3`` (remix + inner BO), ``bo`` (inner BO on the original source) or ``remix`` (outer loop,
+no inner loop).  A search's score is its speedup over the recorder's timing of the original
+launch (``launch.baseline.median_s`` of the recording's manifest, the same denominator for all
+three): baseline / best median of its ok trials.
+
+Only seeds whose three searches all finished are compared (same seed, same budget); an example
+with fewer seeds than asked for, or none, is named in the ``cut_short`` lines, so a summary of a
+run that hit its time limit says so instead of looking complete.
+"""
+
+from __future__ import annotations
+
+import re
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+KINDS = ("r3", "bo", "remix")
+_NAME = re.compile(r"^(?P<example>.+)-(?P<kind>r3|bo|remix)-s(?P<seed>\d+)$")
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    """One campaign of the benchmark, as read back from the database."""
+
+    example: str
+    kind: str
+    seed: int
+    finished: bool
+    baseline_s: float | None
+    best_s: float | None
+    n_trials: int
+    n_evaluated: int  # variants out of the funnel (seed included), pending ones left out
+    wall_s: float | None  # started to finished; None while not finished
+
+    @property
+    def speedup(self) -> float | None:
+        if self.baseline_s is None or not self.best_s:
+            return None
+        return self.baseline_s / self.best_s
+
+
+def read_results(db: Path) -> list[SearchResult]:
+    """Every benchmark campaign in ``db`` (other campaigns, e.g. LLM ones, are left out)."""
+    from db import repository as repo
+    from db.session import open_database
+    from r3tui.domain import CampaignStatus, VariantStatus
+
+    out = []
+    with open_database(db, readonly=True) as database, database.session_scope() as s:
+        for summary in repo.list_campaign_summaries(s):
+            match = _NAME.match(summary.name)
+            campaign = repo.get_campaign(s, summary.id)
+            if match is None or campaign is None:
+                continue
+            manifest = repo.get_recording_manifest(s, campaign.recording_id) or {}
+            baseline = (manifest.get("launch") or {}).get("baseline") or {}
+            wall = None
+            if campaign.started_at is not None and campaign.finished_at is not None:
+                wall = (campaign.finished_at - campaign.started_at).total_seconds()
+            evaluated = sum(
+                v.status is not VariantStatus.PENDING for v in repo.campaign_variants(s, summary.id)
+            )
+            out.append(
+                SearchResult(
+                    example=match["example"],
+                    kind=match["kind"],
+                    seed=int(match["seed"]),
+                    finished=summary.status is CampaignStatus.FINISHED,
+                    baseline_s=baseline.get("median_s"),
+                    best_s=summary.best_time_s,
+                    n_trials=summary.n_trials,
+                    n_evaluated=evaluated,
+                    wall_s=wall,
+                )
+            )
+    return out
+
+
+def complete_seeds(results: Sequence[SearchResult]) -> dict[str, dict[int, dict[str, float]]]:
+    """example -> seed -> kind -> speedup, for the seeds whose three searches all finished
+    with a speedup (a search with no ok trial scores 0: it found nothing that runs)."""
+    by_seed: dict[tuple[str, int], dict[str, SearchResult]] = {}
+    for r in results:
+        by_seed.setdefault((r.example, r.seed), {})[r.kind] = r
+    out: dict[str, dict[int, dict[str, float]]] = {}
+    for (example, seed), kinds in sorted(by_seed.items()):
+        if set(kinds) != set(KINDS) or not all(r.finished for r in kinds.values()):
+            continue
+        out.setdefault(example, {})[seed] = {k: r.speedup or 0.0 for k, r in kinds.items()}
+    return out
+
+
+def _ratio(a: float, b: float) -> float:
+    return a / b if b else float("nan")
+
+
+def summary_lines(
+    results: Sequence[SearchResult], examples: Sequence[str], seeds: int, budget: int | None
+) -> list[str]:
+    """The table and the ``key: value`` lines of issue #5, over what ``results`` hold."""
+    complete = complete_seeds(results)
+    lines = [
+        f"budget: {budget if budget is not None else '?'} trials per search; {seeds} seeds asked; "
+        "speedup over the recorded launch, median over the complete seeds",
+        f"{'example':11} {'seeds':>5} {'r3':>7} {'bo':>7} {'remix':>7} {'r3/bo':>7} "
+        f"{'r3/remix':>8}",
+    ]
+    over_bo: dict[str, float] = {}
+    over_remix: dict[str, float] = {}
+    cut = []
+    for example in examples:
+        done = complete.get(example, {})
+        if len(done) < seeds:
+            cut.append(f"{example} ({len(done)} of {seeds} seeds)")
+        if not done:
+            lines.append(f"{example:11} {0:5d}  not run")
+            continue
+        m = {k: statistics.median(s[k] for s in done.values()) for k in KINDS}
+        over_bo[example] = _ratio(m["r3"], m["bo"])
+        over_remix[example] = _ratio(m["r3"], m["remix"])
+        lines.append(
+            f"{example:11} {len(done):5d} {m['r3']:7.3f} {m['bo']:7.3f} {m['remix']:7.3f} "
+            f"{over_bo[example]:7.3f} {over_remix[example]:8.3f}"
+        )
+    for key, ratios in (("r3_over_bo_only", over_bo), ("r3_over_remix_only", over_remix)):
+        if ratios:
+            worst = min(ratios, key=lambda e: ratios[e])
+            lines.append(f"{key}: {ratios[worst]:.3f}  (worst example: {worst})")
+        else:
+            lines.append(f"{key}: nan  (no example has a complete seed)")
+    for kind in KINDS:
+        per_trial = [
+            r.wall_s / r.n_trials for r in results if r.kind == kind and r.wall_s and r.n_trials
+        ]
+        if per_trial:
+            lines.append(f"s_per_trial_{kind}: {statistics.median(per_trial):.3f}  (median)")
+    per_variant = [
+        r.wall_s / r.n_evaluated for r in results if r.kind == "r3" and r.wall_s and r.n_evaluated
+    ]
+    if per_variant:
+        lines.append(
+            f"s_per_evaluated_variant: {statistics.median(per_variant):.2f}  "
+            "(r3 searches, median of wall time / variants evaluated)"
+        )
+    lines.append(f"cut_short: {'; '.join(cut) if cut else 'none'}")
+    return lines
+
+
+def yield_lines(db: Path) -> list[str]:
+    """``valid_variant_yield_<source>`` over every campaign in ``db``: verified (or improved)
+    variants over proposals that left the funnel, the original left out."""
+    from db import repository as repo
+    from db.session import open_database
+    from r3tui.domain import VariantOrigin, VariantStatus
+
+    counts: dict[str, list[int]] = {}
+    with open_database(db, readonly=True) as database, database.session_scope() as s:
+        for c in repo.list_campaign_summaries(s):
+            for v in repo.campaign_variants(s, c.id):
+                if v.origin is VariantOrigin.SEED or v.status is VariantStatus.PENDING:
+                    continue
+                row = counts.setdefault(v.origin.value, [0, 0, 0])
+                row[0] += 1
+                row[1] += v.status in (VariantStatus.VERIFIED, VariantStatus.IMPROVED)
+                row[2] += v.status is VariantStatus.IMPROVED
+    return [
+        f"valid_variant_yield_{origin}: {ok / n if n else 0:.3f}  ({ok}/{n} verified, "
+        f"{better} improved)"
+        for origin, (n, ok, better) in sorted(counts.items())
+    ]

@@ -1,0 +1,179 @@
+"""bench/campaign_summary.py: the campaigns benchmark's summary, from a real SQLite file.
+
+The searches themselves need the GPU (tests/gpu); here the database is written the way they
+write it (repository functions, campaign names ``<example>-<kind>-s<seed>``) with known
+times, and the summary must come out of it: medians, the worst-example ratios, the yield, the
+time per trial, and what was cut short."""
+
+from __future__ import annotations
+
+import sys
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from sqlalchemy.orm import Session
+
+from db import repository as repo
+from db.models import utcnow
+from db.session import open_database
+from r3tui.domain import (
+    Campaign,
+    CampaignStatus,
+    Variant,
+    VariantOrigin,
+    VariantStatus,
+)
+from tests.db.factories import config, failed, ok, recording
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+
+from campaign_summary import (
+    complete_seeds,
+    read_results,
+    summary_lines,
+    yield_lines,
+)
+
+BASELINE_S = 1.0e-3
+# example -> seed -> kind -> best time (s); None: the search was not finished (cut short)
+TIMES: dict[str, dict[int, dict[str, float | None]]] = {
+    "stencil7": {
+        0: {"r3": 0.50e-3, "bo": 0.80e-3, "remix": 0.90e-3},
+        1: {"r3": 0.40e-3, "bo": 0.50e-3, "remix": 1.00e-3},
+        2: {"r3": 0.50e-3, "bo": 0.40e-3, "remix": 0.80e-3},
+    },
+    "sgemm": {
+        0: {"r3": 0.25e-3, "bo": 0.20e-3, "remix": 0.50e-3},
+        1: {"r3": 0.25e-3, "bo": 0.25e-3, "remix": 0.50e-3},
+        2: {"r3": 0.25e-3, "bo": 0.20e-3, "remix": None},  # killed during remix
+    },
+}
+WALL_S = 10.0
+TRIALS = 4
+
+
+def build_db(path: Path) -> None:
+    database = open_database(path)
+    try:
+        with database.session_scope() as s:
+            for example, seeds in TIMES.items():
+                manifest = {"launch": {"baseline": {"median_s": BASELINE_S, "n": 20}}}
+                rid = repo.add_recording(s, recording(example, tag=example), manifest)
+                for seed, kinds in seeds.items():
+                    for kind, best in kinds.items():
+                        add_search(s, rid, f"{example}-{kind}-s{seed}", seed, kind, best)
+            # a campaign of another benchmark in the same file is not a search of this one
+            repo.create_campaign(s, Campaign("stencil7-rules", rid, seed=0))
+    finally:
+        database.close()
+
+
+def add_search(s: Session, rid: int, name: str, seed: int, kind: str, best: float | None) -> None:
+    started = utcnow() - timedelta(seconds=WALL_S)
+    cid = repo.create_campaign(s, Campaign(name, rid, seed=seed, started_at=started))
+    seed = Variant(cid, "seed source", VariantOrigin.SEED, status=VariantStatus.VERIFIED)
+    vid = repo.add_variant(s, seed)
+    times = [best * 1.5, best * 1.2, best] if best is not None else [2e-3]
+    for t in times:
+        repo.insert_trial(s, cid, vid, config(), ok(t))
+    repo.insert_trial(s, cid, vid, config(block=64), failed())  # failures count as trials
+    if kind != "bo":
+        for source, origin, status in (
+            ("child", VariantOrigin.RULE, VariantStatus.VERIFIED),
+            ("x", VariantOrigin.RULE, VariantStatus.APPLY_FAILED),
+            ("y", VariantOrigin.LLM, VariantStatus.PENDING),
+        ):
+            repo.add_variant(s, Variant(cid, source, origin, parent_id=vid, status=status))
+    if best is not None:
+        repo.set_campaign_status(s, cid, CampaignStatus.FINISHED, finished=True)
+    else:
+        repo.set_campaign_status(s, cid, CampaignStatus.CRASHED)
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Path:
+    path = tmp_path / "campaigns.sqlite"
+    build_db(path)
+    return path
+
+
+def value(lines: list[str], key: str) -> str:
+    found = [line.split(": ", 1)[1] for line in lines if line.startswith(f"{key}: ")]
+    assert len(found) == 1, (key, lines)
+    return found[0]
+
+
+def test_only_finished_triples_are_compared(db: Path) -> None:
+    results = read_results(db)
+    assert len(results) == 18  # the "stencil7-rules" campaign is not one of the searches
+    complete = complete_seeds(results)
+    assert sorted(complete["stencil7"]) == [0, 1, 2]
+    assert sorted(complete["sgemm"]) == [0, 1]  # seed 2's remix never finished
+    assert complete["stencil7"][1] == pytest.approx({"r3": 2.5, "bo": 2.0, "remix": 1.0})
+
+
+def test_ratios_are_the_worst_example_of_the_medians(db: Path) -> None:
+    lines = summary_lines(read_results(db), ["stencil7", "sgemm", "nbody"], 3, 32)
+    # stencil7 medians: r3 2.0, bo 2.0, remix 1.111; sgemm (seeds 0, 1): r3 4, bo 4.5, remix 2
+    assert float(value(lines, "r3_over_bo_only").split()[0]) == pytest.approx(4.0 / 4.5, abs=1e-3)
+    assert "worst example: sgemm" in value(lines, "r3_over_bo_only")
+    assert float(value(lines, "r3_over_remix_only").split()[0]) == pytest.approx(1.8, abs=1e-3)
+    assert "worst example: stencil7" in value(lines, "r3_over_remix_only")
+    cut = value(lines, "cut_short")
+    assert "sgemm (2 of 3 seeds)" in cut and "nbody (0 of 3 seeds)" in cut
+    assert "stencil7" not in cut
+    assert any(line.startswith("nbody") and "not run" in line for line in lines)
+    # wall time over trials (3 ok + 1 failed per search), r3 searches only for the variant time
+    assert float(value(lines, "s_per_trial_r3").split()[0]) == pytest.approx(WALL_S / 4, rel=0.05)
+    per_variant = float(value(lines, "s_per_evaluated_variant").split()[0])
+    assert per_variant == pytest.approx(WALL_S / 3, rel=0.05)  # seed, verified, failed
+
+
+def test_nothing_complete_says_so(tmp_path: Path) -> None:
+    lines = summary_lines([], ["stencil7"], 3, None)
+    assert value(lines, "r3_over_bo_only").startswith("nan")
+    assert value(lines, "cut_short") == "stencil7 (0 of 3 seeds)"
+
+
+def test_yield_per_mutation_source(db: Path) -> None:
+    lines = yield_lines(db)
+    # each r3/remix search: one verified, one failed rule variant, one pending LLM variant
+    n_searches = sum(
+        1 for seeds in TIMES.values() for kinds in seeds.values() for k in kinds if k != "bo"
+    )
+    assert lines == [
+        f"valid_variant_yield_rule: 0.500  ({n_searches}/{2 * n_searches} verified, 0 improved)"
+    ]
+
+
+def test_seed_major_order_and_time_limit(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """``run_all`` with the GPU parts replaced by named fakes (recording and the three
+    searches need the device): every example gets seed 0 before any gets seed 1, and a seed
+    that would end past the time limit is not started but named."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
+    import campaigns
+
+    now = [0.0]
+    ran: list[tuple[str, int]] = []
+    cost = {"a": 100.0, "b": 30.0}
+
+    def fake_record(name: str, out: Path, scale: float) -> Path:
+        return out / f"{name}.r3b"
+
+    def fake_run_seed(name: str, bundle: Path, db: Path, seed: int, budgets: object) -> bool:
+        ran.append((name, seed))
+        now[0] += cost[name]
+        return True
+
+    monkeypatch.setattr(campaigns, "record", fake_record)
+    monkeypatch.setattr(campaigns, "run_seed", fake_run_seed)
+    args = campaigns.argparse.Namespace(
+        seeds=3, time_limit=250.0, example_cap=0.0, bundles=tmp_path, scale=None, db=tmp_path
+    )
+    notes = campaigns.run_all(args, ["a", "b"], campaigns.Budgets(4, 5, 12), lambda: now[0])
+    # a0 (100) b0 (130) a1 (230) b1 (260: started at 230, expected 30 -> 260 > 250: no)
+    assert ran == [("a", 0), ("b", 0), ("a", 1)]
+    assert "b seed 1 not run: time limit 250.0 s" in notes
+    assert "a seed 2 not run: time limit 250.0 s" in notes
+    assert notes[-1] == "wall time 230 s"
