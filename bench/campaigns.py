@@ -120,6 +120,8 @@ def run_seed(name: str, bundle: Path, db: Path, seed: int, budgets: Budgets) -> 
         )
     )
     r3_s = time.monotonic() - started
+    if r3.status == "stopped":  # SIGTERM during the campaign: its control stopped it
+        return False
     bo = run_inner_campaign(
         InnerCampaign(
             bundle,
