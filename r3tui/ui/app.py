@@ -8,6 +8,8 @@ in one place, ``on_worker_state_changed``, as a one-line notification.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import Sequence
 from datetime import tzinfo
 from pathlib import Path
@@ -32,6 +34,8 @@ from r3tui.ui.screens.database_error import DatabaseErrorScreen
 from r3tui.ui.screens.help import HelpScreen
 
 THEMES = ("textual-dark", "textual-light")
+# How long quitting waits for database queries still running in worker threads.
+WORKERS_DRAIN_S = 3.0
 
 
 class OwnedCampaignFound(Message):
@@ -189,8 +193,13 @@ class R3App(App[int]):
         self.shutdown_engines()
         self.exit(return_code=2 if self.failure else 0)
 
-    def on_unmount(self) -> None:
+    async def on_unmount(self) -> None:
         self.shutdown_engines()
+        # A query still running in a thread worker would reopen the database after close and
+        # leave -wal/-shm files in a migrated copy's folder while it is being removed; the
+        # queries are short (busy timeout included), so wait for them, within a bound.
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.workers.wait_for_complete(), WORKERS_DRAIN_S)
         if self.target is not None:
             self.target.close()
 

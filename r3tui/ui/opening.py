@@ -43,7 +43,9 @@ def open_for_browsing(path: Path, *, busy_timeout_s: float = BUSY_TIMEOUT_S) -> 
         return BrowseTarget(db, path)
     except SchemaNeedsUpgrade:
         pass
-    folder = tempfile.TemporaryDirectory(prefix="r3-tui-")
+    # A reader that outlives the app (a worker past its drain bound) may still create a -shm
+    # file while the folder is removed: that must not turn quitting into a traceback.
+    folder = tempfile.TemporaryDirectory(prefix="r3-tui-", ignore_cleanup_errors=True)
     copy = Path(folder.name) / path.name
     try:
         _backup(path, copy)
