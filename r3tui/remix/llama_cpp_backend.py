@@ -17,7 +17,7 @@ CLI's ``--no-repack``), which llama-cpp-python 0.3.36 does not expose: on a CPU 
 extra type is ggml's AMX matmul, and as built here its ``ldtilecfg`` faults on a tile
 configuration with non-zero reserved bytes (SIGSEGV in ``ggml_backend_amx_mul_mat`` on the
 first decode, every run; 2026-12-03, Xeon with amx_int8/amx_bf16).  Plain AVX-512 kernels are
-used instead; for a model this size the difference in speed is small.
+used instead (how much slower they are was not measured: the AMX path does not run here).
 
 Grammars are checked by llama.cpp's own parser first: ``LlamaGrammar.from_string`` does not
 parse, and a grammar llama.cpp rejects would otherwise reach the sampler as a null pointer.
@@ -211,6 +211,7 @@ class LlamaCppBackend:
         self, messages: Sequence[ChatMessage], sampling: Sampling, grammar: Any
     ) -> tuple[str, int, str]:
         """The fallback for a GGUF without a chat template."""
+        self._llm.reset()  # as in _generate: the answer must not depend on the last call
         response = self._llm.create_chat_completion(
             messages=messages_json(messages),
             temperature=sampling.temperature,
