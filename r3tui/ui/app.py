@@ -19,7 +19,14 @@ from textual import on, work
 from textual.app import App
 from textual.binding import Binding, BindingType
 from textual.message import Message
-from textual.worker import Worker, WorkerState, get_current_worker
+from textual.worker import (
+    Worker,
+    WorkerCancelled,
+    WorkerError,
+    WorkerFailed,
+    WorkerState,
+    get_current_worker,
+)
 
 from db.browse import find_campaign
 from db.session import Database
@@ -199,9 +206,15 @@ class R3App(App[int]):
         # leave -wal/-shm files in a migrated copy's folder while it is being removed; the
         # queries are short (busy timeout included), so wait for them, within a bound.
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self.workers.wait_for_complete(), WORKERS_DRAIN_S)
+            await asyncio.wait_for(self._drain_workers(), WORKERS_DRAIN_S)
         if self.target is not None:
             self.target.close()
+
+    async def _drain_workers(self) -> None:
+        """Wait for every worker to end, however it ends (its failure was already shown)."""
+        for worker in list(self.workers):
+            with contextlib.suppress(WorkerCancelled, WorkerFailed, WorkerError):
+                await worker.wait()
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
         self.worker_changed(event)
