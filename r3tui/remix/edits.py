@@ -94,7 +94,11 @@ def parse_search_replace(answer: str) -> ParsedAnswer:
             else:
                 search.append(line)
         elif _REPLACE_LINE.match(line):
-            edits.append(Edit(_section(search), _section(replace)))
+            edit = Edit(_section(search), _section(replace))
+            # Small models often write their first block twice; applied twice, the copy's
+            # SEARCH text is gone and the whole answer would fail for a repetition.
+            if edit not in edits:
+                edits.append(edit)
             state = "outside"
         elif _SEARCH_LINE.match(line) or _DIVIDER_LINE.match(line):
             return ParsedAnswer(False, reason=f"edit {len(edits) + 1} has no '{REPLACE_MARK}' line")

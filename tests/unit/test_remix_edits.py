@@ -47,6 +47,18 @@ def test_search_replace_blocks_are_parsed_in_order_with_prose_and_fences_around(
     )
 
 
+def test_a_block_written_twice_is_one_edit_and_still_applies() -> None:
+    """SmolLM2 often repeats its first block; applied twice, the copy's SEARCH is gone."""
+    one = block("    float sum = 0.0f;\n", "    float sum = 0.0f;  // acc\n")
+    parsed = parse_search_replace(one + one)
+    assert parsed.ok and len(parsed.edits) == 1
+    applied = apply_edits(SGEMM, parsed.edits)
+    assert applied.ok, applied.reason
+    assert "float sum = 0.0f;  // acc" in (applied.source or "")
+    other = block("    float sum = 0.0f;\n", "    double sum = 0.0;\n")
+    assert len(parse_search_replace(one + other).edits) == 2  # different: both kept
+
+
 def test_marker_lengths_and_crlf_are_tolerated() -> None:
     answer = "<<<<<<<< SEARCH\r\nx = 1;\r\n=====\r\nx = 2;\r\n>>>>>>> REPLACE\r\n"
     parsed = parse_search_replace(answer)
