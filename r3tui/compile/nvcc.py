@@ -203,7 +203,9 @@ def lowered_name(cubin: bytes, kernel_name: str) -> tuple[str | None, str]:
         return kernel_name, ""
     wanted = _normalise(kernel_name)
     demangled = demangle(kernels)
-    matches = [k for k in kernels if demangled.get(k) and _function_name(demangled[k]) == wanted]
+    matches = [
+        k for k in kernels if demangled.get(k) and _normalise(function_name(demangled[k])) == wanted
+    ]
     if not matches and not demangled:
         # Without c++filt: the Itanium mangling spells the kernel's last name component as
         # <length><name> ("axpy<float>" -> _Z4axpyIf...); take it when exactly one kernel has it.
@@ -238,8 +240,9 @@ def demangle(symbols: list[str]) -> dict[str, str]:
     return dict(zip(mangled, lines, strict=False)) if len(lines) == len(mangled) else {}
 
 
-def _function_name(demangled: str) -> str:
-    """``"void ns::axpy<float>(float*, int)"`` -> ``"ns::axpy<float>"`` (whitespace removed)."""
+def function_name(demangled: str) -> str:
+    """``"void cg::dot<256>(double const*, int)"`` -> ``"cg::dot<256>"``: the parameter list
+    and any return type removed."""
     text = demangled.strip()
     depth = 0
     for index in range(len(text) - 1, -1, -1):  # the parameter list is the last (...) group
@@ -250,9 +253,16 @@ def _function_name(demangled: str) -> str:
             if depth == 0:
                 text = text[:index]
                 break
-    if text.startswith("void "):  # template functions demangle with their return type
-        text = text[len("void ") :]
-    return _normalise(text)
+    depth = 0
+    for index in range(len(text) - 1, -1, -1):  # a return type ends at the last top-level space
+        ch = text[index]
+        if ch in ">)":
+            depth += 1
+        elif ch in "<(":
+            depth -= 1
+        elif ch == " " and depth == 0:
+            return text[index + 1 :]
+    return text
 
 
 def _normalise(name: str) -> str:

@@ -25,6 +25,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from r3tui.compile.nvcc import function_name
+
 _ANONYMOUS = "(anonymous namespace)"
 _SOURCE_SUFFIXES = (".cu", ".cuh", ".cpp", ".cc", ".cxx", ".h", ".hpp")
 _QUOTE_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*"([^"]+)"', re.MULTILINE)
@@ -97,31 +99,6 @@ def demangle(symbol: str) -> str | None:
         if run.returncode == 0 and out and out != symbol:
             return out
     return None
-
-
-def function_name(demangled: str) -> str:
-    """``"void cg::dot<256>(double const*, int)"`` -> ``"cg::dot<256>"``: the parameter list
-    and any return type removed."""
-    text = demangled.strip()
-    depth = 0
-    for index in range(len(text) - 1, -1, -1):  # the parameter list is the last (...) group
-        if text[index] == ")":
-            depth += 1
-        elif text[index] == "(":
-            depth -= 1
-            if depth == 0:
-                text = text[:index]
-                break
-    depth = 0
-    for index in range(len(text) - 1, -1, -1):  # a return type ends at the last top-level space
-        ch = text[index]
-        if ch in ">)":
-            depth += 1
-        elif ch in "<(":
-            depth -= 1
-        elif ch == " " and depth == 0:
-            return text[index + 1 :]
-    return text
 
 
 class _Reader:
