@@ -48,7 +48,9 @@ def say(line: str = "") -> None:
 
 def r3(*args: str, cwd: Path, timeout: float = 600) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("R3_")}
-    env.update({"NO_COLOR": "1", "COLUMNS": "200", "PYTHONPATH": str(REPO)})
+    # prepend: on the GPU node the dependencies come from PYTHONPATH (.device/setup.sh)
+    path = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
+    env.update({"NO_COLOR": "1", "COLUMNS": "200", "PYTHONPATH": path})
     run = subprocess.run(
         [sys.executable, "-m", "r3tui", *args],
         cwd=cwd,

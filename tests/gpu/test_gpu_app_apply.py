@@ -22,7 +22,8 @@ ARGS = ("--n", "32")
 
 def r3(*args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("R3_")}
-    env.update({"NO_COLOR": "1", "COLUMNS": "200", "PYTHONPATH": str(REPO)})
+    path = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
+    env.update({"NO_COLOR": "1", "COLUMNS": "200", "PYTHONPATH": path})
     return subprocess.run(
         [sys.executable, "-m", "r3tui", *args],
         cwd=cwd,
