@@ -118,7 +118,10 @@ def _source_lookup(req: AppRecordRequest) -> Callable[[str], app_dump.SourceChoi
                 choice = app_dump.SourceChoice(
                     path=str(found.path), file_name=found.path.name, text=found.text,
                     kernel=found.kernel,
-                    options=tuple(f"-I{d}" for d in found.include_dirs) + tuple(found.options),
+                    # Include directories stay out: the compile layer takes them only
+                    # through CompileRequest.include_dirs, which a bundle has no field for
+                    # yet (docs/app-recording.md, limits).
+                    options=tuple(found.options),
                     defines=tuple(found.defines))
         cache[entry_point] = choice
         return choice
