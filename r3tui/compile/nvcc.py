@@ -265,5 +265,10 @@ def function_name(demangled: str) -> str:
     return text
 
 
+# cu++filt spells integer template arguments with a cast ("dot<(int)256>"), c++filt without
+# ("dot<256>"); a name from either must find the same kernel.
+_INTEGER_CAST = re.compile(r"\((?:unsigned|signed|int|long|short|char|bool|\s)+\)(?=-?\d)")
+
+
 def _normalise(name: str) -> str:
-    return re.sub(r"\s+", "", name).removeprefix("::")
+    return _INTEGER_CAST.sub("", re.sub(r"\s+", " ", name)).replace(" ", "").removeprefix("::")

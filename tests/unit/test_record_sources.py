@@ -215,7 +215,9 @@ def test_nvcc_toolchain_compiles_the_whole_unit_and_finds_mangled_kernels() -> N
     found = associate("_ZN2cg11dot_partialILi256EEEvPKdS2_Pdi", [CG], None)
     assert found is not None
     nvcc = NvccToolchain()
-    for name in (found.kernel, "_ZN2cg9update_xrEPKNS_9CgVectorsEdi"):
+    # cu++filt's spelling of the template argument (on the GPU nodes) and c++filt's (here)
+    spellings = ("cg::dot_partial<(int)256>", "cg::dot_partial<256>")
+    for name in (found.kernel, *spellings, "_ZN2cg9update_xrEPKNS_9CgVectorsEdi"):
         compiled = nvcc.compile(
             CompileRequest(
                 source=found.text,
