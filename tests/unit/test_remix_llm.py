@@ -240,16 +240,3 @@ def test_mutator_from_two_threads_serializes_backend_calls(backend: LlamaCppBack
     assert len(results) == 2
     for proposal in results:
         assert proposal.llm_call is not None and proposal.llm_call.tokens_out > 0
-
-
-def test_tokens_with_a_nul_byte_are_banned_from_generation(backend: LlamaCppBackend) -> None:
-    """Regression: under the anchored grammar the full suite once got NUL bytes where the
-    parent has spaces; every token whose text holds a NUL byte gets no probability."""
-    import numpy as np
-
-    assert backend.nul_tokens, "SmolLM2 has the lone byte 0x00 as a token"
-    assert all(b"\x00" in backend.piece(t) for t in backend.nul_tokens)
-    scores = np.zeros(backend._llm.n_vocab(), dtype=np.single)
-    banned = backend.ban_nul_tokens(None, scores)
-    assert np.isneginf(banned[backend.nul_tokens]).all()
-    assert np.isfinite(np.delete(banned, backend.nul_tokens)).all()
