@@ -177,19 +177,22 @@ def nvrtc_cubin(source: str, name: str, options: list[str]) -> tuple[bytes, str]
         opts = [b"--gpu-architecture=sm_90", *(o.encode() for o in options)]
         (compiled,) = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)
         _, log_size = nvrtc.nvrtcGetProgramLogSize(prog)
-        log = b" " * log_size
+        # NVRTC writes into the buffer: it must be a fresh bytearray.  ``b" " * 1`` (an empty
+        # log) is CPython's cached one-byte object, and writing a NUL into it turned every
+        # later b" " of the process into b"\x00" (spaces became NULs in llama.cpp's answers).
+        log = bytearray(log_size)
         nvrtc.nvrtcGetProgramLog(prog, log)
-        text = log.rstrip(b"\x00 ").decode(errors="replace")
+        text = bytes(log).rstrip(b"\x00 ").decode(errors="replace")
         assert compiled == nvrtc.nvrtcResult.NVRTC_SUCCESS, text
         err, lowered = nvrtc.nvrtcGetLoweredName(prog, name.encode())
         assert err == nvrtc.nvrtcResult.NVRTC_SUCCESS
         assert lowered == name.encode()  # extern "C": the symbol is the plain name
         err, size = nvrtc.nvrtcGetCUBINSize(prog)
         assert err == nvrtc.nvrtcResult.NVRTC_SUCCESS and size > 0
-        cubin = b" " * size
-        (err,) = nvrtc.nvrtcGetCUBIN(prog, cubin)
+        buffer = bytearray(size)
+        (err,) = nvrtc.nvrtcGetCUBIN(prog, buffer)
         assert err == nvrtc.nvrtcResult.NVRTC_SUCCESS
-        return cubin, text
+        return bytes(buffer), text
     finally:
         nvrtc.nvrtcDestroyProgram(prog)
 
@@ -204,6 +207,8 @@ def test_compiles_with_nvrtc(example: Any) -> None:
     assert cubin.startswith(b"\x7fELF")
     assert example.kernel_name.encode() in cubin
     assert "warning" not in log.lower(), log
+    # the empty log was written into a fresh buffer, not into CPython's cached b" "
+    assert bytes([0x20]) == b" " * 1
 
 
 def test_compiles_with_fast_math_and_no_fma(example: Any) -> None:
