@@ -49,6 +49,15 @@ async def _settle(pilot: Pilot[Any]) -> None:
     tables = pilot.app.screen.query(DataTable)
     await until(pilot, lambda: not any(t._require_update_dimensions for t in tables))
     await pilot.pause()
+    # and until two frames 0.2 s apart are the same: under load a table was once captured
+    # with its columns still at their headers' widths, although no update was pending
+    previous = None
+    for _ in range(25):
+        frame = pilot.app.export_screenshot()
+        if frame == previous:
+            break
+        previous = frame
+        await pilot.pause(0.2)
 
 
 async def _list(pilot: Pilot[Any]) -> None:
