@@ -21,9 +21,7 @@ from db.browse import OK_TRIAL, RECORDED_BASELINE_S, VariantNode, seed_time, var
 from db.models import CampaignRow, EventRow, LLMCallRow, RecordingRow, TrialRow, VariantRow
 
 # _measurement: the one mapping of trial rows to Measurement lives in the repository.
-from db.repository import EventRecord, TrialRecord, events, get_trial
-from db.repository import _measurement as _measurement_of
-from r3tui.domain import TrialConfig
+from db.repository import EventRecord, TrialRecord, _trial, events, get_trial
 
 # --------------------------------------------------------------------------------- totals
 
@@ -198,19 +196,8 @@ def trial_page(
     total = s.execute(
         select(func.count()).select_from(TrialRow).where(TrialRow.variant_id == variant_id)
     ).scalar_one()
-    records = tuple(_record(r) for r in rows)
+    records = tuple(_trial(r) for r in rows)
     return TrialPage(variant_id, records, int(total), sort, descending)
-
-
-def _record(row: TrialRow) -> TrialRecord:
-    return TrialRecord(
-        id=row.id,
-        campaign_id=row.campaign_id,
-        variant_id=row.variant_id,
-        config=TrialConfig.from_json(row.config),
-        measurement=_measurement_of(row),
-        created_at=row.created_at,
-    )
 
 
 # ---------------------------------------------------------------------------- convergence
