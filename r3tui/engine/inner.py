@@ -366,7 +366,17 @@ def provenance(info: WorkerInfo, toolchain: str) -> dict[str, object]:
         "driver_version": info.driver_version,
         "toolchain": toolchain,
         "toolchain_version": get_toolchain(toolchain).version(),
+        "limits": dict(info.limits),
     }
+
+
+def device_limits(info: WorkerInfo | None) -> DeviceLimits:
+    """The launch limits of the worker's GPU (shared memory up to the opt-in limit), or the
+    conservative defaults (48 KiB of shared memory) where no GPU has reported them."""
+    from r3tui.search import DeviceLimits
+
+    return DeviceLimits.from_json(info.limits) if info is not None and info.limits else (
+        DeviceLimits())
 
 
 def run_inner_campaign(job: InnerCampaign, progress: Progress | None = None) -> InnerResult:
@@ -380,7 +390,7 @@ def run_inner_campaign(job: InnerCampaign, progress: Progress | None = None) -> 
     from r3tui.record.bundle import Bundle
     from r3tui.record.commands import recording_of
     from r3tui.replay.worker import ReplayWorker
-    from r3tui.search import Budget, DeviceLimits
+    from r3tui.search import Budget
 
     bundle = Bundle.open(job.bundle_path, verify=True)
     manifest = bundle.manifest
@@ -434,7 +444,7 @@ def run_inner_campaign(job: InnerCampaign, progress: Progress | None = None) -> 
                 "start" if not history else "resume",
                 f"inner search on {info.gpu}, {len(history)} trials already stored",
             )
-        space = build_space(manifest.launch, source, settings, DeviceLimits())
+        space = build_space(manifest.launch, source, settings, device_limits(info))
         search = make_strategy(space, settings)
         search.resume(history)
         budget = Budget(max_trials=job.budget_trials, max_seconds=job.budget_seconds)

@@ -69,12 +69,11 @@ def replay_campaign(
     from db import repository as repo
     from db.session import open_database
     from r3tui.domain import Campaign, CampaignStatus
-    from r3tui.engine.inner import provenance, seed_source
+    from r3tui.engine.inner import device_limits, provenance, seed_source
     from r3tui.engine.tune import _gpu, make_mutator_from
     from r3tui.errors import R3Error
     from r3tui.record.bundle import Bundle
     from r3tui.remix.recorded import RecordedBackend
-    from r3tui.search import DeviceLimits
 
     control = control or CampaignControl()
     database = open_database(db_path, create=False, upgrade=True)
@@ -123,7 +122,7 @@ def replay_campaign(
                 settings,
                 seed_source(bundle),
                 bundle.manifest.launch,
-                DeviceLimits(),
+                device_limits(info),
                 mutator,
                 evaluator_for,
                 control=control,

@@ -15,7 +15,13 @@ from typing import TYPE_CHECKING, Any
 
 from r3tui.engine.campaign import CampaignRun, CampaignSettings, Progress
 from r3tui.engine.control import CampaignControl
-from r3tui.engine.inner import KernelSource, ReplayEvaluator, provenance, seed_source
+from r3tui.engine.inner import (
+    KernelSource,
+    ReplayEvaluator,
+    device_limits,
+    provenance,
+    seed_source,
+)
 
 if TYPE_CHECKING:
     from db.session import Database
@@ -142,7 +148,6 @@ def run_campaign(
     from db.session import open_database
     from r3tui.domain import CampaignStatus
     from r3tui.record.bundle import Bundle
-    from r3tui.search import DeviceLimits
 
     control = control or CampaignControl()
     database = open_database(job.db_path, create=True, upgrade=True)
@@ -181,7 +186,7 @@ def run_campaign(
                 settings,
                 source,
                 bundle.manifest.launch,
-                DeviceLimits(),
+                device_limits(gpu[2] if gpu is not None else None),
                 mutator,
                 evaluator_for,
                 control=control,

@@ -9,7 +9,7 @@ layer never needs libcuda.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from r3tui.errors import GpuUnavailable
@@ -140,6 +140,9 @@ class DeviceInfo:
     sm_count: int
     driver_version: int
     total_memory: int
+    # The launch limits in r3tui.search.DeviceLimits' JSON form, with the shared-memory
+    # opt-in limit (what cuFuncSetAttribute can raise a kernel's dynamic shared memory to).
+    limits: dict[str, Any] = field(default_factory=dict, compare=False)
 
     @property
     def arch(self) -> str:
@@ -175,6 +178,16 @@ def device_info(device: Any) -> DeviceInfo:
         sm_count=get(attr.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT),
         driver_version=int(check(drv.cuDriverGetVersion(), "cuDriverGetVersion")),
         total_memory=int(check(drv.cuDeviceTotalMem(device), "cuDeviceTotalMem")),
+        limits={
+            "max_threads_per_block": get(attr.CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK),
+            "max_block_dims": [get(attr.CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X),
+                               get(attr.CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y),
+                               get(attr.CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z)],
+            "max_shared_per_block": get(
+                attr.CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN),
+            "max_threads_per_sm": get(attr.CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR),
+            "warp_size": get(attr.CU_DEVICE_ATTRIBUTE_WARP_SIZE),
+        },
     )
 
 

@@ -13,7 +13,7 @@ import multiprocessing as mp
 import os
 import time
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -42,6 +42,7 @@ class WorkerInfo:
     driver_version: int
     startup_s: float
     l2_flush: bool
+    limits: dict[str, Any] = field(default_factory=dict)  # DeviceInfo.limits
 
 
 def _child_main(conn: Any, bundle_path: str, device: int, policy: TimingPolicy) -> None:
@@ -57,7 +58,7 @@ def _child_main(conn: Any, bundle_path: str, device: int, policy: TimingPolicy) 
         return
     conn.send(("ready", WorkerInfo(os.getpid(), resident.info.name, resident.info.arch,
                                    resident.info.driver_version, time.perf_counter() - began,
-                                   resident.flush is not None)))
+                                   resident.flush is not None, resident.info.limits)))
     while True:
         try:
             message = conn.recv()

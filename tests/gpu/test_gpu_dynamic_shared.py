@@ -1,7 +1,9 @@
 """Dynamic shared memory as a search dimension, on the GPU: a kernel whose staged tile size is a
 tunable (`// r3: shared TILE * 4`) replays correctly at three dynamic shared memory sizes, each
 launched with the size its config says; the same binary launched with the recorded (too small)
-size traps, so the size really reaches the launch."""
+size traps, so the size really reaches the launch.  A 64 KiB tile is outside the default 48 KiB
+space and inside the space built from the worker's reported limits (the device's opt-in), and
+replays there."""
 
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ def test_tile_sizes_replay_with_their_own_dynamic_shared_memory(tmp_path: Path) 
     from r3tui.compile.pool import CompilePool
     from r3tui.domain import MeasurementStatus, TrialConfig
     from r3tui.engine import InnerSettings, ReplayEvaluator, build_space
-    from r3tui.engine.inner import seed_source
+    from r3tui.engine.inner import device_limits, seed_source
     from r3tui.record.bundle import Bundle
     from r3tui.record.kernel_recorder import RecordKernelRequest, record_kernel
     from r3tui.replay.worker import ReplayWorker
@@ -50,14 +52,21 @@ def test_tile_sizes_replay_with_their_own_dynamic_shared_memory(tmp_path: Path) 
         CompilePool(workers=2, cache=CompileCache(None)) as pool,
     ):
         info = worker.start()
+        huge = TrialConfig(tunables={"TILE": 16384}, shared_mem_bytes=65536)
+        assert space.check(huge) != []  # over the 48 KiB default
+        limits = device_limits(info)
+        assert limits.max_shared_per_block > 65536, info.limits  # 227 KiB on sm_90
+        opt_in = build_space(bundle.manifest.launch, source, InnerSettings(launch_bounds=False),
+                             limits)
+        assert opt_in.check(huge) == []
         evaluator = ReplayEvaluator(source, worker, pool, arch=info.arch)
-        results = evaluator.evaluate([baseline, mid, big])
-        for config, measured in zip([baseline, mid, big], results, strict=True):
+        results = evaluator.evaluate([baseline, mid, big, huge])
+        for config, measured in zip([baseline, mid, big, huge], results, strict=True):
             assert measured.status is MeasurementStatus.OK, (config, measured.error_text)
             assert measured.verified is True
             assert measured.time is not None and measured.time.median_s > 0
         launched = {c.shared_mem_bytes for c in evaluator.candidates.values()}
-        assert launched == {None, 4096, 16384}
+        assert launched == {None, 4096, 16384, 65536}
 
         # the TILE=4096 binary at the recorded 1024 bytes: the kernel's own check traps
         (trapped,) = evaluator.evaluate([too_small])

@@ -217,3 +217,22 @@ def test_each_config_launches_with_its_dynamic_shared_memory(tmp_path: Path) -> 
     assert {config_key(t.config) for t in stored} == {config_key(r.config) for r in search.history}
     assert any(t.config.shared_mem_bytes for t in stored)
     assert all(space.check(t.config) == [] for t in stored)
+
+
+def test_search_limits_come_from_the_worker_with_the_shared_memory_opt_in() -> None:
+    from r3tui.engine.inner import device_limits, provenance
+    from r3tui.replay.worker import WorkerInfo
+    from r3tui.search import DeviceLimits
+
+    # what cuda_driver.device_info reports on an H200 (sm_90: 227 KiB opt-in)
+    reported = {"max_threads_per_block": 1024, "max_block_dims": [1024, 1024, 64],
+                "max_shared_per_block": 232448, "max_threads_per_sm": 2048, "warp_size": 32}
+    info = WorkerInfo(1, "NVIDIA H200", "sm_90", 13000, 0.1, True, reported)
+    limits = device_limits(info)
+    assert limits.max_shared_per_block == 232448
+    assert limits.to_json() == reported
+    assert provenance(info, "nvrtc")["limits"] == reported
+    # no GPU has reported (generate-only), or an old worker without limits: the 48 KiB default
+    assert device_limits(None) == DeviceLimits()
+    assert device_limits(WorkerInfo(1, "gpu", "sm_90", 13000, 0.1, True)).max_shared_per_block \
+        == 48 * 1024

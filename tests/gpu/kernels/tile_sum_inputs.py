@@ -1,4 +1,4 @@
-"""Inputs of tests/gpu/kernels/tile_sum.cu: 1 M small ints in 256 chunks, exact verification.
+"""Inputs of tests/gpu/kernels/tile_sum.cu: 4 M small ints in 256 chunks, exact verification.
 
 Launched with the dynamic shared memory of the source's default tile (256 ints = 1024 bytes),
 as ``// r3: shared TILE * 4`` says."""
@@ -10,7 +10,7 @@ import numpy as np
 from r3tui.domain import Dim3
 from r3tui.record.spec import Buffer, KernelInputs, Scalar
 
-CHUNK = 4096
+CHUNK = 16384
 N = 256 * CHUNK
 DEFAULT_TILE = 256
 
