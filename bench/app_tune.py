@@ -129,6 +129,8 @@ def main() -> int:
     parser.add_argument("--record-runs", type=int, default=2)
     parser.add_argument("--budget", default="16", help="tune-app budget per kernel")
     parser.add_argument("--top", type=int, default=3)
+    parser.add_argument("--reachable", action="store_true",
+                        help="record with --reachable (snapshot only what the arguments reach)")
     parser.add_argument("--work", type=Path, help="work directory (default: a temporary one)")
     parser.add_argument("--out", type=Path, help="also write the printed report here")
     args = parser.parse_args()
@@ -150,7 +152,8 @@ def main() -> int:
         text=True,
         check=False,
     ).stdout.strip()
-    say(f"# GPU: {gpu or '?'}; app: examples/apps/cg {' '.join(command)} (static runtime)")
+    say(f"# GPU: {gpu or '?'}; app: examples/apps/cg {' '.join(command)} (static runtime)"
+        + ("; recorded with --reachable" if args.reachable else ""))
 
     # -- record overhead ---------------------------------------------------------------------
     plain = [timed(command, app) for _ in range(args.runs)]
@@ -170,6 +173,7 @@ def main() -> int:
             str(app),
             "--db",
             str(db),
+            *(["--reachable"] if args.reachable else []),
             "--",
             *command,
             cwd=app,
