@@ -22,6 +22,10 @@ def add_app_command(record: argparse.ArgumentParser, sub: Any) -> None:
                      "(repeatable), for kernel source association")
     app.add_argument("--compile-db", type=Path, default=None, metavar="JSON",
                      help="compile_commands.json of the application's build")
+    app.add_argument("--include", action="append", type=Path, default=[], dest="include_dirs",
+                     metavar="DIR", help="an include directory of the application (repeatable), "
+                     "searched after a unit's own -I: the headers it holds that a recorded "
+                     "unit includes are copied into the bundle")
     app.add_argument("--reachable", action="store_true",
                      help="snapshot only the allocations the arguments reach (default: all live)")
     app.add_argument("--kernel", action="append", default=[], dest="kernels", metavar="NAME",
@@ -61,9 +65,16 @@ def cmd_record_app(args: argparse.Namespace) -> int:
             raise R3Error(f"no source file or directory {path}")
     if args.compile_db is not None and not args.compile_db.is_file():
         raise R3Error(f"no compile database {args.compile_db}")
+    for path in args.include_dirs:
+        if not path.is_dir():
+            raise R3Error(f"no include directory {path}")
+    if args.include_dirs and not args.sources and args.compile_db is None:
+        raise R3Error("--include needs --source or --compile-db (it is where their units' "
+                      "headers are searched)")
     out = args.out or Path("recordings") / exe.name
     req = AppRecordRequest(command=command, out=out, sources=tuple(args.sources),
-                           compile_db=args.compile_db, reachable=args.reachable,
+                           compile_db=args.compile_db,
+                           include_dirs=tuple(args.include_dirs), reachable=args.reachable,
                            kernels=tuple(args.kernels), overwrite=args.force,
                            keep_raw=args.keep_raw)
     console = Console(stderr=True)

@@ -205,6 +205,24 @@ class SourceChoice:
     kernel: str
     options: tuple[str, ...]
     defines: tuple[tuple[str, str], ...]
+    # the application headers the unit reaches (r3tui/record/headers.py): paths in the
+    # bundle's header tree with their content, include directories in that tree, and where
+    # each header was read
+    headers: tuple[tuple[str, bytes], ...] = ()
+    include_dirs: tuple[str, ...] = ()
+    header_origins: tuple[str, ...] = ()
+    unresolved: tuple[str, ...] = ()
+    problem: str | None = None  # why the unit cannot go into a bundle (a header is missing)
+
+    @property
+    def usable(self) -> bool:
+        return self.problem is None
+
+    def summary(self) -> dict[str, Any]:
+        """The kernel's ``source`` entry in recording.json."""
+        return {"path": self.path, "kernel": self.kernel, "headers": list(self.header_origins),
+                "include_dirs": list(self.include_dirs),
+                "unresolved_includes": list(self.unresolved), "error": self.problem}
 
 
 def _image_kind(image: bytes) -> str:
@@ -248,16 +266,22 @@ def write_bundle(proc: RawProcess, cfg: RawConfig, dest: Path, *, entry_point: s
         if image_file is not None:
             image = proc.data(image_file)
             binary = BinaryImage(w.add_blob(image), _image_kind(image), arena.get("arch"))
+        if source is not None and not source.usable:
+            source = None  # an incomplete unit does not compile: the bundle replays its image
         sources: tuple[SourceFile, ...] = ()
+        headers: tuple[SourceFile, ...] = ()
         if source is not None:
             sources = (SourceFile(source.file_name, w.add_blob(source.text.encode())),)
+            headers = tuple(SourceFile(rel, w.add_blob(content))
+                            for rel, content in source.headers)
         extent = max((a.address + a.size for a in allocations), default=ARENA_BASE) - ARENA_BASE
         manifest = Manifest(
             kernel=KernelInfo(
                 name=source.kernel if source else name, entry_point=entry_point,
                 sources=sources, toolchain="nvcc" if source else None,
                 options=source.options if source else (),
-                defines=source.defines if source else (), binary=binary),
+                defines=source.defines if source else (), binary=binary, headers=headers,
+                include_dirs=source.include_dirs if source and headers else ()),
             launch=LaunchInfo(grid=cfg.grid, block=cfg.block, shared_mem_bytes=cfg.shared,
                               count=max(cfg.count, 1), total_time_s=cfg.time_s),
             params=params,
@@ -303,9 +327,12 @@ def build_recording(
                 entry = kernels[cfg.name] = {
                     "entry_point": cfg.name, "name": pretty, "launches": 0,
                     "device_time_s": 0.0,
-                    "source": None if choice is None else {"path": choice.path,
-                                                           "kernel": choice.kernel},
+                    "source": None if choice is None else choice.summary(),
                     "configs": [], "_source": choice}
+                if choice is not None and not choice.usable:
+                    warnings.append(f"{pretty}: {choice.problem}; its bundles carry no source "
+                                    "(they replay from the recorded image but cannot be "
+                                    "recompiled for tuning)")
             reasons = unreplayable_reasons(proc, cfg)
             bundle_rel = None
             if not reasons:

@@ -19,12 +19,15 @@ import shutil
 import subprocess
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from r3tui.errors import R3Error, RecordingError
 from r3tui.record import app_dump, interposer
+
+if TYPE_CHECKING:
+    from r3tui.record.sources import KernelSource
 
 RAW_DIR = "raw"
 
@@ -35,6 +38,7 @@ class AppRecordRequest:
     out: Path
     sources: tuple[Path, ...] = ()
     compile_db: Path | None = None
+    include_dirs: tuple[Path, ...] = ()  # searched after a unit's own -I directories
     reachable: bool = False
     kernels: tuple[str, ...] = ()
     overwrite: bool = False
@@ -105,6 +109,7 @@ def _prepare_out(out: Path, overwrite: bool) -> None:
 
 def _source_lookup(req: AppRecordRequest) -> Callable[[str], app_dump.SourceChoice | None]:
     cache: dict[str, app_dump.SourceChoice | None] = {}
+    units: dict[tuple[Path, tuple[Path, ...]], app_dump.SourceChoice] = {}  # headers per unit
 
     def lookup(entry_point: str) -> app_dump.SourceChoice | None:
         if entry_point in cache:
@@ -113,20 +118,35 @@ def _source_lookup(req: AppRecordRequest) -> Callable[[str], app_dump.SourceChoi
         if req.sources or req.compile_db is not None:
             from r3tui.record.sources import associate
 
-            found = associate(entry_point, list(req.sources), req.compile_db)
+            found = associate(entry_point, list(req.sources), req.compile_db, req.include_dirs)
             if found is not None:
-                choice = app_dump.SourceChoice(
-                    path=str(found.path), file_name=found.path.name, text=found.text,
-                    kernel=found.kernel,
-                    # Include directories stay out: the compile layer takes them only
-                    # through CompileRequest.include_dirs, which a bundle has no field for
-                    # yet (docs/app-recording.md, limits).
-                    options=tuple(found.options),
-                    defines=tuple(found.defines))
+                unit = units.get((found.path, found.include_dirs))
+                if unit is None:
+                    unit = units[(found.path, found.include_dirs)] = _source_choice(found)
+                choice = replace(unit, kernel=found.kernel)
         cache[entry_point] = choice
         return choice
 
     return lookup
+
+
+def _source_choice(found: KernelSource) -> app_dump.SourceChoice:
+    """The unit with the application headers it reaches; a missing header is the choice's
+    ``problem`` (a warning in the recording), not a failed recording."""
+    from r3tui.record.headers import collect
+
+    choice = app_dump.SourceChoice(
+        path=str(found.path), file_name=found.path.name, text=found.text, kernel=found.kernel,
+        # include directories go into the bundle as its header tree's, not as options: the
+        # compile layer takes them only through CompileRequest.include_dirs
+        options=tuple(found.options), defines=tuple(found.defines))
+    try:
+        tree = collect(found.path, found.text, found.include_dirs)
+    except RecordingError as exc:
+        return replace(choice, problem=exc.one_line())
+    return replace(choice, headers=tree.files, include_dirs=tree.include_dirs,
+                   header_origins=tuple(str(p) for p in tree.origins),
+                   unresolved=tree.unresolved)
 
 
 def _demangler() -> Callable[[str], str]:

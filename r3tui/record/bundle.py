@@ -17,12 +17,13 @@ import os
 import secrets
 import shutil
 import zlib
+from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
 from r3tui.errors import ChecksumMismatch, ManifestError, RecordingError
-from r3tui.record.manifest import Manifest, blob_users
+from r3tui.record.manifest import Manifest, SourceFile, blob_users, canonical_json
 
 MANIFEST_NAME = "manifest.json"
 BLOB_DIR = "blobs"
@@ -212,6 +213,51 @@ class Bundle:
     def binary(self) -> bytes | None:
         b = self.manifest.kernel.binary
         return None if b is None else self.blob(b.sha256)
+
+    def include_dirs(self, cache: Path | None = None) -> tuple[str, ...]:
+        """The include directories to compile :meth:`source` with: the bundle's application
+        headers written out as a tree (once per distinct set of headers, under ``cache``,
+        default ``$R3_CACHE/headers`` or the user cache) and its include directories in it.
+        Empty for a bundle that carries no headers."""
+        k = self.manifest.kernel
+        if not k.headers:
+            return ()
+        listing = canonical_json([[h.name, h.sha256] for h in k.headers])
+        root = (cache or header_cache_dir()) / hashlib.sha256(listing).hexdigest()[:24]
+        if not _tree_complete(root, k.headers, self.manifest.blobs):
+            tmp = root.with_name(f".{root.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}")
+            try:
+                for h in k.headers:
+                    target = tmp / h.name
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    target.write_bytes(self.blob(h.sha256))
+                try:
+                    os.rename(tmp, root)
+                except OSError:  # another process's copy, or one that lost files: complete it
+                    for h in k.headers:
+                        target = root / h.name
+                        if not target.is_file():
+                            target.parent.mkdir(parents=True, exist_ok=True)
+                            os.replace(tmp / h.name, target)
+            finally:
+                shutil.rmtree(tmp, ignore_errors=True)
+        return tuple(str(root / d) for d in k.include_dirs) or (str(root),)
+
+
+def header_cache_dir() -> Path:
+    """Where bundles' header trees are written out for compilers to read."""
+    if os.environ.get("R3_CACHE"):
+        return Path(os.environ["R3_CACHE"]) / "headers"
+    import platformdirs
+
+    return Path(platformdirs.user_cache_dir("r3tui")) / "headers"
+
+
+def _tree_complete(root: Path, headers: tuple[SourceFile, ...], sizes: Mapping[str, int]) -> bool:
+    return root.is_dir() and all(
+        (root / h.name).is_file() and (root / h.name).stat().st_size == sizes[h.sha256]
+        for h in headers
+    )
 
 
 def remove_stale_temporaries(parent: str | os.PathLike[str]) -> int:

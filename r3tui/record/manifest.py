@@ -18,6 +18,7 @@ from typing import Any
 
 from r3tui.domain import Dim3, KernelLaunch, Norm, TimeStats, Tolerance
 from r3tui.errors import ManifestError
+from r3tui.record.headers import check_relative
 from r3tui.record.spec import SCALAR_DTYPES
 
 FORMAT_VERSION = 1
@@ -57,6 +58,11 @@ class KernelInfo:
     options: tuple[str, ...] = ()
     defines: tuple[tuple[str, str], ...] = ()
     binary: BinaryImage | None = None
+    # The application headers the source includes, by their path in a header tree, and the
+    # include directories inside that tree (``r3tui/record/headers.py``); empty in bundles
+    # whose source needs no headers of its own, and absent from their JSON.
+    headers: tuple[SourceFile, ...] = ()
+    include_dirs: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -161,20 +167,26 @@ class Manifest:
     # -- JSON ----------------------------------------------------------------------------
     def to_json(self) -> dict[str, Any]:
         k, ln = self.kernel, self.launch
+        kernel: dict[str, Any] = {
+            "name": k.name,
+            "entry_point": k.entry_point,
+            "sources": [{"name": s.name, "sha256": s.sha256} for s in k.sources],
+            "toolchain": k.toolchain,
+            "toolchain_version": k.toolchain_version,
+            "options": list(k.options),
+            "defines": [[n, v] for n, v in k.defines],
+            "binary": None
+            if k.binary is None
+            else {"sha256": k.binary.sha256, "kind": k.binary.kind, "arch": k.binary.arch},
+        }
+        # Written only when present, so a bundle without them keeps its identity (sha256).
+        if k.headers:
+            kernel["headers"] = [{"name": s.name, "sha256": s.sha256} for s in k.headers]
+        if k.include_dirs:
+            kernel["include_dirs"] = list(k.include_dirs)
         return {
             "format_version": self.format_version,
-            "kernel": {
-                "name": k.name,
-                "entry_point": k.entry_point,
-                "sources": [{"name": s.name, "sha256": s.sha256} for s in k.sources],
-                "toolchain": k.toolchain,
-                "toolchain_version": k.toolchain_version,
-                "options": list(k.options),
-                "defines": [[n, v] for n, v in k.defines],
-                "binary": None
-                if k.binary is None
-                else {"sha256": k.binary.sha256, "kind": k.binary.kind, "arch": k.binary.arch},
-            },
+            "kernel": kernel,
             "launch": {
                 "grid": list(ln.grid.as_tuple()),
                 "block": list(ln.block.as_tuple()),
@@ -343,8 +355,9 @@ def _as_tuple(types: type | tuple[type, ...]) -> tuple[type, ...]:
     return types if isinstance(types, tuple) else (types,)
 
 
-def _items(r: _Reader, key: str) -> list[_Reader]:
-    return [_Reader(item, f"{r._name(key)}[{i}]") for i, item in enumerate(r.array(key))]
+def _items(r: _Reader, key: str, *, optional: bool = False) -> list[_Reader]:
+    return [_Reader(item, f"{r._name(key)}[{i}]")
+            for i, item in enumerate(r.array(key, optional=optional))]
 
 
 def _parse_manifest(data: Any) -> Manifest:
@@ -409,6 +422,19 @@ def _parse_kernel(r: _Reader) -> KernelInfo:
     b = r.obj("binary", optional=True)
     if b is not None:
         binary = BinaryImage(b.sha("sha256"), b.text("kind"), b.text("arch", optional=True))
+    headers = tuple(SourceFile(h.text("name"), h.sha("sha256"))
+                    for h in _items(r, "headers", optional=True))
+    for i, h in enumerate(headers):
+        why = check_relative(h.name, allow_root=False)
+        if why is not None:
+            raise ManifestError(f"manifest field '{r._name('headers')}[{i}].name': {why}")
+    if len({h.name for h in headers}) != len(headers):
+        raise ManifestError(f"manifest field {r._name('headers')!r}: a header is listed twice")
+    include_dirs = r.array("include_dirs", optional=True)
+    for i, d in enumerate(include_dirs):
+        why = "expected a string" if not isinstance(d, str) else check_relative(d, allow_root=True)
+        if why is not None:
+            raise ManifestError(f"manifest field '{r._name('include_dirs')}[{i}]': {why}")
     return KernelInfo(
         name=r.text("name"),
         entry_point=r.text("entry_point"),
@@ -418,6 +444,8 @@ def _parse_kernel(r: _Reader) -> KernelInfo:
         options=tuple(options),
         defines=tuple(defines),
         binary=binary,
+        headers=headers,
+        include_dirs=tuple(include_dirs),
     )
 
 
@@ -538,6 +566,7 @@ def _check_param_offsets(params: tuple[ParamInfo, ...]) -> None:
 def _check_blob_table(m: Manifest) -> None:
     used: list[tuple[str, str]] = [(f"kernel.sources[{i}]", s.sha256)
                                    for i, s in enumerate(m.kernel.sources)]
+    used += [(f"kernel.headers[{i}]", h.sha256) for i, h in enumerate(m.kernel.headers)]
     if m.kernel.binary is not None:
         used.append(("kernel.binary", m.kernel.binary.sha256))
     for i, a in enumerate(m.allocations):
@@ -562,6 +591,8 @@ def blob_users(m: Manifest) -> dict[str, str]:
     users: dict[str, str] = {}
     for s in m.kernel.sources:
         users.setdefault(s.sha256, f"source {s.name}")
+    for h in m.kernel.headers:
+        users.setdefault(h.sha256, f"header {h.name}")
     if m.kernel.binary is not None:
         users.setdefault(m.kernel.binary.sha256, "kernel binary")
     for a in m.allocations:

@@ -472,11 +472,15 @@ def kernel_expression(entry_point: str) -> str:
 
 
 def associate(
-    entry_point: str, sources: Sequence[Path], compile_db: Path | None
+    entry_point: str,
+    sources: Sequence[Path],
+    compile_db: Path | None,
+    include_dirs: Sequence[Path] = (),
 ) -> KernelSource | None:
     """The translation unit that defines the ``__global__`` function ``entry_point`` (mangled
     or ``extern "C"``), searched in the compile database's files first, then ``sources``
-    (files, or directories searched for CUDA/C++ files); None when none defines it."""
+    (files, or directories searched for CUDA/C++ files); None when none defines it.
+    ``include_dirs`` (``r3 record --include``) are searched after a unit's own ``-I``."""
     wanted = qualified_name(entry_point)
     if wanted is None:
         return None
@@ -490,14 +494,16 @@ def associate(
         if resolved not in known:
             known.add(resolved)
             candidates.append(CompileCommand(resolved, (), (), ()))
+    extra = tuple(Path(d).resolve() for d in include_dirs)
     for command in candidates:
         if not command.path.is_file():
             continue
-        if not _translation_unit_defines(command.path, wanted, exact, command.include_dirs):
+        searched = (*command.include_dirs, *extra)
+        if not _translation_unit_defines(command.path, wanted, exact, searched):
             continue
         # the unit's own directory first: replay compiles a copy elsewhere, and its quoted
         # includes must still resolve
-        include_dirs = (command.path.parent, *command.include_dirs)
+        include_dirs = (command.path.parent, *searched)
         return KernelSource(
             path=command.path,
             text=command.path.read_text(errors="replace"),

@@ -212,3 +212,118 @@ def test_record_app_without_cuda_says_so(library: interposer.Interposer, tmp_pat
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert err.startswith("r3: error: the interposer saw no CUDA activity")
     assert not (tmp_path / "rec").exists()
+
+
+# -- a unit that includes the application's own headers ---------------------------------------
+
+HEADER_UNIT = """\
+#include "solver.h"
+#include <app/config.h>
+namespace solver {
+__global__ void step(float* x, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] = relax(x[i]) * APP_SCALE;
+}
+}
+"""
+STEP = "_ZN6solver4stepEPfi"
+
+
+def _header_app(root: Path) -> Path:
+    """src/step.cu includes src/solver.h (-> ../common/defs.h) and include/app/config.h."""
+    for sub in ("src", "common", "include/app"):
+        (root / sub).mkdir(parents=True)
+    unit = root / "src" / "step.cu"
+    unit.write_text(HEADER_UNIT)
+    (root / "src" / "solver.h").write_text(
+        '#pragma once\n#include "../common/defs.h"\n'
+        "__device__ inline float relax(float v) { return DEFS_HALF * v; }\n")
+    (root / "common" / "defs.h").write_text("#pragma once\n#define DEFS_HALF 0.5f\n")
+    (root / "include" / "app" / "config.h").write_text("#pragma once\n#define APP_SCALE 3.0f\n")
+    return unit
+
+
+def _record_header_app(root: Path, include_dirs: tuple[Path, ...]) -> dict[str, object]:
+    from r3tui.record.app_recorder import AppRecordRequest, _source_lookup
+
+    unit = _header_app(root / "app")
+    d = Dump(root / "raw")
+    d.data("image-0.bin", b"\x7fELF" + bytes(60))
+    d.lines.append({"ev": "image", "id": 0, "file": "image-0.bin", "size": 64})
+    d.config(0, STEP, [[0, 8], [8, 4]], struct.pack("<Qi", A0, 32),
+             {0: (A0, bytes(128), bytes(128))})
+    d.lines.append({"ev": "profile", "configs": [[0, 1, 2e-6, 1]]})
+    d.write()
+    req = AppRecordRequest(command=("./app",), out=root / "out", sources=(unit,),
+                           include_dirs=include_dirs)
+    return app_dump.build_recording(
+        app_dump.read_dump(root / "raw"), root / "out", command=["./app"], cwd=str(root),
+        runtime="static", wall_s=0.1, exit_code=0, reachable=False,
+        recorded_at="2026-01-01T00:00:00+00:00", demangle=lambda n: n,
+        source_of=_source_lookup(req))
+
+
+def _toolchains() -> list[object]:
+    from r3tui.compile import get_toolchain
+
+    out: list[object] = ["nvrtc"]
+    for name in ("nvcc", "llvm"):
+        ok, why = get_toolchain(name).available()
+        out.append(pytest.param(name, marks=pytest.mark.skipif(not ok, reason=why)))
+    return out
+
+
+@pytest.mark.parametrize("toolchain", _toolchains())
+def test_a_unit_with_application_headers_recompiles_from_its_bundle(tmp_path: Path,
+                                                                    toolchain: str) -> None:
+    from r3tui.compile import CompileRequest, get_toolchain
+
+    data = _record_header_app(tmp_path, (tmp_path / "app" / "include",))
+    assert data["warnings"] == []
+    (kernel,) = data["kernels"]  # type: ignore[misc]
+    assert kernel["source"]["error"] is None
+    assert sorted(Path(p).name for p in kernel["source"]["headers"]) == [
+        "config.h", "defs.h", "solver.h"]
+    bundle = Bundle.open(tmp_path / "out" / kernel["configs"][0]["bundle"], verify=True)
+    k = bundle.manifest.kernel
+    assert sorted(h.name for h in k.headers) == [
+        "common/defs.h", "include/app/config.h", "src/solver.h"]
+    assert k.include_dirs == ("src", "include") and k.toolchain == "nvcc"
+    # the application tree is gone: only the bundle's copy can serve the headers
+    import shutil
+
+    shutil.rmtree(tmp_path / "app")
+    source = bundle.source()
+    assert source == HEADER_UNIT
+    tc = get_toolchain(toolchain)
+    request = CompileRequest(source, k.name, source_name=k.sources[0].name,
+                             include_dirs=bundle.include_dirs(tmp_path / "cache"))
+    compiled = tc.compile(request)
+    assert compiled.ok, compiled.log
+    assert compiled.lowered_name == STEP and compiled.binary is not None
+    without = tc.compile(CompileRequest(source, k.name, source_name=k.sources[0].name))
+    assert not without.ok and "solver.h" in without.log
+
+
+def test_a_missing_header_is_a_warning_and_the_bundle_carries_no_source(tmp_path: Path) -> None:
+    data = _record_header_app(tmp_path, ())  # --include forgotten: <app/config.h> is missing
+    (kernel,) = data["kernels"]  # type: ignore[misc]
+    assert "step.cu:2: #include <app/config.h> is not in" in kernel["source"]["error"]
+    (warning,) = data["warnings"]  # type: ignore[misc]
+    assert warning.startswith(f"{STEP}: ") and "carry no source" in warning
+    (config,) = kernel["configs"]
+    bundle = Bundle.open(tmp_path / "out" / config["bundle"])
+    assert config["replayable"] and bundle.source() is None and bundle.binary() is not None
+    assert bundle.manifest.kernel.headers == () and bundle.manifest.kernel.toolchain is None
+
+
+def test_record_include_needs_an_existing_directory_and_a_source(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = str(tmp_path / "o")
+    assert main(["record", "--out", out, "--include", str(tmp_path / "nope"), "--source",
+                 str(tmp_path), "--", "/bin/true"]) == 2
+    assert "no include directory" in capsys.readouterr().err
+    assert main(["record", "--out", out, "--include", str(tmp_path), "--", "/bin/true"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--include needs --source or --compile-db" in err
+    assert not (tmp_path / "o").exists()
