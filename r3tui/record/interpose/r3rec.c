@@ -555,25 +555,24 @@ static void note_global(const void *handle, const char *name, CUdeviceptr p, siz
     }
     pthread_mutex_unlock(&lock_);
 }
-static CUresult w_modglobal(CUdeviceptr *p, size_t *bytes, void *m, const char *name) {
+/* cuModuleGetGlobal and cuLibraryGetGlobal: the same call on a module or a library handle.
+ * The caller may pass NULL for either output; the wrapper always needs both. */
+static CUresult get_global(getglobal_fn real, CUdeviceptr *p, size_t *bytes, void *handle,
+                           const char *name) {
     CUdeviceptr ptr = 0; size_t size = 0;
-    CUresult rc = r_modglobal(&ptr, &size, m, name);
+    CUresult rc = real ? real(&ptr, &size, handle, name) : CUDA_ERROR_NOT_INITIALIZED;
     if (rc == CUDA_SUCCESS) {
         if (p) *p = ptr;
         if (bytes) *bytes = size;
-        note_global(m, name, ptr, size);
+        note_global(handle, name, ptr, size);
     }
     return rc;
 }
+static CUresult w_modglobal(CUdeviceptr *p, size_t *bytes, void *m, const char *name) {
+    return get_global(r_modglobal, p, bytes, m, name);
+}
 static CUresult w_libglobal(CUdeviceptr *p, size_t *bytes, void *l, const char *name) {
-    CUdeviceptr ptr = 0; size_t size = 0;
-    CUresult rc = r_libglobal(&ptr, &size, l, name);
-    if (rc == CUDA_SUCCESS) {
-        if (p) *p = ptr;
-        if (bytes) *bytes = size;
-        note_global(l, name, ptr, size);
-    }
-    return rc;
+    return get_global(r_libglobal, p, bytes, l, name);
 }
 
 /* ---------------------------------------------------------------- launches -------------- */
