@@ -90,6 +90,11 @@ def cmd_record_app(args: argparse.Namespace) -> int:
                 register(args.db, Bundle.open(recording.out / config["bundle"]))
                 registered += 1
     print_profile(recording.data)
+    from r3tui.record.app_dump import graph_line
+
+    line = graph_line(recording.data)
+    if line is not None:
+        console.print(f"[yellow]{line}[/]", markup=True, highlight=False)
     for warning in recording.data["warnings"]:
         console.print(f"[yellow]warning:[/] {warning}")
     print(f"{recording.out / 'recording.json'}: {registered} replayable bundles "
@@ -102,7 +107,9 @@ def print_profile(data: dict[str, Any]) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    total = sum(k["device_time_s"] for k in data["kernels"]) or 1.0
+    graphs = data.get("graphs") or {}
+    graph_time = float(graphs.get("device_time_s", 0.0))
+    total = sum(k["device_time_s"] for k in data["kernels"]) + graph_time or 1.0
     table = Table("kernel", "launches", "device time", "share", "configs", "replayable",
                   title=f"{' '.join(data['command'])}: runtime {data['runtime']}, "
                   f"wall {data['wall_s']:.2f} s, exit {data['exit_code']}")
@@ -113,4 +120,8 @@ def print_profile(data: dict[str, Any]) -> None:
         verdict = f"{ok}/{n}" + (f" [red]({reasons[0]})[/]" if reasons else "")
         table.add_row(k["name"], str(k["launches"]), f"{k['device_time_s'] * 1e3:.3f} ms",
                       f"{k['device_time_s'] / total:.1%}", str(n), verdict)
+    if graphs.get("launches"):
+        table.add_row("(CUDA graphs)", str(graphs["launches"]),
+                      f"{graph_time * 1e3:.3f} ms", f"{graph_time / total:.1%}", "-",
+                      "[red]not recorded[/]")
     Console().print(table)

@@ -80,10 +80,22 @@ class RawConfig:
 
 
 @dataclass
+class RawGraph:
+    """One executable CUDA graph: launched as a whole, its kernels are not recorded."""
+
+    id: int
+    kernel_nodes: int  # at instantiation; -1 when the interposer did not see it instantiated
+    kernels: list[str] = field(default_factory=list)  # entry points of its kernel nodes
+    launches: int = 0
+    time_s: float = 0.0
+
+
+@dataclass
 class RawProcess:
     path: Path
     pid: int
     configs: list[RawConfig] = field(default_factory=list)
+    graphs: list[RawGraph] = field(default_factory=list)
     outside: list[OutsideAllocation] = field(default_factory=list)
     images: dict[int, str] = field(default_factory=dict)
     arena: dict[str, Any] | None = None
@@ -93,6 +105,10 @@ class RawProcess:
 
     def data(self, name: str) -> bytes:
         return (self.path / "data" / name).read_bytes()
+
+    def count(self, key: str) -> int:
+        """A counter of the ``end`` event (0 when the process did not end normally)."""
+        return int((self.end or {}).get(key, 0))
 
 
 def read_process(path: Path) -> RawProcess:
@@ -130,11 +146,18 @@ def read_process(path: Path) -> RawProcess:
                             [a for a in live.values()], time_s=float(ev.get("time_s", 0.0)))
             configs[cfg.id] = cfg
             proc.configs.append(cfg)
+        elif kind == "graph":
+            proc.graphs.append(RawGraph(int(ev["id"]), int(ev["kernel_nodes"]),
+                                        [str(k) for k in ev.get("kernels", [])]))
         elif kind == "profile":
             proc.profiled = True
             for cid, count, time_s, _timed in ev["configs"]:
                 if cid in configs:
                     configs[cid].count, configs[cid].time_s = int(count), float(time_s)
+            graphs = {g.id: g for g in proc.graphs}
+            for gid, launches, time_s, _timed in ev.get("graphs", []):
+                if gid in graphs:
+                    graphs[gid].launches, graphs[gid].time_s = int(launches), float(time_s)
         elif kind == "end":
             proc.end = ev
     if proc.configs and not proc.profiled:
@@ -352,7 +375,49 @@ def build_recording(
     ordered = sorted(kernels.values(), key=lambda k: -k["device_time_s"])
     for k in ordered:
         del k["_source"]
+    skipped = sum(p.count("capture_skipped") for p in procs)
+    if skipped:
+        warnings.append(f"{skipped} kernel launches made while a stream was capturing a CUDA "
+                        "graph were passed through unrecorded (they are not in the profile)")
     return {"format_version": FORMAT_VERSION, "command": list(command), "cwd": cwd,
             "runtime": runtime, "recorded_at": recorded_at, "wall_s": wall_s,
             "exit_code": exit_code, "reachable": reachable, "kernels": ordered,
+            "graphs": graph_summary(procs, demangle),
             "unsupported_allocations": unsupported, "warnings": warnings}
+
+
+def graph_summary(procs: Sequence[RawProcess], demangle: Callable[[str], str]
+                  ) -> dict[str, Any]:
+    """recording.json's ``graphs``: what ran through CUDA graphs, which R³ does not record.
+
+    ``kernel_node_launches`` is the kernel nodes each graph held when instantiated times its
+    launches, None when a launched graph was instantiated where the interposer did not see
+    it; ``captured_kernel_launches`` counts the launches made into capturing streams."""
+    graphs = [g for p in procs for g in p.graphs]
+    launched = [g for g in graphs if g.launches]
+    unknown = any(g.kernel_nodes < 0 for g in launched)
+    names = dict.fromkeys(k for g in launched for k in g.kernels)
+    return {
+        "launches": sum(g.launches for g in graphs),
+        "device_time_s": sum(g.time_s for g in graphs),
+        "instantiated": sum(g.kernel_nodes >= 0 for g in graphs),
+        "kernel_node_launches": None if unknown else sum(g.launches * g.kernel_nodes
+                                                         for g in launched),
+        "captured_kernel_launches": sum(p.count("captured_launches") for p in procs),
+        "kernels": [demangle(n) for n in names],
+    }
+
+
+def graph_line(data: dict[str, Any]) -> str | None:
+    """The one line ``r3 record`` prints when kernels ran through CUDA graphs."""
+    graphs = data.get("graphs") or {}
+    launches = int(graphs.get("launches", 0))
+    if not launches:
+        return None
+    names = [n.split("(")[0] for n in graphs.get("kernels", [])]
+    shown = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
+    nodes = graphs.get("kernel_node_launches")
+    what = f"{nodes} kernel runs" if nodes is not None else "their kernel runs"
+    return (f"{launches} CUDA graph launch{'es' if launches != 1 else ''} were not recorded: "
+            f"{what}{f' ({shown})' if shown else ''} are not in the profile "
+            f"({graphs.get('device_time_s', 0.0) * 1e3:.3f} ms of device time in graphs)")

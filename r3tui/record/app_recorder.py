@@ -169,10 +169,15 @@ def _diagnose(procs: list[app_dump.RawProcess], exe: ExecutableInfo, exit_code: 
             f"through cuGetProcAddress or libcuda; exit code {exit_code}): supported builds are "
             "the static or shared CUDA runtime and the driver API (see docs/app-recording.md)")
     if not any(p.configs for p in procs):
+        graph_launches = sum(g.launches for p in procs for g in p.graphs)
+        if graph_launches:
+            raise RecordingError(
+                f"the application launched kernels only through CUDA graphs ({graph_launches} "
+                f"graph launches; exit code {exit_code}), and graph launches are not recorded")
         raise RecordingError(
             f"the application made CUDA calls but no kernel launch was seen (exit code "
-            f"{exit_code}); launches through a path the interposer does not wrap (e.g. CUDA "
-            "graphs) are not recorded")
+            f"{exit_code}); launches through a path the interposer does not wrap are not "
+            "recorded")
 
 
 def record_app(req: AppRecordRequest,

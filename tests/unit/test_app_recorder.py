@@ -33,7 +33,9 @@ def test_interposer_compiles_and_exports_the_hooks(library: interposer.Interpose
     assert library.built and library.path.is_file()
     symbols = subprocess.run(["nm", "-D", "--defined-only", str(library.path)],
                              capture_output=True, text=True, check=True).stdout
-    for name in ("dlsym", "cuMemAlloc_v2", "cuMemFree_v2", "cuLaunchKernel", "cuLaunchKernelEx"):
+    for name in ("dlsym", "cuMemAlloc_v2", "cuMemFree_v2", "cuLaunchKernel", "cuLaunchKernelEx",
+                 "cuStreamBeginCapture_v2", "cuStreamEndCapture", "cuGraphInstantiateWithFlags",
+                 "cuGraphInstantiateWithParams", "cuGraphLaunch"):
         assert f" T {name}\n" in symbols, name
     again = interposer.build(library.path.parent)
     assert again.path == library.path and not again.built  # cached by source hash
@@ -327,3 +329,75 @@ def test_record_include_needs_an_existing_directory_and_a_source(
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--include needs --source or --compile-db" in err
     assert not (tmp_path / "o").exists()
+
+
+# -- CUDA graphs: counted and timed, not recorded ----------------------------------------------
+
+def _graph_dump(root: Path, *, configs: bool = True) -> None:
+    d = Dump(root / "raw")
+    d.data("image-0.bin", b"\x7fELF" + bytes(60))
+    d.lines.append({"ev": "image", "id": 0, "file": "image-0.bin", "size": 64})
+    if configs:
+        d.config(0, "_Z6normalPfi", [[0, 8], [8, 4]], struct.pack("<Qi", A0, 4),
+                 {0: (A0, bytes(32), b"\x01" * 32)})
+    d.lines.append({"ev": "graph", "id": 0, "kernel_nodes": 3,
+                    "kernels": ["_Z4stepPfi", "_Z3mixPfS_i"]})
+    d.lines.append({"ev": "graph", "id": 1, "kernel_nodes": 1, "kernels": ["_Z4stepPfi"]})
+    d.lines.append({"ev": "profile", "configs": [[0, 2, 3e-6, 2]] if configs else [],
+                    "graphs": [[0, 5, 4e-6, 5], [1, 2, 1e-6, 2]]})
+    d.lines.append({"ev": "end", "launches": 6, "getproc": 1, "exported": 0, "arena_failed": 0,
+                    "harvested": 1, "graph_launches": 7, "captured_launches": 4,
+                    "capture_skipped": 1})
+    d.write()
+
+
+def test_graph_launches_are_reported_not_recorded(tmp_path: Path,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    from r3tui.record.app_commands import print_profile
+
+    _graph_dump(tmp_path)
+    data = _build(tmp_path)
+    assert data["graphs"] == {"launches": 7, "device_time_s": pytest.approx(5e-6),
+                              "instantiated": 2, "kernel_node_launches": 17,
+                              "captured_kernel_launches": 4,
+                              "kernels": ["_Z4stepPfi", "_Z3mixPfS_i"]}
+    (kernel,) = data["kernels"]  # type: ignore[misc]
+    assert kernel["entry_point"] == "_Z6normalPfi" and kernel["launches"] == 2
+    assert data["warnings"] == [
+        "1 kernel launches made while a stream was capturing a CUDA graph were passed through "
+        "unrecorded (they are not in the profile)"]
+    assert app_dump.graph_line(data) == (  # type: ignore[arg-type]
+        "7 CUDA graph launches were not recorded: 17 kernel runs (_Z4stepPfi, _Z3mixPfS_i) "
+        "are not in the profile (0.005 ms of device time in graphs)")
+    print_profile(data)  # type: ignore[arg-type]
+    table = capsys.readouterr().out
+    assert "(CUDA graphs)" in table and "not recorded" in table
+    assert "62.5%" in table  # graph time counts in the shares: 5 us of 8 us
+
+
+def test_a_graph_instantiated_unseen_has_unknown_kernel_runs(tmp_path: Path) -> None:
+    _graph_dump(tmp_path)
+    index = tmp_path / "raw" / "p4242" / "index.jsonl"
+    index.write_text(index.read_text().replace('"kernel_nodes": 1, "kernels": ["_Z4stepPfi"]',
+                                               '"kernel_nodes": -1, "kernels": []'))
+    data = _build(tmp_path)
+    assert data["graphs"]["kernel_node_launches"] is None  # type: ignore[index]
+    assert "7 CUDA graph launches were not recorded: their kernel runs" in str(
+        app_dump.graph_line(data))  # type: ignore[arg-type]
+
+
+def test_a_recording_without_graphs_prints_no_graph_line(tmp_path: Path) -> None:
+    _synthetic(tmp_path / "raw").write()
+    data = _build(tmp_path)
+    assert data["graphs"]["launches"] == 0  # type: ignore[index]
+    assert app_dump.graph_line(data) is None  # type: ignore[arg-type]
+
+
+def test_an_application_that_only_launches_graphs_is_one_clear_error(tmp_path: Path) -> None:
+    from r3tui.errors import RecordingError
+    from r3tui.record.app_recorder import ExecutableInfo, _diagnose
+
+    _graph_dump(tmp_path, configs=False)
+    procs = app_dump.read_dump(tmp_path / "raw")
+    with pytest.raises(RecordingError, match=r"only through CUDA graphs \(7 graph launches"):
+        _diagnose(procs, ExecutableInfo("static", False, ()), 0)

@@ -10,6 +10,10 @@
  * another process maps the same addresses.  The first launch of each (function, grid, block,
  * dynamic shared memory) is snapshotted (prologue/epilogue of the live allocations, or only
  * the reachable ones); every launch is counted and timed with events read lazily.
+ * Stream capture and CUDA graphs: a launch into a capturing stream becomes a graph node, not
+ * work, and an event or a synchronization there would break the capture, so it passes
+ * through untouched (counted); graph launches are counted and timed as a whole, with the
+ * kernel nodes each instantiated graph holds, but their kernels are not recorded.
  * Output: $R3_RECORD_DIR/index.jsonl (one JSON object a line, flushed per event, so a crash
  * loses at most the profile totals) and $R3_RECORD_DIR/data/ (raw snapshots and images).
  */
@@ -42,7 +46,14 @@ typedef struct {
     const void *func; unsigned g[3], b[3], shm; int id; int recorded;
     unsigned long long count; double time_s; unsigned long long timed;
 } config_t;
-typedef struct { CUevent a, b; int config; } pending_t;
+/* graph: 0 for a kernel configuration's launch, else index + 1 into graphs_ */
+typedef struct { CUevent a, b; int config, graph; } pending_t;
+/* An executable graph: its kernel nodes when instantiated (-1: instantiated where the
+ * wrappers did not see it) and its launches. */
+typedef struct {
+    const void *exec; int id, kernel_nodes;
+    unsigned long long launches, timed; double time_s;
+} graph_t;
 
 static pthread_mutex_t lock_ = PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP;
 static FILE *index_;
@@ -58,6 +69,10 @@ static image_t *images_; static size_t nimages_, capimages_;
 static global_t *globals_; static size_t nglobals_, capglobals_;
 static config_t *configs_; static size_t nconfigs_, capconfigs_;
 static pending_t pending_[R3_MAX_PENDING]; static size_t npending_;
+static graph_t *graphs_; static size_t ngraphs_, capgraphs_;
+/* captures begun through the wrappers and not yet ended, process-wide */
+static int capturing_;
+static unsigned long long graph_launches_, captured_launches_, capture_skipped_;
 
 static uint64_t arena_reserved_, arena_mapped_, arena_top_, granularity_;
 static int arena_ready_, device_;
@@ -80,14 +95,15 @@ static void init_real_dlsym(void) {
     if (!real_dlsym_) real_dlsym_ = (dlsym_fn)dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.2.5");
 }
 
-/* Driver functions this library calls itself, fetched through the real cuGetProcAddress. */
-static void *driver_fn(const char *name, int version) {
+/* Driver functions this library calls itself, fetched through the real cuGetProcAddress
+ * (`flags`: CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM for a _ptsz variant). */
+static void *driver_fn_flags(const char *name, int version, cuuint64_t flags) {
     void *p = NULL;
     if (real_gpa2_) {
         CUdriverProcAddressQueryResult st;
-        if (real_gpa2_(name, &p, version, CU_GET_PROC_ADDRESS_DEFAULT, &st) == CUDA_SUCCESS) return p;
+        if (real_gpa2_(name, &p, version, flags, &st) == CUDA_SUCCESS) return p;
     }
-    if (real_gpa1_ && real_gpa1_(name, &p, version, CU_GET_PROC_ADDRESS_DEFAULT) == CUDA_SUCCESS)
+    if (real_gpa1_ && real_gpa1_(name, &p, version, flags) == CUDA_SUCCESS)
         return p;
     if (!real_gpa2_ && !real_gpa1_) {  /* a program linked against libcuda: ask the linker */
         void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
@@ -95,10 +111,13 @@ static void *driver_fn(const char *name, int version) {
         if (lib) {
             gpa2_fn gpa = (gpa2_fn)real_dlsym_(lib, "cuGetProcAddress_v2");
             CUdriverProcAddressQueryResult st;
-            if (gpa && gpa(name, &p, version, CU_GET_PROC_ADDRESS_DEFAULT, &st) == CUDA_SUCCESS) return p;
+            if (gpa && gpa(name, &p, version, flags, &st) == CUDA_SUCCESS) return p;
         }
     }
     return NULL;
+}
+static void *driver_fn(const char *name, int version) {
+    return driver_fn_flags(name, version, CU_GET_PROC_ADDRESS_DEFAULT);
 }
 #define DRV(type, name, version) ((type)driver_fn(name, version))
 
@@ -121,6 +140,14 @@ typedef CUresult (*getfunc_fn)(CUfunction *, CUmodule, const char *);
 typedef CUresult (*getkernel_fn)(CUkernel *, CUlibrary, const char *);
 typedef CUresult (*kernfunc_fn)(CUfunction *, CUkernel);
 typedef CUresult (*libmod_fn)(CUmodule *, CUlibrary);
+typedef CUresult (*capbegin_fn)(CUstream, CUstreamCaptureMode);
+/* the edge data (CUgraphEdgeData, CUDA 12.3) as a plain pointer: older headers lack the type */
+typedef CUresult (*captograph_fn)(CUstream, CUgraph, const CUgraphNode *, const void *, size_t,
+                                  CUstreamCaptureMode);
+typedef CUresult (*capend_fn)(CUstream, CUgraph *);
+typedef CUresult (*ginst_fn)(CUgraphExec *, CUgraph, unsigned long long);
+typedef CUresult (*ginstp_fn)(CUgraphExec *, CUgraph, CUDA_GRAPH_INSTANTIATE_PARAMS *);
+typedef CUresult (*glaunch_fn)(CUgraphExec, CUstream);
 
 /* One slot per wrapped function; the *_ptsz slots hold per-thread-default-stream variants. */
 static memalloc_fn r_alloc; static mempitch_fn r_pitch; static memfree_fn r_free;
@@ -131,6 +158,9 @@ static getglobal_fn r_modglobal, r_libglobal;
 static modload_fn r_modload, r_modfat; static modloadex_fn r_modloadex; static libload_fn r_libload;
 static getfunc_fn r_getfunc; static getkernel_fn r_getkernel; static kernfunc_fn r_kernfunc;
 static libmod_fn r_libmod;
+static capbegin_fn r_capbegin, r_capbegin_ptsz; static captograph_fn r_captograph, r_captograph_ptsz;
+static capend_fn r_capend, r_capend_ptsz; static ginst_fn r_ginst;
+static ginstp_fn r_ginstp, r_ginstp_ptsz; static glaunch_fn r_glaunch, r_glaunch_ptsz;
 
 /* ---------------------------------------------------------------- output ---------------- */
 /* Each process that reaches the driver writes its own p<pid>/ directory, created on its
@@ -593,18 +623,29 @@ static fmod_fn d_fmod;
 typedef CUresult (*kname_fn)(const char **, CUkernel);
 typedef CUresult (*klib_fn)(CUlibrary *, CUkernel);
 static kname_fn d_kname; static klib_fn d_klib;
+typedef CUresult (*iscap_fn)(CUstream, CUstreamCaptureStatus *);
+typedef CUresult (*gnodes_fn)(CUgraph, CUgraphNode *, size_t *);
+typedef CUresult (*gntype_fn)(CUgraphNode, CUgraphNodeType *);
+typedef CUresult (*gchild_fn)(CUgraphNode, CUgraph *);
+typedef CUresult (*gkparams_fn)(CUgraphNode, CUDA_KERNEL_NODE_PARAMS *);
+static iscap_fn d_iscap, d_iscap_ptsz; static gnodes_fn d_gnodes; static gntype_fn d_gntype;
+static gchild_fn d_gchild; static gkparams_fn d_gkparams;
 static CUevent free_events_[2 * R3_MAX_PENDING]; static size_t nfree_events_;
 
 static void resolve_launch_helpers(void) {
     if (d_sync) return;
     d_evcreate = DRV(evcreate_fn, "cuEventCreate", 2000);
     d_evrecord = DRV(evrecord_fn, "cuEventRecord", 2000);
-    void *p = NULL;
-    if (real_gpa2_) {
-        CUdriverProcAddressQueryResult st;
-        real_gpa2_("cuEventRecord", &p, 7000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, &st);
-    }
+    const cuuint64_t ptds = CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM;
+    void *p = driver_fn_flags("cuEventRecord", 7000, ptds);
     d_evrecord_ptsz = p ? (evrecord_fn)p : d_evrecord;
+    d_iscap = DRV(iscap_fn, "cuStreamIsCapturing", 10000);
+    p = driver_fn_flags("cuStreamIsCapturing", 10000, ptds);
+    d_iscap_ptsz = p ? (iscap_fn)p : d_iscap;
+    d_gnodes = DRV(gnodes_fn, "cuGraphGetNodes", 10000);
+    d_gntype = DRV(gntype_fn, "cuGraphNodeGetType", 10000);
+    d_gchild = DRV(gchild_fn, "cuGraphChildGraphNodeGetGraph", 10000);
+    d_gkparams = DRV(gkparams_fn, "cuGraphKernelNodeGetParams", 12000);  /* the _v2 params */
     d_evquery = DRV(evone_fn, "cuEventQuery", 2000);
     d_evsync = DRV(evone_fn, "cuEventSynchronize", 2000);
     d_evdestroy = DRV(evone_fn, "cuEventDestroy", 4000);
@@ -659,8 +700,13 @@ static void harvest(int wait) {
         else if (!d_evquery || d_evquery(p->b) != CUDA_SUCCESS) break;
         float ms = 0;
         if (d_elapsed && d_elapsed(&ms, p->a, p->b) == CUDA_SUCCESS) {
-            configs_[p->config].time_s += ms * 1e-3;
-            configs_[p->config].timed++;
+            if (p->graph) {
+                graphs_[p->graph - 1].time_s += ms * 1e-3;
+                graphs_[p->graph - 1].timed++;
+            } else {
+                configs_[p->config].time_s += ms * 1e-3;
+                configs_[p->config].timed++;
+            }
         }
         give_event(p->a); give_event(p->b);
     }
@@ -850,16 +896,41 @@ static CUresult first_launch(const call_t *c, config_t *cfg, func_t *fi, const c
 static void finish(int harvest_events);
 static void finish_at_exit(void) { finish(1); }
 
-static CUresult on_launch(const call_t *c) {
-    pthread_mutex_lock(&lock_);
+static void ensure_exit_handler(void) {
     static int registered;
     if (!registered) {
         /* Registered after the runtime's own handlers, so it runs before they tear down. */
         atexit(finish_at_exit);
         registered = 1;
     }
+}
+
+/* 0: stream `s` is not capturing; 1: it is (what is launched there becomes a graph node);
+ * 2: the driver will not say (the legacy stream while a blocking stream captures). */
+static int stream_capture(int ptsz, CUstream s) {
+    iscap_fn fn = ptsz ? d_iscap_ptsz : d_iscap;
+    if (!fn) return 0;
+    CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
+    if (fn(s, &st) != CUDA_SUCCESS) return 2;
+    return st == CU_STREAM_CAPTURE_STATUS_NONE ? 0 : 1;
+}
+
+static CUresult on_launch(const call_t *c) {
+    pthread_mutex_lock(&lock_);
+    ensure_exit_handler();
     resolve_launch_helpers();
     launches_++;
+    /* A launch into a capturing stream only adds a node to the graph being built: an event
+     * recorded or a synchronization there would invalidate the capture.  While any capture
+     * is open, a launch elsewhere passes through too: in the default (global) capture mode
+     * the event queries and synchronizations of recording are prohibited calls. */
+    int capture = stream_capture(c->ptsz, c->s);
+    if (capture || capturing_ > 0) {
+        if (capture == 1) captured_launches_++;
+        else capture_skipped_++;
+        pthread_mutex_unlock(&lock_);
+        return do_launch(c);
+    }
     config_t *cfg = NULL;
     for (size_t i = nconfigs_; i-- > 0;) {
         config_t *k = &configs_[i];
@@ -905,7 +976,7 @@ timed:
         rc = do_launch(c);
         if (a && b && rec && rc == CUDA_SUCCESS) {
             rec(b, c->s);
-            pending_[npending_++] = (pending_t){a, b, cfg->id};
+            pending_[npending_++] = (pending_t){a, b, cfg->id, 0};
         } else {
             give_event(a); give_event(b);
         }
@@ -939,6 +1010,175 @@ static CUresult w_launchex(const CUlaunchConfig *k, CUfunction f, void **p, void
 static CUresult w_launchex_ptsz(const CUlaunchConfig *k, CUfunction f, void **p, void **e) {
     return launchex_common(1, k, f, p, e);
 }
+
+/* ---------------------------------------------------------------- capture and graphs ---- */
+static CUresult w_capbegin(CUstream s, CUstreamCaptureMode mode) {
+    /* under the lock: a first launch's synchronization in another thread finishes first */
+    pthread_mutex_lock(&lock_);
+    CUresult rc = r_capbegin ? r_capbegin(s, mode) : CUDA_ERROR_NOT_INITIALIZED;
+    if (rc == CUDA_SUCCESS) capturing_++;
+    pthread_mutex_unlock(&lock_);
+    return rc;
+}
+static CUresult w_capbegin_ptsz(CUstream s, CUstreamCaptureMode mode) {
+    pthread_mutex_lock(&lock_);
+    CUresult rc = r_capbegin_ptsz ? r_capbegin_ptsz(s, mode) : CUDA_ERROR_NOT_INITIALIZED;
+    if (rc == CUDA_SUCCESS) capturing_++;
+    pthread_mutex_unlock(&lock_);
+    return rc;
+}
+static CUresult captograph_common(captograph_fn real, CUstream s, CUgraph g, const CUgraphNode *d,
+                                  const void *e, size_t n, CUstreamCaptureMode mode) {
+    pthread_mutex_lock(&lock_);
+    CUresult rc = real ? real(s, g, d, e, n, mode) : CUDA_ERROR_NOT_INITIALIZED;
+    if (rc == CUDA_SUCCESS) capturing_++;
+    pthread_mutex_unlock(&lock_);
+    return rc;
+}
+static CUresult w_captograph(CUstream s, CUgraph g, const CUgraphNode *d, const void *e,
+                             size_t n, CUstreamCaptureMode mode) {
+    return captograph_common(r_captograph, s, g, d, e, n, mode);
+}
+static CUresult w_captograph_ptsz(CUstream s, CUgraph g, const CUgraphNode *d, const void *e,
+                                  size_t n, CUstreamCaptureMode mode) {
+    return captograph_common(r_captograph_ptsz, s, g, d, e, n, mode);
+}
+static CUresult capend_common(capend_fn real, CUstream s, CUgraph *g) {
+    CUresult rc = real ? real(s, g) : CUDA_ERROR_NOT_INITIALIZED;
+    /* an invalidated capture has ended too; other errors leave it open */
+    if (rc == CUDA_SUCCESS || rc == CUDA_ERROR_STREAM_CAPTURE_INVALIDATED) {
+        pthread_mutex_lock(&lock_);
+        if (capturing_ > 0) capturing_--;
+        pthread_mutex_unlock(&lock_);
+    }
+    return rc;
+}
+static CUresult w_capend(CUstream s, CUgraph *g) { return capend_common(r_capend, s, g); }
+static CUresult w_capend_ptsz(CUstream s, CUgraph *g) { return capend_common(r_capend_ptsz, s, g); }
+
+#define R3_GRAPH_NAMES 64
+/* Count the kernel nodes of `g` (child graphs included) and collect their names. */
+static void graph_kernels(CUgraph g, int depth, int *count, const char **names, int *nnames) {
+    size_t n = 0;
+    if (!d_gnodes || !d_gntype || depth > 8 || d_gnodes(g, NULL, &n) != CUDA_SUCCESS || !n) return;
+    CUgraphNode *nodes = malloc(n * sizeof *nodes);
+    if (nodes && d_gnodes(g, nodes, &n) == CUDA_SUCCESS) {
+        for (size_t i = 0; i < n; i++) {
+            CUgraphNodeType type;
+            if (d_gntype(nodes[i], &type) != CUDA_SUCCESS) continue;
+            if (type == CU_GRAPH_NODE_TYPE_GRAPH) {
+                CUgraph child;
+                if (d_gchild && d_gchild(nodes[i], &child) == CUDA_SUCCESS)
+                    graph_kernels(child, depth + 1, count, names, nnames);
+                continue;
+            }
+            if (type != CU_GRAPH_NODE_TYPE_KERNEL) continue;
+            (*count)++;
+            CUDA_KERNEL_NODE_PARAMS kp;
+            memset(&kp, 0, sizeof kp);
+            if (!d_gkparams || d_gkparams(nodes[i], &kp) != CUDA_SUCCESS) continue;
+            const void *h = kp.func ? (const void *)kp.func : (const void *)kp.kern;
+            func_t *fi = h ? func_lookup(h) : NULL;
+            if (h && (!fi || !fi->name)) fi = learn_func(h);
+            if (!fi || !fi->name) continue;
+            int known = 0;
+            for (int k = 0; k < *nnames && !known; k++) known = !strcmp(names[k], fi->name);
+            if (!known && *nnames < R3_GRAPH_NAMES) names[(*nnames)++] = fi->name;
+        }
+    }
+    free(nodes);
+}
+
+static graph_t *new_graph(const void *exec, int kernel_nodes, const char **names, int nnames) {
+    GROW(graphs_, ngraphs_, capgraphs_);
+    graph_t *x = &graphs_[ngraphs_];
+    *x = (graph_t){exec, (int)ngraphs_, kernel_nodes, 0, 0, 0.0};
+    ngraphs_++;
+    open_index();
+    if (index_) {
+        fprintf(index_, "{\"ev\":\"graph\",\"id\":%d,\"kernel_nodes\":%d,\"kernels\":[",
+                x->id, kernel_nodes);
+        for (int k = 0; k < nnames; k++) {
+            if (k) fputc(',', index_);
+            emit_string(index_, names[k]);
+        }
+        fputs("]}\n", index_);
+        fflush(index_);
+    }
+    return x;
+}
+
+static void note_graph_exec(CUgraphExec exec, CUgraph g) {
+    pthread_mutex_lock(&lock_);
+    resolve_launch_helpers();
+    const char *names[R3_GRAPH_NAMES];
+    int count = 0, nnames = 0;
+    graph_kernels(g, 0, &count, names, &nnames);
+    new_graph(exec, count, names, nnames);
+    pthread_mutex_unlock(&lock_);
+}
+
+static graph_t *graph_of(const void *exec) {
+    for (size_t i = ngraphs_; i-- > 0;)
+        if (graphs_[i].exec == exec) return &graphs_[i];
+    return new_graph(exec, -1, NULL, 0);  /* instantiated where the wrappers did not see it */
+}
+
+static CUresult w_ginst(CUgraphExec *e, CUgraph g, unsigned long long flags) {
+    CUresult rc = r_ginst ? r_ginst(e, g, flags) : CUDA_ERROR_NOT_INITIALIZED;
+    if (rc == CUDA_SUCCESS && e) note_graph_exec(*e, g);
+    return rc;
+}
+static CUresult ginstp_common(ginstp_fn real, CUgraphExec *e, CUgraph g,
+                              CUDA_GRAPH_INSTANTIATE_PARAMS *params) {
+    CUresult rc = real ? real(e, g, params) : CUDA_ERROR_NOT_INITIALIZED;
+    if (rc == CUDA_SUCCESS && e) note_graph_exec(*e, g);
+    return rc;
+}
+static CUresult w_ginstp(CUgraphExec *e, CUgraph g, CUDA_GRAPH_INSTANTIATE_PARAMS *params) {
+    return ginstp_common(r_ginstp, e, g, params);
+}
+static CUresult w_ginstp_ptsz(CUgraphExec *e, CUgraph g, CUDA_GRAPH_INSTANTIATE_PARAMS *params) {
+    return ginstp_common(r_ginstp_ptsz, e, g, params);
+}
+
+/* A graph launch is counted and timed as a whole (events around it, read lazily like a
+ * kernel's); its kernels are not recorded. */
+static CUresult graph_launch(int ptsz, CUgraphExec exec, CUstream s) {
+    glaunch_fn real = ptsz ? r_glaunch_ptsz : r_glaunch;
+    if (!real) return CUDA_ERROR_NOT_INITIALIZED;
+    pthread_mutex_lock(&lock_);
+    ensure_exit_handler();
+    resolve_launch_helpers();
+    int capture = stream_capture(ptsz, s);
+    if (capture == 1) {  /* a graph launched into a capture becomes a child graph node */
+        pthread_mutex_unlock(&lock_);
+        return real(exec, s);
+    }
+    graph_t *x = graph_of(exec);
+    x->launches++;
+    graph_launches_++;
+    if (capture || capturing_ > 0) {
+        pthread_mutex_unlock(&lock_);
+        return real(exec, s);
+    }
+    harvest(0);
+    if (npending_ == R3_MAX_PENDING) harvest(1);
+    CUevent a = take_event(), b = take_event();
+    evrecord_fn rec = ptsz ? d_evrecord_ptsz : d_evrecord;
+    if (a && b && rec) rec(a, s);
+    CUresult rc = real(exec, s);
+    if (a && b && rec && rc == CUDA_SUCCESS) {
+        rec(b, s);
+        pending_[npending_++] = (pending_t){a, b, 0, x->id + 1};
+    } else {
+        give_event(a); give_event(b);
+    }
+    pthread_mutex_unlock(&lock_);
+    return rc;
+}
+static CUresult w_glaunch(CUgraphExec exec, CUstream s) { return graph_launch(0, exec, s); }
+static CUresult w_glaunch_ptsz(CUgraphExec exec, CUstream s) { return graph_launch(1, exec, s); }
 
 /* ---------------------------------------------------------------- cuGetProcAddress ------ */
 static CUresult w_gpa2(const char *, void **, int, cuuint64_t, CUdriverProcAddressQueryResult *);
@@ -978,6 +1218,15 @@ static void *substitute(const char *sym, void *real, int ver, cuuint64_t flags) 
     SLOT("cuLibraryGetKernel", 12000, r_getkernel, w_getkernel)
     SLOT("cuKernelGetFunction", 12000, r_kernfunc, w_kernfunc)
     SLOT("cuLibraryGetModule", 12000, r_libmod, w_libmod)
+    SLOT2("cuStreamBeginCapture", 10010, r_capbegin, w_capbegin)  /* _v2: with a capture mode */
+    SLOT2("cuStreamBeginCaptureToGraph", 12030, r_captograph, w_captograph)
+    SLOT2("cuStreamEndCapture", 10000, r_capend, w_capend)
+    /* cuGraphInstantiate from 12.0 on is cuGraphInstantiateWithFlags; before, it took an
+     * error-log buffer and is passed through (its graphs' kernel nodes read as unknown) */
+    SLOT("cuGraphInstantiate", 12000, r_ginst, w_ginst)
+    SLOT("cuGraphInstantiateWithFlags", 11040, r_ginst, w_ginst)
+    SLOT2("cuGraphInstantiateWithParams", 12000, r_ginstp, w_ginstp)
+    SLOT2("cuGraphLaunch", 10000, r_glaunch, w_glaunch)
     return real;
 }
 
@@ -1009,8 +1258,11 @@ void *dlsym(void *handle, const char *name) {
     if (n > 5 && !strcmp(base + n - 5, "_ptsz")) { base[n -= 5] = 0; flags = CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM; }
     if (n > 3 && !strcmp(base + n - 3, "_v2")) base[n - 3] = 0;
     else if (!strcmp(base, "cuMemAlloc") || !strcmp(base, "cuMemFree") ||
-             !strcmp(base, "cuModuleGetGlobal") || !strcmp(base, "cuMemAllocPitch"))
-        return p;  /* the pre-3.2 32-bit-size versions: not wrapped */
+             !strcmp(base, "cuModuleGetGlobal") || !strcmp(base, "cuMemAllocPitch") ||
+             !strcmp(base, "cuStreamBeginCapture"))
+        return p;  /* older signatures (32-bit sizes, no capture mode): not wrapped */
+    if (!strcmp(base, "cuGraphInstantiate"))
+        return p;  /* the symbols cuGraphInstantiate{,_v2} take an error log, not flags */
     return substitute(base, p, CUDA_VERSION, flags);
 }
 
@@ -1046,6 +1298,28 @@ CUresult cuModuleGetFunction(CUfunction *f, CUmodule m, const char *name) {
 CUresult cuModuleGetGlobal_v2(CUdeviceptr *p, size_t *bytes, CUmodule m, const char *name) {
     REAL(r_modglobal, "cuModuleGetGlobal_v2"); return w_modglobal(p, bytes, m, name);
 }
+CUresult cuStreamBeginCapture_v2(CUstream s, CUstreamCaptureMode mode) {
+    REAL(r_capbegin, "cuStreamBeginCapture_v2"); return w_capbegin(s, mode);
+}
+#if CUDA_VERSION >= 12030
+CUresult cuStreamBeginCaptureToGraph(CUstream s, CUgraph g, const CUgraphNode *d,
+                                     const CUgraphEdgeData *e, size_t n, CUstreamCaptureMode mode) {
+    REAL(r_captograph, "cuStreamBeginCaptureToGraph"); return w_captograph(s, g, d, e, n, mode);
+}
+#endif
+CUresult cuStreamEndCapture(CUstream s, CUgraph *g) {
+    REAL(r_capend, "cuStreamEndCapture"); return w_capend(s, g);
+}
+CUresult cuGraphInstantiateWithFlags(CUgraphExec *e, CUgraph g, unsigned long long flags) {
+    REAL(r_ginst, "cuGraphInstantiateWithFlags"); return w_ginst(e, g, flags);
+}
+CUresult cuGraphInstantiateWithParams(CUgraphExec *e, CUgraph g,
+                                      CUDA_GRAPH_INSTANTIATE_PARAMS *params) {
+    REAL(r_ginstp, "cuGraphInstantiateWithParams"); return w_ginstp(e, g, params);
+}
+CUresult cuGraphLaunch(CUgraphExec exec, CUstream s) {
+    REAL(r_glaunch, "cuGraphLaunch"); return w_glaunch(exec, s);
+}
 
 /* ---------------------------------------------------------------- exit ------------------ */
 static void finish(int harvest_events) {
@@ -1057,9 +1331,15 @@ static void finish(int harvest_events) {
         for (size_t i = 0; i < nconfigs_; i++)
             fprintf(index_, "%s[%d,%llu,%.9g,%llu]", i ? "," : "", configs_[i].id,
                     configs_[i].count, configs_[i].time_s, configs_[i].timed);
+        fputs("],\"graphs\":[", index_);
+        for (size_t i = 0; i < ngraphs_; i++)
+            fprintf(index_, "%s[%d,%llu,%.9g,%llu]", i ? "," : "", graphs_[i].id,
+                    graphs_[i].launches, graphs_[i].time_s, graphs_[i].timed);
         fprintf(index_, "]}\n{\"ev\":\"end\",\"launches\":%llu,\"getproc\":%d,\"exported\":%d,"
-                "\"arena_failed\":%d,\"harvested\":%d}\n", launches_, getproc_seen_,
-                exported_seen_, arena_failed_, harvest_events);
+                "\"arena_failed\":%d,\"harvested\":%d,\"graph_launches\":%llu,"
+                "\"captured_launches\":%llu,\"capture_skipped\":%llu}\n", launches_,
+                getproc_seen_, exported_seen_, arena_failed_, harvest_events, graph_launches_,
+                captured_launches_, capture_skipped_);
         fclose(index_);
         index_ = NULL;
     }
