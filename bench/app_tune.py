@@ -111,6 +111,7 @@ def fidelity(rec: Path) -> list[tuple[str, float, float | None, str]]:
                         options=m.kernel.options if m.kernel.toolchain == "nvcc" else (),
                         defines=m.kernel.defines,
                         source_name=m.kernel.sources[0].name if m.kernel.sources else "app.cu",
+                        include_dirs=bundle.include_dirs(),
                     )
                 )
                 if not compiled.ok:

@@ -75,10 +75,12 @@ class AppRecording:
     wall_s: float
     kernels: tuple[KernelShare, ...]  # by device time, largest first
     warnings: tuple[str, ...] = ()
+    graph_time_s: float = 0.0  # kernels run through CUDA graphs: timed, not recorded
 
     @property
     def kernel_time_s(self) -> float:
-        return sum(k.device_time_s for k in self.kernels)
+        """All kernel device time: recorded kernels and graph launches."""
+        return sum(k.device_time_s for k in self.kernels) + self.graph_time_s
 
 
 def _field(data: dict[str, Any], key: str, where: str) -> Any:
@@ -127,7 +129,13 @@ def load_recording(directory: Path) -> AppRecording:
             )
     except (TypeError, ValueError, KeyError) as exc:
         raise R3Error(f"{where}: malformed kernel entry ({type(exc).__name__}: {exc})") from exc
-    total = sum(t for _, _, _, t, _ in raw_kernels)
+    try:
+        graph_time = float((data.get("graphs") or {}).get("device_time_s", 0.0))
+    except (TypeError, ValueError, AttributeError) as exc:
+        raise R3Error(f"{where}: malformed graphs entry ({exc})") from exc
+    # Shares are of all kernel device time, graph launches included, so a graph-heavy
+    # application's predicted speedup is not overstated.
+    total = sum(t for _, _, _, t, _ in raw_kernels) + graph_time
     kernels = [
         KernelShare(
             entry,
@@ -153,6 +161,7 @@ def load_recording(directory: Path) -> AppRecording:
         float(data.get("wall_s", 0.0)),
         tuple(kernels),
         tuple(str(w) for w in data.get("warnings", ())),
+        graph_time,
     )
 
 
@@ -311,6 +320,8 @@ def render_ranking(recording: AppRecording, top: int) -> list[str]:
     lines = [
         f"{len(recording.kernels)} kernels, {total * 1e3:.3f} ms of device time "
         f"(application wall {recording.wall_s:.3f} s, {recording.runtime} runtime)"
+        + (f"; {recording.graph_time_s * 1e3:.3f} ms of it in CUDA graphs, not tunable"
+           if recording.graph_time_s else "")
     ]
     for rank, (kernel, skipped) in enumerate(select(recording, len(recording.kernels)), 1):
         mark = "tune" if rank <= top and skipped is None else (skipped or "-")

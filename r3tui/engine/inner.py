@@ -354,6 +354,7 @@ def seed_source(bundle: Bundle) -> KernelSource:
         manifest.kernel.name,
         manifest.kernel.sources[0].name if manifest.kernel.sources else "kernel.cu",
         defines=manifest.kernel.defines,
+        include_dirs=bundle.include_dirs(),  # the application headers the bundle carries
     )
 
 

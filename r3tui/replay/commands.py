@@ -60,7 +60,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
         source = bundle.source()
         if source is None:
             raise R3Error(f"{args.bundle} stores no kernel source; pass --source FILE")
-        source_name, include_dirs = m.kernel.sources[0].name, ()
+        source_name, include_dirs = m.kernel.sources[0].name, bundle.include_dirs()
     recorded_opts = m.kernel.options if m.kernel.toolchain == args.toolchain else ()
     options = tuple(args.options) if args.options is not None else recorded_opts
     block = None

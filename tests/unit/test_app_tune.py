@@ -26,7 +26,7 @@ from r3tui.domain import (
     VariantOrigin,
     VariantStatus,
 )
-from r3tui.engine.application import amdahl, load_recording, select, tune_app
+from r3tui.engine.application import amdahl, load_recording, render_ranking, select, tune_app
 from r3tui.errors import R3Error
 from tests.db.factories import ok, sha
 
@@ -123,6 +123,18 @@ def test_kernels_ranked_by_device_time_share(tmp_path: Path) -> None:
         "skipped: touches managed memory at 0x7f0000000000",
         None,
     ]
+
+
+def test_graph_time_counts_in_the_shares(tmp_path: Path) -> None:
+    rec = write_recording(tmp_path / "rec", CG)
+    data = json.loads((rec / "recording.json").read_text())
+    data["graphs"] = {"launches": 10, "device_time_s": 1.0, "kernels": ["cg::step"]}
+    (rec / "recording.json").write_text(json.dumps(data))
+    recording = load_recording(rec)
+    # 1.0 s recorded + 1.0 s in graphs: every recorded share halves
+    assert recording.kernel_time_s == pytest.approx(2.0)
+    assert [round(k.share, 6) for k in recording.kernels] == [0.3, 0.125, 0.05, 0.025]
+    assert "1000.000 ms of it in CUDA graphs" in render_ranking(recording, 2)[0]
 
 
 def test_amdahl_over_kernel_time_shares() -> None:
