@@ -379,10 +379,15 @@ def build_recording(
     if skipped:
         warnings.append(f"{skipped} kernel launches made while a stream was capturing a CUDA "
                         "graph were passed through unrecorded (they are not in the profile)")
+    gated = sum(p.count("gated") for p in procs)
+    if any(p.end is not None and p.end.get("gate") == -1 for p in procs):
+        warnings.append("the launch gate (cuStreamWaitValue32 on mapped host memory) was not "
+                        "available: device times of launches onto an idle stream include the "
+                        "host's launch latency")
     return {"format_version": FORMAT_VERSION, "command": list(command), "cwd": cwd,
             "runtime": runtime, "recorded_at": recorded_at, "wall_s": wall_s,
             "exit_code": exit_code, "reachable": reachable, "kernels": ordered,
-            "graphs": graph_summary(procs, demangle),
+            "graphs": graph_summary(procs, demangle), "gated_launches": gated,
             "unsupported_allocations": unsupported, "warnings": warnings}
 
 
