@@ -46,8 +46,10 @@ def say(line: str = "") -> None:
     LINES.append(line)
 
 
-def r3(*args: str, cwd: Path, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+def r3(*args: str, cwd: Path, timeout: float = 600,
+       extra_env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("R3_")}
+    env.update(extra_env or {})
     # prepend: on the GPU node the dependencies come from PYTHONPATH (.device/setup.sh)
     path = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
     env.update({"NO_COLOR": "1", "COLUMNS": "200", "PYTHONPATH": path})
@@ -132,6 +134,8 @@ def main() -> int:
     parser.add_argument("--top", type=int, default=3)
     parser.add_argument("--reachable", action="store_true",
                         help="record with --reachable (snapshot only what the arguments reach)")
+    parser.add_argument("--no-gate", action="store_true",
+                        help="record without the interposer's launch gate (R3_REC_NO_GATE=1)")
     parser.add_argument("--work", type=Path, help="work directory (default: a temporary one)")
     parser.add_argument("--out", type=Path, help="also write the printed report here")
     args = parser.parse_args()
@@ -154,7 +158,8 @@ def main() -> int:
         check=False,
     ).stdout.strip()
     say(f"# GPU: {gpu or '?'}; app: examples/apps/cg {' '.join(command)} (static runtime)"
-        + ("; recorded with --reachable" if args.reachable else ""))
+        + ("; recorded with --reachable" if args.reachable else "")
+        + ("; launch gate off (R3_REC_NO_GATE=1)" if args.no_gate else ""))
 
     # -- record overhead ---------------------------------------------------------------------
     plain = [timed(command, app) for _ in range(args.runs)]
@@ -178,6 +183,7 @@ def main() -> int:
             "--",
             *command,
             cwd=app,
+            extra_env={"R3_REC_NO_GATE": "1"} if args.no_gate else None,
         )
         recorded_walls.append(time.perf_counter() - t0)
         if out != rec:
