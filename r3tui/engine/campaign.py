@@ -288,9 +288,18 @@ class CampaignRun:
             parent_source=request.parent.source,
             profile=request.profile,
             inspirations=request.inspirations,
+            is_known=self.has_source,
         )
         proposal = self.mutator.propose(context, rng)
         return proposal, time.monotonic() - started
+
+    def has_source(self, source: str) -> bool:
+        """Whether a variant of this campaign has exactly ``source`` (any thread).  Proposals
+        are generated after the previous one is stored, so the answer is the same in a re-run."""
+        from db import repository as repo
+
+        with self.database.session_scope() as s:
+            return repo.variant_with_source(s, self.campaign_id, source) is not None
 
     def store_proposal(self, request: _Request, proposal: Proposal) -> Variant:
         """The proposal as a variant row (pending, or apply_failed with the reason)."""

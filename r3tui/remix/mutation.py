@@ -186,7 +186,8 @@ class Mutator:
 
     def propose_rule(self, ctx: MutationContext, rng: random.Random) -> Proposal:
         """The first mechanical transformation (in an order drawn from ``rng``) whose rule
-        applies; or ``ctx.transformation``'s rule alone."""
+        applies and gives a source the campaign does not have yet (``ctx.is_known``); or
+        ``ctx.transformation``'s rule alone."""
         if ctx.transformation is not None:
             if ctx.transformation.rule is None:
                 return self._failed(
@@ -201,6 +202,10 @@ class Mutator:
         for transformation in candidates:
             assert transformation.rule is not None
             result = apply_rule(transformation.rule, ctx.parent_source, ctx.kernel_name, rng)
+            if (result.ok and result.source is not None and ctx.is_known is not None
+                    and ctx.is_known(result.source)):
+                reasons.append(f"{transformation.rule}: gives a variant the campaign has")
+                continue
             if result.ok and result.source is not None:
                 return self._finish(
                     ctx, transformation, VariantOrigin.RULE, None, result.source, result.detail

@@ -9,7 +9,7 @@ than a general request, and every token of prompt is a token less for the answer
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from string import Template
@@ -53,6 +53,9 @@ class MutationContext:
     inspirations: tuple[Inspiration, ...] = ()
     transformation: Transformation | None = None  # None: the mutator picks one
     edit_format: str | None = None  # "search_replace" | "whole"; None: the mutator's setting
+    # Whether a source is already a variant of the campaign: rules then try their next
+    # transformation instead of proposing a duplicate (None: every source counts as new).
+    is_known: Callable[[str], bool] | None = None
 
     def __post_init__(self) -> None:
         if self.edit_format is not None and self.edit_format not in EDIT_FORMATS:

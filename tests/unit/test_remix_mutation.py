@@ -61,6 +61,26 @@ def test_rules_only_mutator_proposes_a_compiling_rule_variant() -> None:
     assert again == proposal  # the campaign's seed fixes the mutation
 
 
+def test_rules_skip_sources_the_campaign_already_has() -> None:
+    mutator = Mutator(None)
+    first = mutator.propose(MutationContext("stencil7", STENCIL), random.Random(5))
+    assert first.ok and first.source is not None
+    known = {first.source}
+    second = mutator.propose(
+        MutationContext("stencil7", STENCIL, is_known=known.__contains__), random.Random(5)
+    )
+    # the same draw, but the first rule's result is known: the next rule that gives a new one
+    assert second.ok and second.source is not None and second.source not in known
+    assert second.operator != first.operator
+    # every rule's result known: a failed proposal that says why for each
+    none_new = mutator.propose(
+        MutationContext("stencil7", STENCIL, is_known=lambda _source: True), random.Random(5)
+    )
+    assert not none_new.ok and none_new.source is None
+    assert none_new.reason is not None and none_new.reason.startswith("no rule applies")
+    assert "gives a variant the campaign has" in none_new.reason
+
+
 def test_no_rule_applies_is_a_failed_proposal_naming_each_rule() -> None:
     source = 'extern "C" __global__ void k(int n) { }\n'
     proposal = Mutator(None).propose(MutationContext("k", source), random.Random(0))
