@@ -19,6 +19,16 @@ configuration with non-zero reserved bytes (SIGSEGV in ``ggml_backend_amx_mul_ma
 first decode, every run; 2026-12-03, Xeon with amx_int8/amx_bf16).  Plain AVX-512 kernels are
 used instead (how much slower they are was not measured: the AMX path does not run here).
 
+Threads: llama-cpp-python evaluates the prompt with every core (``n_threads_batch``) and
+generates with half of them; here both use ``n_threads`` (default half the cores), as
+llama.cpp's CLI does.  ggml's threads wait for each other at every operation, busy-waiting, so
+on a machine whose cores are busy with other work (the 2-core CPU machine while other jobs
+run, or a campaign's compile workers) one descheduled thread stalls the others: a 526-token
+prompt took 15.4 s with 2 threads and 3.3 s with 1 (medians of 6, alternated, 2026-12-03,
+2-core machine shared with two other jobs); the answers were the same (two seeds checked).  On
+an idle machine with many cores the prompt can take up to twice as long as with all of them;
+that was not measured here.
+
 Grammars are checked by llama.cpp's own parser first: ``LlamaGrammar.from_string`` does not
 parse, and a grammar llama.cpp rejects would otherwise reach the sampler as a null pointer.
 
@@ -46,6 +56,11 @@ medians:
     search_replace_anchored     33.8       45.4      1.34
     search_replace              32.2       43.7      1.36
     fenced_cuda                 30.0       46.4      1.55
+
+With the prompt threads above too, whole calls as ``LLMCall`` records them (prompt included,
+tokens_out / latency_s), campaign settings (max_tokens 768), seeds 200-204, same conditions,
+alternated, medians of 5: search_replace_anchored 10.7 -> 26.5 tokens/s (calls 23.4 -> 9.2 s),
+fenced_cuda 21.2 -> 31.2 tokens/s (calls 31.3 -> 10.4 s; the answers differ in length).
 """
 
 from __future__ import annotations
@@ -53,6 +68,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import math
+import os
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -248,12 +264,16 @@ class LlamaCppBackend:
         # Tokens the grammar rejected in the last generation (GrammarCheckedSampler).
         self.grammar_rejections = 0
         self.sha256 = model_sha256(path)
+        # The prompt is evaluated with as many threads as the generation (llama.cpp's own
+        # default), not llama-cpp-python's all cores: see the module docstring.
+        threads = n_threads or max((os.cpu_count() or 1) // 2, 1)
         try:
             with without_extra_buffer_types(self._lib):
                 self._llm = self._lib.Llama(
                     model_path=str(path),
                     n_ctx=n_ctx,
-                    n_threads=n_threads,
+                    n_threads=threads,
+                    n_threads_batch=threads,
                     verbose=False,
                 )
         except (ValueError, RuntimeError, OSError) as exc:

@@ -156,6 +156,12 @@ def test_the_model_loads_without_extra_buffer_types(backend: LlamaCppBackend) ->
     assert llama_cpp.llama_cpp.llama_model_default_params().use_extra_bufts is True
 
 
+def test_the_prompt_is_evaluated_with_the_generation_threads(backend: LlamaCppBackend) -> None:
+    """Not llama-cpp-python's every core: busy-waiting threads on busy cores made a prompt
+    4.6x slower (module docstring)."""
+    assert backend._llm.n_threads_batch == backend._llm.n_threads >= 1
+
+
 # A grammar-constrained generation in a fresh interpreter: on a CPU with AMX the old loader
 # (extra buffer types on) died here with SIGSEGV in ggml_backend_amx_mul_mat, which would take
 # the whole test session down with it.
