@@ -69,6 +69,10 @@ class BayesSettings:
     initial_point_generator: str = field(
         default="sobol", metadata={"help": "sobol, lhs, halton, hammersly, grid or random"})
     acq_func: str = field(default="EI", metadata={"help": "gp_hedge, EI, LCB or PI"})
+    xi: float = field(
+        default=0.01, metadata={"help": "EI/PI: improvement over the best log(time) to aim past"})
+    kappa: float = field(
+        default=1.96, metadata={"help": "LCB: weight of the model's uncertainty"})
     n_candidates: int = field(
         default=2000, metadata={"help": "valid points the acquisition function is sampled on"})
     batch_strategy: str = field(
@@ -94,6 +98,9 @@ class BayesSettings:
             raise ConfigError("n_initial_points and n_candidates must be at least 1")
         if not self.penalty_factor >= 1.0:
             raise ConfigError("penalty_factor must be at least 1")
+        if not (math.isfinite(self.xi) and self.xi >= 0.0
+                and math.isfinite(self.kappa) and self.kappa >= 0.0):
+            raise ConfigError("xi and kappa must be finite and at least 0")
 
 
 class BayesSearch(InnerSearch):
@@ -199,6 +206,7 @@ class BayesSearch(InnerSearch):
             base_estimator=s.estimator,
             n_initial_points=0,  # the design is ours; the model is used from the first tell
             acq_func=s.acq_func,
+            acq_func_kwargs={"xi": s.xi, "kappa": s.kappa},
             acq_optimizer="sampling",
             acq_optimizer_kwargs={"n_points": s.n_candidates},
             space_constraint=self.space.is_valid_point if s.constrain_sampling else None,

@@ -58,6 +58,16 @@ def test_broken_and_unknown_settings_are_refused() -> None:
         BayesSettings(initial_point_generator="normal")
     with pytest.raises(ConfigError):
         BayesSettings(batch_strategy="cl_median")
+    for bad in ({"xi": -0.01}, {"kappa": float("nan")}, {"xi": float("inf")}):
+        with pytest.raises(ConfigError, match="xi and kappa"):
+            BayesSettings(**bad)
+
+
+def test_xi_and_kappa_reach_the_acquisition_function() -> None:
+    settings = BayesSettings(acq_func="LCB", xi=0.002, kappa=0.5, **FAST)
+    optimizer = BayesSearch(make_space(), seed=1, settings=settings)._optimizer()
+    assert optimizer.acq_func == "LCB"
+    assert optimizer.acq_func_kwargs == {"xi": 0.002, "kappa": 0.5}
 
 
 def test_gp_search_asks_valid_distinct_configs_and_improves() -> None:
