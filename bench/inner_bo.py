@@ -10,23 +10,38 @@ The hard spaces (``bench/record_spaces.py --space hard`` → ``tests/data/spaces
 configurations with narrow good regions) are used when they exist; the summary lines are given
 over every table and, where there are hard tables, over those alone (``..._hard:``).
 
-    python bench/inner_bo.py [--seeds 10] [--data tests/data/spaces]
+    python bench/inner_bo.py [--seeds 10] [--data tests/data/spaces] [--set acq_func=LCB ...]
+
+``--sweep SPEC ...`` compares settings instead: each SPEC is ``defaults`` or
+``name=value,name=value`` (fields of ``BayesSettings``), run on every table against the same
+random-search baseline, and ranked by the mean over every (table, budget, seed) run of
+log(best / optimum); ``--first-seed`` picks a fresh range of seeds to confirm a choice on.
+
+    python bench/inner_bo.py --budgets 20 50 --jobs 2 --sweep defaults acq_func=LCB ...
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
+import math
+import statistics
 import sys
 import time
+from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from datetime import UTC, datetime
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from r3tui.errors import ConfigError  # noqa: E402
+from r3tui.search.bayes import BayesSettings  # noqa: E402
 from r3tui.search.simulation import (  # noqa: E402
     SimulatedEvaluator,
+    StrategyScore,
     beats,
     parse_space_file,
     score,
@@ -35,93 +50,247 @@ from r3tui.search.simulation import (  # noqa: E402
 BUDGETS = (20, 50, 100)
 
 
+def parse_settings(spec: str) -> BayesSettings:
+    """``defaults`` or ``name=value,name=value`` over the fields of :class:`BayesSettings`."""
+    if spec.strip() in ("", "defaults"):
+        return BayesSettings()
+    kinds = {f.name: str(f.type) for f in dataclasses.fields(BayesSettings)}
+    values: dict[str, object] = {}
+    for item in spec.split(","):
+        name, _, text = item.partition("=")
+        name = name.strip()
+        if name not in kinds or not text:
+            raise ConfigError(f"bad setting {item!r}: want NAME=VALUE, NAME one of "
+                              f"{', '.join(kinds)}")
+        kind = kinds[name]
+        try:
+            values[name] = (int(text) if kind == "int" else float(text) if kind == "float"
+                            else text.lower() in ("1", "true", "yes") if kind == "bool"
+                            else text)
+        except ValueError:
+            raise ConfigError(f"bad setting {item!r}: {name} is {kind}") from None
+    return BayesSettings(**values)  # type: ignore[arg-type]
+
+
+def changed(settings: BayesSettings) -> str:
+    """The fields that differ from the defaults, as a spec (``defaults`` when none)."""
+    default = BayesSettings()
+    items = [f"{f.name}={getattr(settings, f.name)}" for f in dataclasses.fields(settings)
+             if getattr(settings, f.name) != getattr(default, f.name)]
+    return ",".join(items) or "defaults"
+
+
+def table_files(data: Path) -> list[Path]:
+    return sorted(data.glob("*.json")) + sorted(data.glob("hard/*.json"))
+
+
+def label_of(path: Path, example: str) -> str:
+    return example + ("*" if path.parent.name == "hard" else "")
+
+
+def run_table(path: Path, strategy: str, spec: str, budgets: Sequence[int],
+              seeds: Sequence[int], batch: int) -> tuple[dict[int, StrategyScore], float]:
+    """One strategy on one table (a process-pool job): its scores and the seconds it took."""
+    recorded = parse_space_file(json.loads(path.read_text()))
+    evaluator = SimulatedEvaluator(recorded.table)
+    size = len(recorded.table)
+    usable = [n for n in budgets if n <= size] or [size]
+    settings = parse_settings(spec) if strategy == "bayes" else None
+    started = time.perf_counter()
+    result = score(strategy, recorded.space, evaluator, usable, seeds, batch, settings)
+    return result, time.perf_counter() - started
+
+
+def at_least_random(bo: StrategyScore, rnd: StrategyScore) -> bool:
+    return beats(bo, rnd) or bo.median_best_s == rnd.median_best_s
+
+
+def header(args: argparse.Namespace, argv: list[str] | None, gpu: str) -> list[str]:
+    return [
+        f"date: {datetime.now(UTC).strftime('%Y-%m-%d %H:%M UTC')}",
+        f"gpu (measurements): {gpu}; strategies run in simulation on this machine",
+        "command: python bench/inner_bo.py " + " ".join(sys.argv[1:] if argv is None else argv),
+        f"seeds: {args.first_seed}..{args.first_seed + args.seeds - 1}",
+    ]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, default=ROOT / "tests" / "data" / "spaces")
     parser.add_argument("--seeds", type=int, default=10)
+    parser.add_argument("--first-seed", type=int, default=0)
     parser.add_argument("--batch", type=int, default=1, help="configs asked at once")
+    parser.add_argument("--budgets", type=int, nargs="+", default=list(BUDGETS))
+    parser.add_argument("--set", dest="settings", default="defaults",
+                        help="BayesSettings for the BO runs: NAME=VALUE,NAME=VALUE")
+    parser.add_argument("--sweep", nargs="+", metavar="SPEC",
+                        help="compare these BayesSettings (each 'defaults' or NAME=VALUE,...)")
+    parser.add_argument("--jobs", type=int, default=1, help="tables run in parallel")
+    parser.add_argument("--raw", type=Path, help="also write every run's best time (JSON)")
     args = parser.parse_args(argv)
 
-    files = sorted(args.data.glob("*.json")) + sorted(args.data.glob("hard/*.json"))
-    hard_files = [f for f in files if f.parent.name == "hard"]
+    files = table_files(args.data)
     if not files:
         print(f"no recorded spaces in {args.data}: run bench/record_spaces.py on a GPU first")
         return 2
-    seeds = range(args.seeds)
+    try:
+        specs = [changed(parse_settings(s)) for s in (args.sweep or [args.settings])]
+    except ConfigError as exc:
+        print(f"error: {exc}")
+        return 2
+    budgets = sorted(set(args.budgets))
+    seeds = list(range(args.first_seed, args.first_seed + args.seeds))
+    jobs = [(path, "random", "defaults") for path in files]
+    jobs += [(path, "bayes", spec) for spec in specs for path in files]
+    with ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+        futures = {key: pool.submit(run_table, *key, budgets, seeds, args.batch)
+                   for key in jobs}
+        for done, future in enumerate(as_completed(futures.values()), 1):
+            print(f"{done}/{len(futures)} runs done ({future.result()[1]:.0f} s)",
+                  file=sys.stderr)
+        results = {key: future.result() for key, future in futures.items()}
+    recorded = {path: parse_space_file(json.loads(path.read_text())) for path in files}
+    if args.raw:
+        args.raw.write_text(json.dumps([
+            {"table": label_of(path, recorded[path].example), "strategy": strategy,
+             "settings": spec, "budget": n, "optimum_s": s.optimum_s, "best_s": list(s.best_s),
+             "seeds": seeds}
+            for (path, strategy, spec), (scores, _) in results.items()
+            for n, s in scores.items()], indent=0))
+    gpu = next(iter(recorded.values())).gpu
+    lines = header(args, argv, gpu)
+    if args.sweep:
+        lines += sweep_report(files, recorded, specs, budgets, results)
+    else:
+        lines += table_report(files, recorded, specs[0], budgets, results, args.data)
+    print("\n".join(lines))
+    return 0
+
+
+Results = dict[tuple[Path, str, str], tuple[dict[int, StrategyScore], float]]
+
+
+def table_report(files: list[Path], recorded: dict, spec: str, budgets: Sequence[int],
+                 results: Results, data: Path) -> list[str]:
+    """The benchmark table: BO (with ``spec``) vs random per example and budget."""
     lines = [
-        f"date: {datetime.now(UTC).strftime('%Y-%m-%d %H:%M UTC')}",
-        "command: python bench/inner_bo.py " + " ".join(sys.argv[1:] if argv is None else argv),
+        f"bo settings: {spec}",
         "",
         f"{'example':<11} {'configs':>7} {'optimum us':>10}  "
-        + "  ".join(f"{'bo@' + str(n):>7} {'rand@' + str(n):>7}" for n in BUDGETS)
+        + "  ".join(f"{'bo@' + str(n):>7} {'rand@' + str(n):>7}" for n in budgets)
         + "   (median fraction of the optimum over seeds)",
     ]
     worst_frac50: dict[str, tuple[float, str]] = {}
     worst_bo_over_random20: dict[str, tuple[float, str]] = {}
-    bo_beats_random_everywhere = True
     losses: list[str] = []
-    gpu = ""
+    hard = False
     for path in files:
-        recorded = parse_space_file(json.loads(path.read_text()))
-        kind = "hard" if path in hard_files else "reduced"
-        label = recorded.example + ("*" if kind == "hard" else "")
-        gpu = recorded.gpu
-        evaluator = SimulatedEvaluator(recorded.table)
-        size = len(recorded.table)
-        budgets = [n for n in BUDGETS if n <= size] or [size]
-        started = time.perf_counter()
-        bo = score("bayes", recorded.space, evaluator, budgets, seeds, args.batch)
-        rnd = score("random", recorded.space, evaluator, budgets, seeds, args.batch)
-        elapsed = time.perf_counter() - started
+        table = recorded[path]
+        kind = "hard" if path.parent.name == "hard" else "reduced"
+        hard = hard or kind == "hard"
+        label = label_of(path, table.example)
+        size = len(table.table)
+        bo, bo_s = results[(path, "bayes", spec)]
+        rnd, rnd_s = results[(path, "random", "defaults")]
         cells = []
-        for n in BUDGETS:
-            if n in bo:
-                cells.append(f"{bo[n].median_fraction:>7.3f} {rnd[n].median_fraction:>7.3f}")
-                if n < size and not (
-                    beats(bo[n], rnd[n]) or bo[n].median_best_s == rnd[n].median_best_s
-                ):
-                    bo_beats_random_everywhere = False
-                    losses.append(
-                        f"{recorded.example}@{n}: BO {bo[n].median_best_s * 1e6:.3f} us vs "
-                        f"random {rnd[n].median_best_s * 1e6:.3f} us"
-                    )
-            else:
+        for n in budgets:
+            if n not in bo:
                 cells.append(f"{'-':>7} {'-':>7}")
-        lines.append(
-            f"{label:<11} {size:>7} {evaluator.optimum() * 1e6:>10.2f}  "
-            + "  ".join(cells)
-            + f"   ({elapsed:.0f} s)"
-        )
+                continue
+            cells.append(f"{bo[n].median_fraction:>7.3f} {rnd[n].median_fraction:>7.3f}")
+            if n < size and not at_least_random(bo[n], rnd[n]):
+                losses.append(f"{label}@{n}: BO {bo[n].median_best_s * 1e6:.3f} us vs "
+                              f"random {rnd[n].median_best_s * 1e6:.3f} us")
+        optimum = next(iter(bo.values())).optimum_s
+        lines.append(f"{label:<11} {size:>7} {optimum * 1e6:>10.2f}  " + "  ".join(cells)
+                     + f"   ({bo_s + rnd_s:.0f} s)")
         n50 = 50 if 50 in bo else max(bo)
         for group in ("all", kind):
             frac = (bo[n50].median_fraction, label)
             worst_frac50[group] = min(worst_frac50.get(group, frac), frac)
-            if size > 20:  # smaller spaces are searched exhaustively within 20 evaluations
+            if size > 20 and 20 in bo:  # smaller spaces are searched exhaustively within 20
                 ratio = (rnd[20].median_best_s / bo[20].median_best_s, label)  # > 1: BO faster
                 worst_bo_over_random20[group] = min(worst_bo_over_random20.get(group, ratio),
                                                     ratio)
-    lines.insert(1, f"gpu (measurements): {gpu}; strategies run in simulation on this machine")
     lines += [""]
     for group, suffix in (("all", ""), ("hard", "_hard")):
         if group not in worst_frac50:
             continue
-        frac, frac_at = worst_frac50[group]
-        lines.append(f"fraction_of_optimum_at_50{suffix}: {frac:.3f} ({frac_at}, worst example, "
-                     "median over seeds)")
+        worst_frac, frac_at = worst_frac50[group]
+        lines.append(f"fraction_of_optimum_at_50{suffix}: {worst_frac:.3f} ({frac_at}, worst "
+                     "example, median over seeds)")
         if group in worst_bo_over_random20:
-            ratio, ratio_at = worst_bo_over_random20[group]
-            lines.append(f"bo_over_random_at_20{suffix}: {ratio:.3f} ({ratio_at}, worst example; "
-                         "random's median best time / BO's)")
-    if not hard_files:
-        lines.append(f"(no hard spaces in {args.data / 'hard'}: run "
+            worst_ratio, ratio_at = worst_bo_over_random20[group]
+            lines.append(f"bo_over_random_at_20{suffix}: {worst_ratio:.3f} ({ratio_at}, worst "
+                         "example; random's median best time / BO's)")
+    if not hard:
+        lines.append(f"(no hard spaces in {data / 'hard'}: run "
                      "bench/record_spaces.py --space hard on a GPU)")
     lines += [
-        f"bo_beats_or_ties_random_at_every_budget: {bo_beats_random_everywhere}",
+        f"bo_beats_or_ties_random_at_every_budget: {not losses}",
         *(f"  BO behind random: {loss}" for loss in losses),
         "(* = hard space)",
     ]
-    print("\n".join(lines))
-    return 0
+    return lines
+
+
+def sweep_report(files: list[Path], recorded: dict, specs: list[str], budgets: Sequence[int],
+                 results: Results) -> list[str]:
+    """Per-budget tables of median fractions (variants x examples), then the aggregates."""
+    cells = [(path, n) for path in files for n in budgets if n < len(recorded[path].table)]
+    labels = {path: label_of(path, recorded[path].example) for path in files}
+    used = [path for path in files if any(p == path for p, _ in cells)]
+    width = max(len(s) for s in [*specs, "random"]) + 2
+    lines = ["", "cells: every (table, budget) with budget < table size "
+             f"({len(cells)}); fraction = optimum / best time"]
+    for n in budgets:
+        row_paths = [p for p in used if (p, n) in cells]
+        if not row_paths:
+            continue
+        lines += ["", f"median fraction of the optimum at {n} evaluations:",
+                  f"{'settings':<{width}}" + "".join(f"{labels[p]:>11}" for p in row_paths)]
+        for spec, strategy in [("random", "random"), *((s, "bayes") for s in specs)]:
+            key_spec = "defaults" if strategy == "random" else spec
+            lines.append(f"{spec:<{width}}" + "".join(
+                f"{results[(p, strategy, key_spec)][0][n].median_fraction:>11.4f}"
+                for p in row_paths))
+    lines += ["", "mean over seeds and budgets of 100*log(best/optimum), per table (loss%):",
+              f"{'settings':<{width}}" + "".join(f"{labels[p]:>11}" for p in used)]
+    for spec, strategy in [("random", "random"), *((s, "bayes") for s in specs)]:
+        key_spec = "defaults" if strategy == "random" else spec
+        per_table = []
+        for path in used:
+            ours = [results[(path, strategy, key_spec)][0][n] for p, n in cells if p == path]
+            per_table.append(100 * statistics.fmean(
+                math.log(b / s.optimum_s) for s in ours for b in s.best_s))
+        lines.append(f"{spec:<{width}}" + "".join(f"{v:>11.3f}" for v in per_table))
+    lines += ["", "aggregates over the cells (ranked by the first column):",
+              f"{'settings':<{width}}{'loss%':>7}{'medloss%':>9}"
+              + "".join(f"{'worst@' + str(n):>10}" for n in budgets)
+              + f"{'>=random':>10}{'worst rand/bo':>24}{'cpu s':>7}",
+              "  loss%: mean over every run (cell x seed) of 100*log(best/optimum); medloss%: "
+              "the same over the cells' median runs; >=random: cells where BO's median best is "
+              "at or below random's"]
+    rows: list[tuple[float, str]] = []
+    for spec, strategy in [("random", "random"), *((s, "bayes") for s in specs)]:
+        key_spec = "defaults" if strategy == "random" else spec
+        scores = {(p, n): results[(p, strategy, key_spec)][0][n] for p, n in cells}
+        runs = [math.log(b / s.optimum_s) for s in scores.values() for b in s.best_s]
+        medians = [math.log(s.median_best_s / s.optimum_s) for s in scores.values()]
+        worst = [min((s.median_fraction for (p, m), s in scores.items() if m == n),
+                     default=math.nan) for n in budgets]
+        vs = [(results[(p, "random", "defaults")][0][n], s) for (p, n), s in scores.items()]
+        wins = sum(at_least_random(bo, rnd) for rnd, bo in vs)
+        ratio, at = min((rnd.median_best_s / bo.median_best_s, f"{labels[p]}@{n}")
+                        for (rnd, bo), (p, n) in zip(vs, scores, strict=True))
+        seconds = sum(results[(p, strategy, key_spec)][1] for p in files)
+        loss = 100 * statistics.fmean(runs)
+        rows.append((loss if strategy == "bayes" else math.inf, (
+            f"{spec:<{width}}{loss:>7.3f}{100 * statistics.fmean(medians):>9.3f}"
+            + "".join(f"{w:>10.4f}" for w in worst)
+            + f"{f'{wins}/{len(vs)}':>10}{f'{ratio:.4f} {at}':>24}{seconds:>7.0f}")))
+    lines += [text for _, text in sorted(rows)]
+    return lines
 
 
 if __name__ == "__main__":
