@@ -136,6 +136,12 @@ def reading(failed_tables: Sequence[str]) -> list[str]:
     return lines
 
 
+def display_path(path: Path) -> str:
+    """``path`` relative to the repository when it lies inside it (given relative or not)."""
+    resolved = path.resolve()
+    return str(resolved.relative_to(ROOT)) if resolved.is_relative_to(ROOT) else str(path)
+
+
 def median(values: Sequence[float]) -> float:
     return statistics.median(values)
 
@@ -171,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
         "simulation on recorded H200 tables: both strategies run on this machine, every "
         "evaluation answered from the recorded measurements",
         f"gpu (measurements): {recorded_files[0].gpu}",
-        f"data: H200 tables recorded {', '.join(dates)} ({args.data.relative_to(ROOT)})",
+        f"data: H200 tables recorded {', '.join(dates)} ({display_path(args.data)})",
         f"command: {command}",
         f"kernel_tuner: {version or 'not installed'}; strategy bayes_opt, strategy_options "
         f"max_fevals=N{', method=' + args.kt_method if args.kt_method else ' (its defaults)'}",
