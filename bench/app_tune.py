@@ -84,12 +84,14 @@ def line_value(stdout: str, key: str) -> float | None:
     return None
 
 
-def fidelity(rec: Path) -> list[tuple[str, float, float | None, str]]:
-    """(kernel, in-app device time per launch, replayed median, status) per bundle."""
+def fidelity(rec: Path) -> list[tuple[str, float, float | None, float | None, str]]:
+    """(kernel, in-app device time per launch, replayed median with L2 flushed, replayed median
+    with the restored data left in L2, status) per bundle."""
     from r3tui.compile.base import CompileRequest
     from r3tui.compile.nvcc import NvccToolchain
     from r3tui.record.bundle import Bundle
     from r3tui.replay.candidate import Candidate
+    from r3tui.replay.timing import TimingPolicy
     from r3tui.replay.worker import ReplayWorker
 
     data = json.loads((rec / "recording.json").read_text())
@@ -99,29 +101,35 @@ def fidelity(rec: Path) -> list[tuple[str, float, float | None, str]]:
         for config in kernel["configs"]:
             per_launch = config["device_time_s"] / max(1, config["count"])
             if not config["bundle"] or not config["replayable"]:
-                rows.append((kernel["name"], per_launch, None, "not replayable"))
+                rows.append((kernel["name"], per_launch, None, None, "not replayable"))
                 continue
             bundle = Bundle.open(rec / config["bundle"])
             m = bundle.manifest
-            with ReplayWorker(bundle.path, timeout_s=60) as worker:
-                info = worker.start()
-                compiled = nvcc.compile(
-                    CompileRequest(
-                        source=bundle.source() or "",
-                        kernel_name=m.kernel.name,
-                        arch=info.arch,
-                        options=m.kernel.options if m.kernel.toolchain == "nvcc" else (),
-                        defines=m.kernel.defines,
-                        source_name=m.kernel.sources[0].name if m.kernel.sources else "app.cu",
-                        include_dirs=bundle.include_dirs(),
+            times: list[float | None] = []
+            status = "ok"
+            for policy in (TimingPolicy(), TimingPolicy(l2_flush=False)):
+                with ReplayWorker(bundle.path, timeout_s=60, policy=policy) as worker:
+                    info = worker.start()
+                    compiled = nvcc.compile(
+                        CompileRequest(
+                            source=bundle.source() or "",
+                            kernel_name=m.kernel.name,
+                            arch=info.arch,
+                            options=m.kernel.options if m.kernel.toolchain == "nvcc" else (),
+                            defines=m.kernel.defines,
+                            source_name=m.kernel.sources[0].name if m.kernel.sources else "app.cu",
+                            include_dirs=bundle.include_dirs(),
+                        )
                     )
-                )
-                if not compiled.ok:
-                    rows.append((kernel["name"], per_launch, None, "compile error"))
-                    continue
-                measured = worker.evaluate(Candidate.from_compiled(compiled))
-            replayed = measured.time.median_s if measured.ok and measured.time else None
-            rows.append((kernel["name"], per_launch, replayed, measured.status.value))
+                    if not compiled.ok:
+                        status = "compile error"
+                        times.append(None)
+                        continue
+                    measured = worker.evaluate(Candidate.from_compiled(compiled))
+                times.append(measured.time.median_s if measured.ok and measured.time else None)
+                if not measured.ok:
+                    status = measured.status.value
+            rows.append((kernel["name"], per_launch, times[0], times[1], status))
     return rows
 
 
@@ -204,11 +212,26 @@ def main() -> int:
 
     # -- replay fidelity ---------------------------------------------------------------------
     say("")
-    say(f"{'kernel':<40} {'in-app/launch µs':>17} {'replayed µs':>12} {'ratio':>7}  status")
-    for name, in_app, replayed, status in fidelity(rec):
-        ratio = f"{replayed / in_app:7.3f}" if replayed and in_app > 0 else "      -"
-        rep = f"{replayed * 1e6:12.2f}" if replayed else f"{'-':>12}"
-        say(f"{name[:40]:<40} {in_app * 1e6:17.2f} {rep} {ratio}  {status}")
+    say("replayed: median of the recorded launch replayed alone, L2 flushed after the prologue")
+    say("is restored (cold) or left holding what the restore wrote (warm); ratio = replayed /")
+    say("in-app; in-app is the mean over every launch of that configuration")
+    say(f"{'kernel':<40} {'in-app µs':>10} {'cold µs':>9} {'ratio':>6} {'warm µs':>9} "
+        f"{'ratio':>6}  status")
+    worst_cold = worst_best = 0.0
+    for name, in_app, cold, warm, status in fidelity(rec):
+        cells = []
+        for t in (cold, warm):
+            cells.append(f"{t * 1e6:9.2f} {t / in_app:6.3f}" if t and in_app > 0
+                         else f"{'-':>9} {'-':>6}")
+        say(f"{name[:40]:<40} {in_app * 1e6:10.2f} {cells[0]} {cells[1]}  {status}")
+        errors = [abs(t / in_app - 1) for t in (cold, warm) if t and in_app > 0]
+        if cold and in_app > 0:
+            worst_cold = max(worst_cold, abs(cold / in_app - 1))
+        if errors:
+            worst_best = max(worst_best, min(errors))
+    say(f"replay_fidelity_worst_cold: {worst_cold:.3f} (largest |cold/in-app - 1|)")
+    say(f"replay_fidelity_worst: {worst_best:.3f} (largest over kernels of the nearer of cold and "
+        "warm)")
 
     # -- tune-app and apply ------------------------------------------------------------------
     say("")

@@ -72,7 +72,8 @@ class ResidentBundle:
         self.global_prologue = {g.name: bundle.blob(g.prologue) for g in m.globals}
         self.global_epilogue = {g.name: bundle.blob(g.epilogue) for g in m.globals}
         self.flush = (L2Flush(self.info.l2_bytes, self.stream)
-                      if m.working_set_bytes < 2 * self.info.l2_bytes else None)
+                      if policy.l2_flush and m.working_set_bytes < 2 * self.info.l2_bytes
+                      else None)
         self.comparator = DeviceComparator(self.info.arch, self.info.sm_count, self.stream)
         self.timer = EventTimer(self.stream)
         self._loaded: dict[tuple[str, str], _Loaded] = {}

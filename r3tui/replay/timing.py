@@ -27,6 +27,10 @@ class TimingPolicy:
     max_seconds: float = 2.0  # wall-clock budget for sampling, once min_samples are in
     settle_window: int = 5  # the median over all samples vs. without the last this many
     settle_rtol: float = 0.01  # ... must agree within this fraction to stop early
+    # Flush L2 after restoring the prologue (METHOD.md: cold, repeatable timing).  False times
+    # the kernel with whatever of its data the restore left in L2, as an application's kernel
+    # finds the data its predecessor touched: bench/app_tune.py reports both.
+    l2_flush: bool = True
 
 
 def settled(samples: list[float], policy: TimingPolicy) -> bool:
