@@ -103,8 +103,11 @@ def choose_winner(finalists: Sequence[TrialConfig], baseline: TrialConfig, retim
 
     ``retime`` gets ``[baseline, *finalists]`` (repeats removed, the baseline first) and the
     number of rounds.  A finalist equal to the baseline is timed once and has speedup 1.
-    The best is the highest median speedup (ties: the lower median time); check
-    :attr:`Finalist.significant` before calling it faster.
+    The best is the highest median speedup (ties: the lower median time) among the finalists
+    and the baseline itself: when every finalist re-times slower than the recorded
+    configuration, the recorded configuration wins at 1.0 (the search found nothing better,
+    and tune-app / apply must not ship a slowdown).  Check :attr:`Finalist.significant`
+    before calling the winner faster.
     """
     if not finalists:
         raise ValueError("choose_winner needs at least one finalist")
@@ -125,8 +128,9 @@ def choose_winner(finalists: Sequence[TrialConfig], baseline: TrialConfig, retim
     baseline_times = columns[0]
     ranking = [summarize(config, baseline_times, columns[i], confidence, n_boot, seed + i)
                for i, config in enumerate(configs)]
+    # the baseline always competes (ranking[0], speedup 1.0 when it ran)
     wanted = [f for f in ranking if config_key(f.config) in
-              {config_key(c) for c in finalists}]
+              {config_key(c) for c in finalists} | {base_key}]
 
     def order(f: Finalist) -> tuple[float, float]:
         speed = f.speedup if math.isfinite(f.speedup) else -math.inf
