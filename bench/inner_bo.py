@@ -265,17 +265,32 @@ def sweep_report(files: list[Path], recorded: dict, specs: list[str], budgets: S
                 math.log(b / s.optimum_s) for s in ours for b in s.best_s))
         lines.append(f"{spec:<{width}}" + "".join(f"{v:>11.3f}" for v in per_table))
     lines += ["", "aggregates over the cells (ranked by the first column):",
-              f"{'settings':<{width}}{'loss%':>7}{'medloss%':>9}"
-              + "".join(f"{'worst@' + str(n):>10}" for n in budgets)
+              f"{'settings':<{width}}{'loss%':>7}{'se':>6}{'-' + specs[0]:>14}{'se':>6}"
+              f"{'medloss%':>9}" + "".join(f"{'worst@' + str(n):>10}" for n in budgets)
               + f"{'>=random':>10}{'worst rand/bo':>24}{'cpu s':>7}",
-              "  loss%: mean over every run (cell x seed) of 100*log(best/optimum); medloss%: "
-              "the same over the cells' median runs; >=random: cells where BO's median best is "
-              "at or below random's"]
+              "  loss%: mean over every run (cell x seed) of 100*log(best/optimum), se: its "
+              "standard error over seeds (a seed's loss: its mean over the cells); "
+              f"-{specs[0]}: the paired difference to {specs[0]}, per seed; medloss%: the "
+              "loss over the cells' median runs; >=random: cells where BO's median best is at "
+              "or below random's"]
+
+    def per_seed(strategy: str, key_spec: str) -> list[float]:
+        scores = [results[(p, strategy, key_spec)][0][n] for p, n in cells]
+        return [100 * statistics.fmean(math.log(s.best_s[i] / s.optimum_s) for s in scores)
+                for i in range(len(scores[0].best_s))]
+
+    def mean_se(values: list[float]) -> tuple[float, float]:
+        spread = statistics.stdev(values) / math.sqrt(len(values)) if len(values) > 1 else 0
+        return statistics.fmean(values), spread
+
+    first = per_seed("bayes", specs[0])
     rows: list[tuple[float, str]] = []
     for spec, strategy in [("random", "random"), *((s, "bayes") for s in specs)]:
         key_spec = "defaults" if strategy == "random" else spec
         scores = {(p, n): results[(p, strategy, key_spec)][0][n] for p, n in cells}
-        runs = [math.log(b / s.optimum_s) for s in scores.values() for b in s.best_s]
+        loss, loss_se = mean_se(per_seed(strategy, key_spec))
+        diff, diff_se = mean_se([a - b for a, b in zip(per_seed(strategy, key_spec), first,
+                                                         strict=True)])
         medians = [math.log(s.median_best_s / s.optimum_s) for s in scores.values()]
         worst = [min((s.median_fraction for (p, m), s in scores.items() if m == n),
                      default=math.nan) for n in budgets]
@@ -284,9 +299,9 @@ def sweep_report(files: list[Path], recorded: dict, specs: list[str], budgets: S
         ratio, at = min((rnd.median_best_s / bo.median_best_s, f"{labels[p]}@{n}")
                         for (rnd, bo), (p, n) in zip(vs, scores, strict=True))
         seconds = sum(results[(p, strategy, key_spec)][1] for p in files)
-        loss = 100 * statistics.fmean(runs)
         rows.append((loss if strategy == "bayes" else math.inf, (
-            f"{spec:<{width}}{loss:>7.3f}{100 * statistics.fmean(medians):>9.3f}"
+            f"{spec:<{width}}{loss:>7.3f}{loss_se:>6.3f}{diff:>+14.3f}{diff_se:>6.3f}"
+            f"{100 * statistics.fmean(medians):>9.3f}"
             + "".join(f"{w:>10.4f}" for w in worst)
             + f"{f'{wins}/{len(vs)}':>10}{f'{ratio:.4f} {at}':>24}{seconds:>7.0f}")))
     lines += [text for _, text in sorted(rows)]
