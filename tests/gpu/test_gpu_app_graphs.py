@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import io
 import json
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -21,25 +20,19 @@ import pytest
 
 from r3tui.cli import main
 from r3tui.domain import MeasurementStatus
+from tests.gpu.app_build import LINKAGES, build_app
 
 pytestmark = pytest.mark.gpu
 
 APP = Path(__file__).resolve().parent / "apps" / "graph_app.cu"
-LINKAGES = {"shared": ["-cudart=shared"], "static": []}
 
 
 @pytest.fixture(scope="module", params=sorted(LINKAGES))
 def recorded(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
              ) -> tuple[Path, dict[str, Any], str, str, str]:
     linkage = request.param
-    nvcc = shutil.which("nvcc")
-    if nvcc is None:
-        pytest.skip("nvcc is not on PATH")
     work = tmp_path_factory.mktemp(f"graphs-{linkage}")
-    exe = work / f"graph_app_{linkage}"
-    build = subprocess.run([nvcc, "-arch=sm_90", *LINKAGES[linkage], "-o", str(exe), str(APP)],
-                           capture_output=True, text=True, timeout=300, check=False)
-    assert build.returncode == 0, build.stderr
+    exe = build_app(APP, work / f"graph_app_{linkage}", linkage)
     plain = subprocess.run([str(exe), str(work / "plain.txt")], capture_output=True, text=True,
                            timeout=120, check=False)
     assert plain.returncode == 0, plain.stderr

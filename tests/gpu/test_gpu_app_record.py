@@ -9,8 +9,6 @@ replayable, with the reason.
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -18,25 +16,19 @@ import pytest
 
 from r3tui.cli import main
 from r3tui.domain import MeasurementStatus
+from tests.gpu.app_build import LINKAGES, build_app
 
 pytestmark = pytest.mark.gpu
 
 APP = Path(__file__).resolve().parent / "apps" / "record_app.cu"
-LINKAGES = {"shared": ["-cudart=shared"], "static": []}
 
 
 @pytest.fixture(scope="module", params=sorted(LINKAGES))
 def recorded(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
              ) -> tuple[str, Path, dict[str, Any]]:
     linkage = request.param
-    nvcc = shutil.which("nvcc")
-    if nvcc is None:
-        pytest.skip("nvcc is not on PATH")
     work = tmp_path_factory.mktemp(f"app-{linkage}")
-    exe = work / f"record_app_{linkage}"
-    build = subprocess.run([nvcc, "-arch=sm_90", *LINKAGES[linkage], "-o", str(exe), str(APP)],
-                           capture_output=True, text=True, timeout=300, check=False)
-    assert build.returncode == 0, build.stderr
+    exe = build_app(APP, work / f"record_app_{linkage}", linkage)
     out = work / "rec"
     code = main(["--db", str(work / "r3.sqlite"), "record", "--out", str(out),
                  "--source", str(APP), "--", str(exe), "20000"])

@@ -1071,20 +1071,19 @@ static CUresult w_launchex_ptsz(const CUlaunchConfig *k, CUfunction f, void **p,
 }
 
 /* ---------------------------------------------------------------- capture and graphs ---- */
-static CUresult w_capbegin(CUstream s, CUstreamCaptureMode mode) {
+static CUresult capbegin_common(capbegin_fn real, CUstream s, CUstreamCaptureMode mode) {
     /* under the lock: a first launch's synchronization in another thread finishes first */
     pthread_mutex_lock(&lock_);
-    CUresult rc = r_capbegin ? r_capbegin(s, mode) : CUDA_ERROR_NOT_INITIALIZED;
+    CUresult rc = real ? real(s, mode) : CUDA_ERROR_NOT_INITIALIZED;
     if (rc == CUDA_SUCCESS) capturing_++;
     pthread_mutex_unlock(&lock_);
     return rc;
 }
+static CUresult w_capbegin(CUstream s, CUstreamCaptureMode mode) {
+    return capbegin_common(r_capbegin, s, mode);
+}
 static CUresult w_capbegin_ptsz(CUstream s, CUstreamCaptureMode mode) {
-    pthread_mutex_lock(&lock_);
-    CUresult rc = r_capbegin_ptsz ? r_capbegin_ptsz(s, mode) : CUDA_ERROR_NOT_INITIALIZED;
-    if (rc == CUDA_SUCCESS) capturing_++;
-    pthread_mutex_unlock(&lock_);
-    return rc;
+    return capbegin_common(r_capbegin_ptsz, s, mode);
 }
 static CUresult captograph_common(captograph_fn real, CUstream s, CUgraph g, const CUgraphNode *d,
                                   const void *e, size_t n, CUstreamCaptureMode mode) {
