@@ -37,3 +37,8 @@ class EventLog(RichLog):
             line.append(f"{e.kind:<10} ", style=KIND_STYLES.get(e.kind, ""))
             line.append(e.message)
             self.write(line)
+        if events and self.auto_scroll:
+            # write() scrolls to the end before the horizontal scrollbar a long line brings
+            # is laid out, which could leave the newest line under it; scroll again after
+            # the refresh so the newest event is always in view.
+            self.call_after_refresh(self.scroll_end, animate=False)
