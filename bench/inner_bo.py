@@ -127,6 +127,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="compare these BayesSettings (each 'defaults' or NAME=VALUE,...)")
     parser.add_argument("--jobs", type=int, default=1, help="tables run in parallel")
     parser.add_argument("--raw", type=Path, help="also write every run's best time (JSON)")
+    parser.add_argument("--designs", nargs="+", metavar="SPEC",
+                        help="only score the initial designs of these BayesSettings (no model)")
     args = parser.parse_args(argv)
 
     files = table_files(args.data)
@@ -139,6 +141,16 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}")
         return 2
     budgets = sorted(set(args.budgets))
+    if args.designs:
+        try:
+            design_specs = [parse_settings(spec) for spec in args.designs]
+        except ConfigError as exc:
+            print(f"error: {exc}")
+            return 2
+        gpu = parse_space_file(json.loads(files[0].read_text())).gpu
+        lines = header(args, argv, gpu) + design_report(files, design_specs, args)
+        print("\n".join(lines))
+        return 0
     seeds = list(range(args.first_seed, args.first_seed + args.seeds))
     jobs = [(path, "random", "defaults") for path in files]
     jobs += [(path, "bayes", spec) for spec in specs for path in files]
@@ -165,6 +177,45 @@ def main(argv: list[str] | None = None) -> int:
         lines += table_report(files, recorded, specs[0], budgets, results, args.data)
     print("\n".join(lines))
     return 0
+
+
+def design_report(files: list[Path], specs: list[BayesSettings],
+                  args: argparse.Namespace) -> list[str]:
+    """How good each setting's initial design is on its own: the best of the first
+    ``n_initial_points`` asks of a fresh search, per table, over seeds, and how many different
+    designs the seeds give (a generator that ignores the seed gives one)."""
+    from r3tui.search.bayes import BayesSearch
+    from r3tui.search.space import config_key
+
+    seeds = range(args.first_seed, args.first_seed + args.seeds)
+    labels, columns = [], []
+    for path in files:
+        recorded = parse_space_file(json.loads(path.read_text()))
+        if len(recorded.table) <= 50:
+            continue
+        evaluator = SimulatedEvaluator(recorded.table)
+        optimum = evaluator.optimum()
+        labels.append(label_of(path, recorded.example))
+        column = []
+        for settings in specs:
+            losses, designs = [], set()
+            for seed in seeds:
+                asked = BayesSearch(recorded.space, seed, settings).ask(settings.n_initial_points)
+                designs.add(tuple(sorted(config_key(c) for c in asked)))
+                times = [m.time.median_s for m in map(evaluator.evaluate, asked)
+                         if m.ok and m.time is not None]
+                losses.append(100 * math.log(min(times) / optimum) if times else math.inf)
+            column.append(f"{statistics.fmean(losses):.2f}/{statistics.median(losses):.2f}"
+                          f"/{len(designs)}")
+        columns.append(column)
+    width = max(len(changed(s)) for s in specs) + 2
+    lines = ["", "initial designs alone (tables over 50 configs): mean/median over seeds of "
+             "100*log(best in the design / optimum) / distinct designs over the seeds",
+             f"{'settings':<{width}}" + "".join(f"{label:>18}" for label in labels)]
+    for i, settings in enumerate(specs):
+        lines.append(f"{changed(settings):<{width}}"
+                     + "".join(f"{column[i]:>18}" for column in columns))
+    return lines
 
 
 Results = dict[tuple[Path, str, str], tuple[dict[int, StrategyScore], float]]
