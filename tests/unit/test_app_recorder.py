@@ -52,6 +52,79 @@ def test_interposer_loads_into_a_process_without_cuda(library: interposer.Interp
     assert not (tmp_path / "raw").exists()
 
 
+# The interposer's argument comparison, compiled from r3rec.c itself into a test program
+# (its static functions called directly; no driver is needed for them).
+SAME_ARGS_PROGRAM = r"""
+#include "r3rec.c"
+
+static void show(const char *what, int v) { printf("%s=%d\n", what, v); }
+
+int main(void) {
+    /* kernel(double *p, int n, char c, double x): offsets 0, 8, 12, 16 */
+    size_t offs[] = {0, 8, 12, 16}, sizes[] = {8, 4, 1, 8};
+    double *p = (double *)0x153940000100ULL; int n = 7; char ch = 'a'; double x = 2.5;
+    void *params[] = {&p, &n, &ch, &x};
+    unsigned char *ref = calloc(25, 1);
+    for (int i = 0; i < 4; i++) memcpy(ref + offs[i], params[i], sizes[i]);
+    config_t k = {0};
+    keep_reference(&k, ref, 24, 1, offs, sizes, 4);
+    call_t c = {0};
+    c.params = params;
+    show("same", same_args(&k, &c));
+    n = 8; show("int_differs", same_args(&k, &c)); n = 7;
+    x = 3.0; show("double_differs", same_args(&k, &c)); x = 2.5;
+    double *q = p + 1; params[0] = &q; show("pointer_differs", same_args(&k, &c));
+    params[0] = &p;
+    /* the same values through an `extra` buffer whose padding bytes are not zero */
+    unsigned char buf[24]; memset(buf, 0xee, sizeof buf);
+    for (int i = 0; i < 4; i++) memcpy(buf + offs[i], params[i], sizes[i]);
+    size_t bsize = sizeof buf;
+    void *extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, buf, CU_LAUNCH_PARAM_BUFFER_SIZE, &bsize,
+                     CU_LAUNCH_PARAM_END};
+    call_t e = {0};
+    e.extra = extra;
+    show("extra_same", same_args(&k, &e));
+    bsize = 20; show("extra_short", same_args(&k, &e)); bsize = 24;
+    /* no layout: the recorded `extra` buffer is compared whole */
+    unsigned char *whole = malloc(24); memcpy(whole, buf, 24);
+    config_t w = {0};
+    keep_reference(&w, whole, 24, 0, NULL, NULL, 0);
+    show("whole_same", same_args(&w, &e));
+    buf[13] = 0; show("whole_padding_differs", same_args(&w, &e));
+    show("whole_params_launch", same_args(&w, &c));
+    /* a kernel without parameters, and a configuration without a reference */
+    config_t none = {0};
+    keep_reference(&none, NULL, 0, 1, NULL, NULL, 0);
+    call_t bare = {0};
+    show("no_params", same_args(&none, &bare));
+    config_t unknown = {0};
+    show("no_reference", same_args(&unknown, &c));
+    return 0;
+}
+"""
+
+
+def test_interposer_compares_launch_arguments_with_the_recorded_ones(tmp_path: Path) -> None:
+    try:
+        include = interposer.find_cuda_header()
+        compiler = interposer.find_compiler()
+    except Exception as exc:  # no cuda.h or no cc on this machine
+        pytest.skip(f"cannot build the interposer here: {exc}")
+    (tmp_path / "same_args.c").write_text(SAME_ARGS_PROGRAM)
+    exe = tmp_path / "same_args"
+    subprocess.run([compiler, "-O2", "-std=gnu11", f"-I{include}",
+                    f"-I{interposer.SOURCE.parent}", "-o", str(exe),
+                    str(tmp_path / "same_args.c"), "-ldl", "-lpthread"],
+                   check=True, capture_output=True, text=True)
+    out = subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout
+    seen = dict(line.split("=") for line in out.split())
+    assert seen == {
+        "same": "1", "int_differs": "0", "double_differs": "0", "pointer_differs": "0",
+        "extra_same": "1", "extra_short": "0", "whole_same": "1",
+        "whole_padding_differs": "0", "whole_params_launch": "0", "no_params": "1",
+        "no_reference": "0"}
+
+
 # -- a synthetic dump in the interposer's format ---------------------------------------------
 
 A0, A1, A2 = ARENA_BASE, ARENA_BASE + 256, ARENA_BASE + 512  # bump allocator, 256-byte align

@@ -9,7 +9,9 @@
  * address r3tui/record/arena.py uses, with the same bump/alignment rules) so a replay in
  * another process maps the same addresses.  The first launch of each (function, grid, block,
  * dynamic shared memory) is snapshotted (prologue/epilogue of the live allocations, or only
- * the reachable ones); every launch is counted and timed with events read lazily.
+ * the reachable ones); every launch is counted and timed with events read lazily, and so,
+ * apart, are the launches whose argument bytes equal the recorded first launch's: those are
+ * the launches a replay of the recording reproduces.
  * Stream capture and CUDA graphs: a launch into a capturing stream becomes a graph node, not
  * work, and an event or a synchronization there would break the capture, so it passes
  * through untouched (counted); graph launches are counted and timed as a whole, with the
@@ -45,9 +47,17 @@ typedef struct { int image; char *name; uint64_t addr, size; } global_t;
 typedef struct {
     const void *func; unsigned g[3], b[3], shm; int id; int recorded;
     unsigned long long count; double time_s; unsigned long long timed;
+    /* The recorded first launch's argument bytes are the reference (ref, packed at
+     * ref_offs/ref_sizes when layout_known, else the launch's `extra` buffer); the launches
+     * whose arguments equal them, the first included, are counted and timed apart (same_*):
+     * they are what a replay reproduces.  ref_known 0: no reference (not recorded, or neither
+     * a layout nor an argument buffer), so no same-args figures. */
+    int ref_known, layout_known; unsigned char *ref; size_t nref, nparams, *ref_offs, *ref_sizes;
+    unsigned long long same_count; double same_time_s; unsigned long long same_timed;
 } config_t;
-/* graph: 0 for a kernel configuration's launch, else index + 1 into graphs_ */
-typedef struct { CUevent a, b; int config, graph; } pending_t;
+/* graph: 0 for a kernel configuration's launch, else index + 1 into graphs_; same: the
+ * launch's arguments equal its configuration's reference */
+typedef struct { CUevent a, b; int config, graph, same; } pending_t;
 /* An executable graph: its kernel nodes when instantiated (-1: instantiated where the
  * wrappers did not see it) and its launches. */
 typedef struct {
@@ -759,8 +769,10 @@ static void harvest(int wait) {
                 graphs_[p->graph - 1].time_s += ms * 1e-3;
                 graphs_[p->graph - 1].timed++;
             } else {
-                configs_[p->config].time_s += ms * 1e-3;
-                configs_[p->config].timed++;
+                config_t *k = &configs_[p->config];
+                k->time_s += ms * 1e-3;
+                k->timed++;
+                if (p->same) { k->same_time_s += ms * 1e-3; k->same_timed++; }
             }
         }
         give_event(p->a); give_event(p->b);
@@ -796,6 +808,53 @@ static int name_selected(const char *name) {
     }
     free(copy);
     return hit;
+}
+
+/* The argument buffer of a launch made with `extra` ({BUFFER_POINTER, p, BUFFER_SIZE, &n,
+ * END}); NULL when there is none. */
+static const unsigned char *extra_buffer(void **extra, size_t *n) {
+    void *buf = NULL; size_t *bsize = NULL;
+    for (void **e = extra; e && *e != CU_LAUNCH_PARAM_END; e += 2) {
+        if (*e == CU_LAUNCH_PARAM_BUFFER_POINTER) buf = e[1];
+        else if (*e == CU_LAUNCH_PARAM_BUFFER_SIZE) bsize = e[1];
+    }
+    if (!buf || !bsize) return NULL;
+    *n = *bsize;
+    return buf;
+}
+
+/* Keep the first launch's argument bytes (taking `args`) as the configuration's reference. */
+static void keep_reference(config_t *k, unsigned char *args, size_t nargs, int layout_known,
+                           const size_t *offs, const size_t *sizes, size_t np) {
+    k->ref_known = 1;
+    k->ref = args; k->nref = nargs;
+    k->layout_known = layout_known;
+    k->nparams = layout_known ? np : 0;
+    if (k->nparams) {
+        k->ref_offs = malloc(np * sizeof *k->ref_offs);
+        k->ref_sizes = malloc(np * sizeof *k->ref_sizes);
+        memcpy(k->ref_offs, offs, np * sizeof *offs);
+        memcpy(k->ref_sizes, sizes, np * sizeof *sizes);
+    }
+}
+
+/* 1 if this launch's argument bytes equal its configuration's reference: parameter by
+ * parameter where the layout is known (padding between parameters is not compared), else
+ * the whole argument buffer. */
+static int same_args(const config_t *k, const call_t *c) {
+    if (!k->ref_known) return 0;
+    size_t n = 0;
+    const unsigned char *buf = c->params ? NULL : extra_buffer(c->extra, &n);
+    if (k->layout_known) {
+        if (!k->nparams) return 1;
+        for (size_t i = 0; i < k->nparams; i++) {
+            size_t off = k->ref_offs[i], size = k->ref_sizes[i];
+            const void *now = c->params ? c->params[i] : buf && off + size <= n ? buf + off : NULL;
+            if (!now || off + size > k->nref || memcmp(now, k->ref + off, size)) return 0;
+        }
+        return 1;
+    }
+    return buf && n == k->nref && !memcmp(buf, k->ref, n);
 }
 
 static void hex(FILE *f, const unsigned char *b, size_t n) {
@@ -854,13 +913,14 @@ static CUresult first_launch(const call_t *c, config_t *cfg, func_t *fi, const c
     if (c->params && layout_known) {
         args = calloc(nargs + 1, 1);
         for (size_t i = 0; i < np; i++) memcpy(args + offs[i], c->params[i], sizes[i]);
-    } else if (c->extra) {  /* {BUFFER_POINTER, p, BUFFER_SIZE, &n, END} */
-        void *buf = NULL; size_t *bsize = NULL;
-        for (void **e = c->extra; *e != CU_LAUNCH_PARAM_END; e += 2) {
-            if (*e == CU_LAUNCH_PARAM_BUFFER_POINTER) buf = e[1];
-            else if (*e == CU_LAUNCH_PARAM_BUFFER_SIZE) bsize = e[1];
-        }
-        if (buf && bsize) { nargs = *bsize; args = malloc(nargs + 1); memcpy(args, buf, nargs); }
+    } else if (c->extra) {
+        const unsigned char *buf = extra_buffer(c->extra, &nargs);
+        if (buf) { args = malloc(nargs + 1); memcpy(args, buf, nargs); }
+        else nargs = 0;
+    }
+    if (args || (layout_known && !np)) {
+        keep_reference(cfg, args, nargs, layout_known, offs, sizes, np);
+        cfg->same_count = 1;
     }
     int image = fi ? fi->image : -1;
     if (image < 0 && d_fmod) {
@@ -896,7 +956,10 @@ static CUresult first_launch(const call_t *c, config_t *cfg, func_t *fi, const c
     if (gated) gate_open();
     CUresult sync_rc = d_sync();
     float ms = 0;
-    if (a && b && d_elapsed && d_elapsed(&ms, a, b) == CUDA_SUCCESS) { cfg->time_s += ms * 1e-3; cfg->timed++; }
+    if (a && b && d_elapsed && d_elapsed(&ms, a, b) == CUDA_SUCCESS) {
+        cfg->time_s += ms * 1e-3; cfg->timed++;
+        if (cfg->ref_known) { cfg->same_time_s += ms * 1e-3; cfg->same_timed++; }
+    }
     give_event(a); give_event(b);
     for (size_t i = 0; i < nsel; i++) {
         if (d_dtoh && blocks_[ids[i]].size) d_dtoh(host[i], blocks_[ids[i]].addr, blocks_[ids[i]].size);
@@ -946,7 +1009,8 @@ static CUresult first_launch(const call_t *c, config_t *cfg, func_t *fi, const c
         fputs("]}\n", f);
         fflush(f);
     }
-    free(ids); free(host); free(args);
+    free(ids); free(host);
+    if (!cfg->ref_known) free(args);  /* else the reference holds it */
     return rc;
 }
 
@@ -995,6 +1059,7 @@ static CUresult on_launch(const call_t *c) {
             !memcmp(k->b, c->b, sizeof k->b)) { cfg = k; break; }
     }
     CUresult rc;
+    int same;
     if (!cfg) {
         GROW(configs_, nconfigs_, capconfigs_);
         cfg = &configs_[nconfigs_];
@@ -1024,6 +1089,8 @@ static CUresult on_launch(const call_t *c) {
     }
     cfg->count++;
 timed:
+    same = same_args(cfg, c);
+    if (same) cfg->same_count++;
     harvest(0);
     if (npending_ == R3_MAX_PENDING) harvest(1);  /* bounds memory; rare */
     {
@@ -1034,7 +1101,7 @@ timed:
         rc = do_launch(c);
         if (a && b && rec && rc == CUDA_SUCCESS) {
             rec(b, c->s);
-            pending_[npending_++] = (pending_t){a, b, cfg->id, 0};
+            pending_[npending_++] = (pending_t){a, b, cfg->id, 0, same};
         } else {
             give_event(a); give_event(b);
         }
@@ -1229,7 +1296,7 @@ static CUresult graph_launch(int ptsz, CUgraphExec exec, CUstream s) {
     CUresult rc = real(exec, s);
     if (a && b && rec && rc == CUDA_SUCCESS) {
         rec(b, s);
-        pending_[npending_++] = (pending_t){a, b, 0, x->id + 1};
+        pending_[npending_++] = (pending_t){a, b, 0, x->id + 1, 0};
     } else {
         give_event(a); give_event(b);
     }
@@ -1388,9 +1455,15 @@ static void finish(int harvest_events) {
     if (harvest_events) harvest(1);
     if (index_ && index_pid_ == getpid()) {
         fputs("{\"ev\":\"profile\",\"configs\":[", index_);
-        for (size_t i = 0; i < nconfigs_; i++)
-            fprintf(index_, "%s[%d,%llu,%.9g,%llu]", i ? "," : "", configs_[i].id,
-                    configs_[i].count, configs_[i].time_s, configs_[i].timed);
+        for (size_t i = 0; i < nconfigs_; i++) {
+            config_t *k = &configs_[i];
+            fprintf(index_, "%s[%d,%llu,%.9g,%llu", i ? "," : "", k->id, k->count, k->time_s,
+                    k->timed);
+            /* the same-args launches, where the reference was captured */
+            if (k->ref_known)
+                fprintf(index_, ",%llu,%.9g,%llu", k->same_count, k->same_time_s, k->same_timed);
+            fputc(']', index_);
+        }
         fputs("],\"graphs\":[", index_);
         for (size_t i = 0; i < ngraphs_; i++)
             fprintf(index_, "%s[%d,%llu,%.9g,%llu]", i ? "," : "", graphs_[i].id,
