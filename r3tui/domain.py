@@ -237,6 +237,19 @@ class TimeStats:
 
 
 @dataclass(frozen=True)
+class LaunchTimes:
+    """Launches of one launch configuration inside an application and their device time."""
+
+    count: int
+    time_s: float
+    timed: int  # how many of them were timed (one whose events failed is only counted)
+
+    @property
+    def mean_s(self) -> float | None:
+        return self.time_s / self.timed if self.timed else None
+
+
+@dataclass(frozen=True)
 class Measurement:
     """Everything learned by evaluating one candidate (variant x config)."""
 

@@ -26,6 +26,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from r3tui.domain import LaunchTimes
 from r3tui.errors import R3Error
 
 RECORDING_FILE = "recording.json"
@@ -46,6 +47,17 @@ class RecordedConfig:
     replayable: bool
     reasons: tuple[str, ...]
     share: float = 0.0  # of all kernels' device time
+    # the launches whose arguments equal the recorded (replayed) launch's; None in recordings
+    # made before the interposer counted them, or where it kept no argument bytes
+    same_args: LaunchTimes | None = None
+
+    def in_app_time(self) -> tuple[float, str]:
+        """Device time per launch in the application, to set a replay against, and which mean
+        it is: over the launches with the recorded arguments (``"same args"``, what a replay
+        reproduces) where the recording has them, else over every launch (``"all"``)."""
+        if self.same_args is not None and self.same_args.mean_s is not None:
+            return self.same_args.mean_s, "same args"
+        return self.device_time_s / max(1, self.count), "all"
 
 
 @dataclass(frozen=True)
@@ -121,6 +133,7 @@ def load_recording(directory: Path) -> AppRecording:
                     directory / c["bundle"] if c.get("bundle") else None,
                     bool(c.get("replayable", False)),
                     tuple(str(r) for r in c.get("reasons", ())),
+                    same_args=_launch_times(c.get("same_args")),
                 )
                 for c in _field(k, "configs", where)
             ]
@@ -163,6 +176,12 @@ def load_recording(directory: Path) -> AppRecording:
         tuple(str(w) for w in data.get("warnings", ())),
         graph_time,
     )
+
+
+def _launch_times(data: dict[str, Any] | None) -> LaunchTimes | None:
+    if data is None:
+        return None
+    return LaunchTimes(int(data["count"]), float(data["time_s"]), int(data["timed"]))
 
 
 def _with_share(config: RecordedConfig, total: float) -> RecordedConfig:

@@ -3,7 +3,8 @@
 The interposer (``interpose/r3rec.c``) writes, per process that used CUDA, ``p<pid>/index.jsonl``
 (one event a line: allocations, frees, module images, device globals, the first launch of each
 configuration with its argument bytes and snapshot files, and at exit the per-configuration
-launch counts and device times) and ``p<pid>/data/`` (raw prologue/epilogue bytes and module
+launch counts and device times, all launches and apart those whose argument bytes equal the
+recorded first launch's) and ``p<pid>/data/`` (raw prologue/epilogue bytes and module
 images).  This module reads that dump -- tolerating a last line cut short by a crash -- and
 writes one standard bundle per replayable configuration with the existing
 :class:`~r3tui.record.bundle.BundleWriter`, so the rest of R³ replays them like any other.
@@ -27,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from r3tui import __version__
-from r3tui.domain import Dim3
+from r3tui.domain import Dim3, LaunchTimes
 from r3tui.record.arena import ARENA_BASE
 from r3tui.record.bundle import BundleWriter
 from r3tui.record.layout import layout_from_buffer, params_from_bytes
@@ -77,6 +78,9 @@ class RawConfig:
     outside: list[OutsideAllocation] = field(default_factory=list)  # live at its first launch
     count: int = 1
     time_s: float = 0.0
+    # the launches whose argument bytes equal the recorded first launch's (the ones a replay
+    # reproduces); None where the interposer kept no reference or the dump predates them
+    same_args: LaunchTimes | None = None
 
 
 @dataclass
@@ -151,9 +155,14 @@ def read_process(path: Path) -> RawProcess:
                                         [str(k) for k in ev.get("kernels", [])]))
         elif kind == "profile":
             proc.profiled = True
-            for cid, count, time_s, _timed in ev["configs"]:
+            # [id, count, time_s, timed] and, where the interposer kept the first launch's
+            # arguments, [..., same_count, same_time_s, same_timed] (older dumps: never)
+            for cid, count, time_s, *rest in ev["configs"]:
                 if cid in configs:
                     configs[cid].count, configs[cid].time_s = int(count), float(time_s)
+                    if len(rest) >= 4:
+                        configs[cid].same_args = LaunchTimes(int(rest[1]), float(rest[2]),
+                                                             int(rest[3]))
             graphs = {g.id: g for g in proc.graphs}
             for gid, launches, time_s, _timed in ev.get("graphs", []):
                 if gid in graphs:
@@ -327,6 +336,10 @@ def short_name(demangled: str) -> str:
 
 # -- recording.json --------------------------------------------------------------------------
 
+def _times(t: LaunchTimes | None) -> dict[str, Any] | None:
+    return None if t is None else {"count": t.count, "time_s": t.time_s, "timed": t.timed}
+
+
 def build_recording(
     procs: Sequence[RawProcess], out: Path, *, command: Sequence[str], cwd: str, runtime: str,
     wall_s: float, exit_code: int, reachable: bool, recorded_at: str,
@@ -371,6 +384,7 @@ def build_recording(
             entry["configs"].append({
                 "grid": list(cfg.grid.as_tuple()), "block": list(cfg.block.as_tuple()),
                 "shared_mem_bytes": cfg.shared, "count": cfg.count, "device_time_s": cfg.time_s,
+                "same_args": _times(cfg.same_args),
                 "bundle": bundle_rel, "replayable": not reasons, "reasons": reasons})
     ordered = sorted(kernels.values(), key=lambda k: -k["device_time_s"])
     for k in ordered:

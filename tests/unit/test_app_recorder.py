@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from r3tui.cli import main
+from r3tui.domain import LaunchTimes
 from r3tui.record import app_dump, interposer
 from r3tui.record.arena import ARENA_BASE
 from r3tui.record.bundle import Bundle
@@ -179,7 +180,10 @@ def _synthetic(root: Path) -> Dump:
     d.lines.append({"ev": "alloc", "id": -1, "addr": MANAGED, "size": 4096, "kind": "managed",
                     "api": "cuMemAllocManaged"})
     d.config(1, "_Z7managedPfi", [[0, 8], [8, 4]], struct.pack("<Qi", MANAGED + 64, 7), {})
-    d.lines.append({"ev": "profile", "configs": [[0, 5, 1e-5, 5], [1, 3, 6e-6, 3]]})
+    # config 0 with its same-args launches (3 of 5 had the recorded arguments); config 1 in
+    # the older 4-field form
+    d.lines.append({"ev": "profile", "configs": [[0, 5, 1e-5, 5, 3, 4.5e-6, 3],
+                                                 [1, 3, 6e-6, 3]]})
     d.lines.append({"ev": "end", "launches": 8, "getproc": 1, "exported": 0,
                     "arena_failed": 0, "harvested": 1})
     return d
@@ -216,6 +220,31 @@ def test_dump_becomes_bundles_with_pointer_params_and_allocations(tmp_path: Path
     assert bundle.blob(m.allocation("alloc1").epilogue) == b"\x01" * 32
     assert m.arena.base == ARENA_BASE and m.arena.size == 2 << 20
     assert m.launch.count == 5 and m.launch.total_time_s == pytest.approx(1e-5)
+
+
+def test_same_args_launches_reach_recording_json_and_older_rows_still_load(
+        tmp_path: Path) -> None:
+    _synthetic(tmp_path / "raw").write()
+    (proc,) = app_dump.read_dump(tmp_path / "raw")
+    ptr, managed = proc.configs
+    assert ptr.same_args == LaunchTimes(3, 4.5e-6, 3) and ptr.count == 5
+    assert managed.same_args is None and managed.count == 3  # a row without the fields
+    data = _build(tmp_path)
+    kernels = {k["entry_point"]: k for k in data["kernels"]}  # type: ignore[union-attr]
+    (config,) = kernels["_Z9ptr_kernelP4Pairi"]["configs"]
+    assert config["same_args"] == {"count": 3, "time_s": pytest.approx(4.5e-6), "timed": 3}
+    assert config["count"] == 5 and config["device_time_s"] == pytest.approx(1e-5)
+    (config,) = kernels["_Z7managedPfi"]["configs"]
+    assert config["same_args"] is None
+
+
+def test_a_crashed_process_has_no_same_args_figures(tmp_path: Path) -> None:
+    d = _synthetic(tmp_path / "raw")
+    d.lines = [x for x in d.lines if x["ev"] not in ("profile", "end")]
+    d.write(cut_last=True)
+    (proc,) = app_dump.read_dump(tmp_path / "raw")
+    assert [c.same_args for c in proc.configs] == [None, None]
+    assert [c.count for c in proc.configs] == [1, 1]
 
 
 def test_managed_memory_kernel_is_not_replayable(tmp_path: Path) -> None:

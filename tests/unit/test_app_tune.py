@@ -20,6 +20,7 @@ from r3tui.domain import (
     CampaignStatus,
     Dim3,
     KernelLaunch,
+    LaunchTimes,
     Recording,
     TrialConfig,
     Variant,
@@ -353,3 +354,31 @@ def test_load_recording_rejects_other_versions(tmp_path: Path) -> None:
     (tmp_path / "recording.json").write_text('{"format_version": 2}')
     with pytest.raises(R3Error, match="not a format_version 1"):
         load_recording(tmp_path)
+
+
+def test_in_app_time_is_the_same_args_mean_where_the_recording_has_it(tmp_path: Path) -> None:
+    rec = write_recording(tmp_path / "rec", CG)  # written without same_args: older recordings
+    data = json.loads((rec / "recording.json").read_text())
+    by_name = {k["name"]: k for k in data["kernels"]}
+    # dot(r, r) and dot(p, Ap) share a configuration: 100 of its 200 launches are the
+    # recorded dot(r, r), quicker than the mean over all of them
+    by_name["cg::dot_partial<256>"]["configs"][0]["same_args"] = {
+        "count": 100,
+        "time_s": 0.1,
+        "timed": 100,
+    }
+    by_name["cg::update_xr"]["configs"][0]["same_args"] = None  # no reference kept
+    (rec / "recording.json").write_text(json.dumps(data))
+    kernels = {k.name: k for k in load_recording(rec).kernels}
+    (dot,) = kernels["cg::dot_partial<256>"].configs
+    assert dot.same_args == LaunchTimes(100, 0.1, 100)
+    assert dot.in_app_time() == (pytest.approx(1e-3), "same args")
+    (update,) = kernels["cg::update_xr"].configs
+    assert update.same_args is None and update.in_app_time() == (pytest.approx(1e-3), "all")
+    (xpay,) = kernels["cg::detail::xpay<double>"].configs
+    assert xpay.same_args is None and xpay.in_app_time() == (pytest.approx(5e-4), "all")
+
+    by_name["cg::dot_partial<256>"]["configs"][0]["same_args"] = {"count": 3}
+    (rec / "recording.json").write_text(json.dumps(data))
+    with pytest.raises(R3Error, match="malformed kernel entry"):
+        load_recording(rec)
