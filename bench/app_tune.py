@@ -7,7 +7,8 @@ Measures, on the machine it runs on (an H200 for the recorded figures):
 - recording size: bytes under the recording directory;
 - replay fidelity: each recorded configuration replayed alone (the original source compiled
   by nvcc from the whole translation unit) vs the device time per launch the interposer
-  measured inside the application;
+  measured inside the application, over the launches with the recorded arguments (what the
+  replay reproduces) where the recording has them, else over every launch;
 - `r3 tune-app` with a small budget, then `r3 apply` (rebuild, interleaved runs): predicted vs
   measured end-to-end speedup.
 
@@ -84,26 +85,27 @@ def line_value(stdout: str, key: str) -> float | None:
     return None
 
 
-def fidelity(rec: Path) -> list[tuple[str, float, float | None, float | None, str]]:
-    """(kernel, in-app device time per launch, replayed median with L2 flushed, replayed median
-    with the restored data left in L2, status) per bundle."""
+def fidelity(rec: Path) -> list[tuple[str, float, str, float | None, float | None, str]]:
+    """(kernel, in-app device time per launch, which launches that mean is over ("same args"
+    or "all"), replayed median with L2 flushed, replayed median with the restored data left in
+    L2, status) per configuration."""
     from r3tui.compile.base import CompileRequest
     from r3tui.compile.nvcc import NvccToolchain
+    from r3tui.engine.application import load_recording
     from r3tui.record.bundle import Bundle
     from r3tui.replay.candidate import Candidate
     from r3tui.replay.timing import TimingPolicy
     from r3tui.replay.worker import ReplayWorker
 
-    data = json.loads((rec / "recording.json").read_text())
-    rows = []
+    rows: list[tuple[str, float, str, float | None, float | None, str]] = []
     nvcc = NvccToolchain()
-    for kernel in data["kernels"]:
-        for config in kernel["configs"]:
-            per_launch = config["device_time_s"] / max(1, config["count"])
-            if not config["bundle"] or not config["replayable"]:
-                rows.append((kernel["name"], per_launch, None, None, "not replayable"))
+    for kernel in load_recording(rec).kernels:
+        for config in kernel.configs:
+            per_launch, basis = config.in_app_time()
+            if config.bundle is None or not config.replayable:
+                rows.append((kernel.name, per_launch, basis, None, None, "not replayable"))
                 continue
-            bundle = Bundle.open(rec / config["bundle"])
+            bundle = Bundle.open(config.bundle)
             m = bundle.manifest
             times: list[float | None] = []
             status = "ok"
@@ -129,7 +131,7 @@ def fidelity(rec: Path) -> list[tuple[str, float, float | None, float | None, st
                 times.append(measured.time.median_s if measured.ok and measured.time else None)
                 if not measured.ok:
                     status = measured.status.value
-            rows.append((kernel["name"], per_launch, times[0], times[1], status))
+            rows.append((kernel.name, per_launch, basis, times[0], times[1], status))
     return rows
 
 
@@ -214,16 +216,18 @@ def main() -> int:
     say("")
     say("replayed: median of the recorded launch replayed alone, L2 flushed after the prologue")
     say("is restored (cold) or left holding what the restore wrote (warm); ratio = replayed /")
-    say("in-app; in-app is the mean over every launch of that configuration")
-    say(f"{'kernel':<40} {'in-app µs':>10} {'cold µs':>9} {'ratio':>6} {'warm µs':>9} "
-        f"{'ratio':>6}  status")
+    say("in-app; in-app is the mean over the launches of that configuration whose arguments")
+    say("equal the recorded launch's (over: same args), or over every launch where the")
+    say("recording does not have them (over: all)")
+    say(f"{'kernel':<40} {'in-app µs':>10} {'over':>9} {'cold µs':>9} {'ratio':>6} "
+        f"{'warm µs':>9} {'ratio':>6}  status")
     worst_cold = worst_best = 0.0
-    for name, in_app, cold, warm, status in fidelity(rec):
+    for name, in_app, basis, cold, warm, status in fidelity(rec):
         cells = []
         for t in (cold, warm):
             cells.append(f"{t * 1e6:9.2f} {t / in_app:6.3f}" if t and in_app > 0
                          else f"{'-':>9} {'-':>6}")
-        say(f"{name[:40]:<40} {in_app * 1e6:10.2f} {cells[0]} {cells[1]}  {status}")
+        say(f"{name[:40]:<40} {in_app * 1e6:10.2f} {basis:>9} {cells[0]} {cells[1]}  {status}")
         errors = [abs(t / in_app - 1) for t in (cold, warm) if t and in_app > 0]
         if cold and in_app > 0:
             worst_cold = max(worst_cold, abs(cold / in_app - 1))
