@@ -31,6 +31,11 @@ from r3tui.errors import R3Error
 
 RECORDING_FILE = "recording.json"
 PLAN_FILE = "tune-app.json"
+# A kernel whose scalar arguments change on every launch (CG's update_xr takes this
+# iteration's alpha) has one same-args launch: the recorded one, timed right after the
+# snapshot's synchronization.  One such sample is no mean to set a replay against; the mean
+# over every launch, which differs from it only in scalar values, is the better figure.
+MIN_SAME_ARGS_TIMED = 2
 
 
 @dataclass(frozen=True)
@@ -54,9 +59,11 @@ class RecordedConfig:
     def in_app_time(self) -> tuple[float, str]:
         """Device time per launch in the application, to set a replay against, and which mean
         it is: over the launches with the recorded arguments (``"same args"``, what a replay
-        reproduces) where the recording has them, else over every launch (``"all"``)."""
-        if self.same_args is not None and self.same_args.mean_s is not None:
-            return self.same_args.mean_s, "same args"
+        reproduces) where the recording has at least ``MIN_SAME_ARGS_TIMED`` of them, else
+        over every launch (``"all"``)."""
+        same = self.same_args
+        if same is not None and same.mean_s is not None and same.timed >= MIN_SAME_ARGS_TIMED:
+            return same.mean_s, "same args"
         return self.device_time_s / max(1, self.count), "all"
 
 

@@ -368,6 +368,8 @@ def test_in_app_time_is_the_same_args_mean_where_the_recording_has_it(tmp_path: 
         "timed": 100,
     }
     by_name["cg::update_xr"]["configs"][0]["same_args"] = None  # no reference kept
+    # alpha changes every iteration: only the recorded launch had its arguments
+    by_name["cg::spmv_csr"]["configs"][1]["same_args"] = {"count": 1, "time_s": 0.2, "timed": 1}
     (rec / "recording.json").write_text(json.dumps(data))
     kernels = {k.name: k for k in load_recording(rec).kernels}
     (dot,) = kernels["cg::dot_partial<256>"].configs
@@ -375,6 +377,9 @@ def test_in_app_time_is_the_same_args_mean_where_the_recording_has_it(tmp_path: 
     assert dot.in_app_time() == (pytest.approx(1e-3), "same args")
     (update,) = kernels["cg::update_xr"].configs
     assert update.same_args is None and update.in_app_time() == (pytest.approx(1e-3), "all")
+    spmv = kernels["cg::spmv_csr"].configs[0]
+    assert spmv.same_args == LaunchTimes(1, 0.2, 1)
+    assert spmv.in_app_time() == (pytest.approx(5e-3), "all")  # not one launch's 0.2 s
     (xpay,) = kernels["cg::detail::xpay<double>"].configs
     assert xpay.same_args is None and xpay.in_app_time() == (pytest.approx(5e-4), "all")
 
