@@ -66,6 +66,18 @@ def test_record_tune_apply_and_the_patched_app_converges(tmp_path: Path) -> None
     assert data["exit_code"] == 0
     names = {k["name"] for k in data["kernels"]}
     assert len(names) == 5, names  # spmv, dot_partial, reduce_final, update_xr, xpay
+    # every configuration counts the launches with the recorded launch's arguments
+    for kernel in data["kernels"]:
+        for config in kernel["configs"]:
+            same = config["same_args"]
+            assert same is not None, (kernel["name"], config)
+            assert 1 <= same["count"] <= config["count"], (kernel["name"], config)
+            assert 1 <= same["timed"] <= same["count"], (kernel["name"], config)
+            assert 0 < same["time_s"] <= config["device_time_s"], (kernel["name"], config)
+    # dot_partial's one configuration computes dot(r, r), the recorded one, and dot(p, Ap)
+    (dot,) = [k for k in data["kernels"] if "dot_partial" in k["name"]]
+    (config,) = dot["configs"]
+    assert config["same_args"]["count"] < config["count"], config
 
     tuned = r3(
         "tune-app",

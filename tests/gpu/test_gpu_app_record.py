@@ -50,6 +50,10 @@ def test_recording_is_a_profile_with_the_runtime_and_unsupported_memory(
     assert data["runtime"] == linkage
     follow = _kernel(data, "follow_pairs")
     assert follow["launches"] == 3 and follow["device_time_s"] > 0
+    # launched three times with the same arguments: all three are same-args launches
+    (config,) = follow["configs"]
+    assert config["same_args"]["count"] == 3 and config["same_args"]["timed"] == 3
+    assert config["same_args"]["time_s"] == config["device_time_s"]
     assert follow["name"].startswith("follow_pairs")
     assert follow["source"] is not None and follow["source"]["path"].endswith("record_app.cu")
     by_value = _kernel(data, "by_value")
