@@ -25,6 +25,7 @@ from r3tui.engine.inner import Evaluator, InnerSettings, KernelSource, build_spa
 from r3tui.engine.lineage import (
     EVALUATED_OK,
     ArchiveState,
+    ancestor_trials,
     best_configs,
     classify,
     family_of,
@@ -52,7 +53,10 @@ class CampaignSettings:
     seconds: float | None = None  # or a wall-time budget
     inner_trials: int = 12  # configurations tried per child variant
     seed_trials: int = 40  # configurations tried for the original source
-    warm_start: int = 3  # a child first tries its parent's best configurations
+    warm_start: int = 1  # a child first tries its parent's best configurations
+    # a child's model is also told its ancestors' trials (this many generations; 0: off),
+    # shifted onto the child's scale: the inner searches of a lineage continue one another
+    transfer: int = 4
     give_up_after: int = 4  # trials without one success before a variant is abandoned
     islands: int = 2
     migration_interval: int = 10
@@ -62,6 +66,12 @@ class CampaignSettings:
     prefetch: bool = True  # generate the next proposal while the GPU evaluates
     inner: InnerSettings = field(default_factory=InnerSettings)
 
+    def __post_init__(self) -> None:
+        from r3tui.errors import ConfigError
+
+        if self.warm_start < 0 or self.transfer < 0:
+            raise ConfigError("--warm-start and --transfer must be at least 0")
+
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
@@ -69,6 +79,7 @@ class CampaignSettings:
     def from_json(cls, data: dict[str, Any]) -> CampaignSettings:
         known = {f for f in cls.__dataclass_fields__}
         values = {k: v for k, v in data.items() if k in known and k != "inner"}
+        values.setdefault("transfer", 0)  # campaigns stored before it searched without it
         inner_known = set(InnerSettings.__dataclass_fields__)
         inner = InnerSettings(
             **{k: v for k, v in data.get("inner", {}).items() if k in inner_known}
@@ -377,6 +388,8 @@ class CampaignRun:
             stored = [(t.config, t.measurement) for t in repo.trials_of_variant(s, variant.id)]
             if variant.parent_id is not None:
                 search.warm_start(best_configs(s, variant.parent_id, self.settings.warm_start))
+                if self.settings.transfer > 0:
+                    search.set_prior(ancestor_trials(s, variant, self.settings.transfer))
         search.warm_start([space.baseline_config()])
         search.resume(stored)
         trials = self.settings.seed_trials if is_seed else self.settings.inner_trials

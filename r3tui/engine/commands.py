@@ -127,6 +127,8 @@ def _campaign_settings(
         seconds=seconds,
         inner_trials=args.inner_budget,
         seed_trials=args.seed_budget,
+        warm_start=args.warm_start,
+        transfer=args.transfer,
         islands=args.islands,
         seed=args.seed,
         llm_share=0.0 if args.rules_only else args.llm_share,
@@ -294,6 +296,12 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     tune.add_argument("--islands", type=int, default=2, help="MAP-Elites islands")
     tune.add_argument("--inner-budget", type=int, default=12, help="trials per child variant")
     tune.add_argument("--seed-budget", type=int, default=40, help="trials for the original source")
+    tune.add_argument(
+        "--warm-start", type=int, default=1, metavar="K",
+        help="a child first tries its parent's K best configurations")
+    tune.add_argument(
+        "--transfer", type=int, default=4, metavar="G",
+        help="tell a child's model the trials of its last G ancestors (0: off)")
     tune.add_argument(
         "--generate-only",
         action="store_true",

@@ -316,6 +316,8 @@ def run_inner(
                 "winner": winner.config.to_json() if winner else None,
                 "speedup": winner.speedup if winner else None,
                 "ci": [winner.best.low, winner.best.high] if winner else None,
+                # ancestors' trials its model was told (a child's prior), when it has one
+                "prior_points": sum(len(g) for g in search.prior),
             },
         )
     return InnerResult(

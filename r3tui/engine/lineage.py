@@ -105,6 +105,22 @@ def best_configs(s: Session, variant_id: int, k: int) -> list[TrialConfig]:
     return out
 
 
+def ancestor_trials(s: Session, variant: Variant, generations: int) -> list[list[Any]]:
+    """Trials of ``variant``'s parent, grandparent, ... (at most ``generations``), nearest first,
+    as :class:`~r3tui.search.strategy.TrialRecord`: a child's prior."""
+    from db import repository as repo
+    from r3tui.search.strategy import TrialRecord
+
+    groups: list[list[Any]] = []
+    parent_id = variant.parent_id
+    while parent_id is not None and len(groups) < generations:
+        groups.append([TrialRecord.of(t.config, t.measurement)
+                       for t in repo.trials_of_variant(s, parent_id)])
+        parent = repo.get_variant(s, parent_id)
+        parent_id = parent.parent_id if parent is not None else None
+    return groups
+
+
 def family_of(variant: Variant) -> str:
     """The transformation family the variant came from (a MAP-Elites feature)."""
     if variant.origin is VariantOrigin.SEED:

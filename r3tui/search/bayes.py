@@ -17,6 +17,15 @@ How the optimizer is used, and why (scikit-optimize 0.10.2, scikit-learn 1.9, nu
   :meth:`SearchSpace.sample`), invalid and repeated points dropped, and is used until
   ``n_initial_points`` trials have finished.  Warm-start configs (a parent's best) come first
   and count toward it.
+- **A child's prior.**  :meth:`~r3tui.search.strategy.InnerSearch.set_prior` gives a child
+  variant's search its ancestors' trials.  The model is told those it has not evaluated
+  itself, shifted per generation by the median log-time difference over shared configs (in a
+  campaign the parent's best is asked first, so the shift is measured), and they count toward
+  the initial design: a child with 5 trials spends them where the lineage's model points
+  instead of on a fresh quasi-random design.  On the recorded hard nbody table a lineage of a
+  12-trial search and four 5-trial children reached 0.929 of the optimum on mean over 10
+  seeds without the prior and 0.999 with it, as one 32-trial search does
+  (``test_a_lineage_told_its_ancestors_trials_searches_like_one_long_search``).
 - **Valid proposals.**  :meth:`SearchSpace.is_valid_point` is passed as ``space_constraint``,
   so skopt samples acquisition candidates from valid points only (this forces
   ``acq_optimizer="sampling"``).  With ``constrain_sampling=False`` the optimizer sees the raw
@@ -55,6 +64,7 @@ from __future__ import annotations
 
 import math
 import random
+import statistics
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -137,7 +147,9 @@ class BayesSearch(InnerSearch):
     # -- proposal ------------------------------------------------------------------------
     def _propose(self, n: int, taken: set[str]) -> list[TrialConfig]:
         out: list[TrialConfig] = []
-        if self.n_evaluated < self.settings.n_initial_points:
+        # Prior points (a parent's trials) count toward the design: the model already has data.
+        in_design = self.n_evaluated + (self.n_prior_points() if self.prior else 0)
+        if in_design < self.settings.n_initial_points:
             for point in self._initial_design():
                 if len(out) >= n:
                     break
@@ -146,7 +158,7 @@ class BayesSearch(InnerSearch):
                 if not self._known(key) and key not in taken:
                     out.append(config)
                     taken.add(key)
-        if len(out) < n and self.n_evaluated >= self.settings.n_initial_points:
+        if len(out) < n and in_design >= self.settings.n_initial_points:
             out.extend(self._from_model(n - len(out), taken))
         if len(out) < n:  # design used up before its results are in, or the model is stuck
             rng = random.Random(derive_seed(self.seed, "fill", len(self.history),
@@ -213,6 +225,44 @@ class BayesSearch(InnerSearch):
         penalty = self._penalty(records)
         return [math.log(r.time_s) if r.ok and r.time_s else penalty for r in records]
 
+    def _told(self) -> tuple[list[list[Any]], list[float], float]:
+        """Every point the model is told, its value, and the failure penalty used.
+
+        Own trials first; then the prior's (see :meth:`InnerSearch.set_prior`) that this search
+        has not evaluated itself.  Each prior group is moved onto this search's scale by the
+        median difference of log(time) over the configs it shares with what is already told
+        (own trials, then nearer groups), or left as it is when it shares none; so a child's
+        model sees its parent's landscape at the level the child measured at the parent's best.
+        Prior failures are told the penalty, like own ones."""
+        own = [(p, r) for r in self.history if (p := self._point_of(r.config)) is not None]
+        scale = {r.key: math.log(r.time_s) for _, r in own if r.ok and r.time_s}
+        extra: list[tuple[list[Any], float | None]] = []
+        taken = {r.key for _, r in own} | set(self._pending)
+        for group in self.prior:
+            logs = {r.key: math.log(r.time_s) for r in group if r.ok and r.time_s}
+            shared = [scale[k] - v for k, v in logs.items() if k in scale]
+            shift = statistics.median(shared) if shared else 0.0
+            for record in group:
+                point = self.space.from_config(record.config)
+                if record.key in taken or point is None:
+                    continue
+                taken.add(record.key)
+                value = logs[record.key] + shift if record.key in logs else None
+                if value is not None:
+                    scale[record.key] = value
+                extra.append((point, value))
+        finite = list(scale.values())
+        penalty = (max(finite) + math.log(self.settings.penalty_factor)) if finite else 0.0
+        points = [p for p, _ in own] + [p for p, _ in extra]
+        values = [math.log(r.time_s) if r.ok and r.time_s else penalty for _, r in own]
+        values += [penalty if v is None else v for _, v in extra]
+        return points, values, penalty
+
+    def n_prior_points(self) -> int:
+        """Prior points the model is told now (not evaluated here, points of this space)."""
+        return len(self._told()[0]) - sum(1 for r in self.history
+                                          if self._point_of(r.config) is not None)
+
     def _optimizer(self) -> Any:
         from skopt import Optimizer
 
@@ -238,15 +288,12 @@ class BayesSearch(InnerSearch):
             return self._ask_model(n, taken)
 
     def _ask_model(self, n: int, taken: set[str]) -> list[TrialConfig]:
-        told = [(p, r) for r in self.history if (p := self._point_of(r.config)) is not None]
-        if not told or not self.space.dims:
+        points, values, penalty = self._told()
+        if not points or not self.space.dims:
             return []
-        points = [p for p, _ in told]
-        values = self.objective([r for _, r in told])
         strategy = self.settings.batch_strategy
         lie = min(values) if strategy == "cl_min" else (
             max(values) if strategy == "cl_max" else sum(values) / len(values))
-        penalty = self._penalty([r for _, r in told])
         for config in [*self._pending.values()]:
             point = self._point_of(config)
             if point is not None:

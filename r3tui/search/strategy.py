@@ -105,6 +105,7 @@ class InnerSearch(ABC):
         self._pending: dict[str, TrialConfig] = {}
         self._seen: set[str] = set()
         self._warm: list[TrialConfig] = []
+        self.prior: list[list[TrialRecord]] = []  # ancestors' trials, nearest first
         self._started: float | None = None
         self._elapsed_before = 0.0
 
@@ -117,6 +118,21 @@ class InnerSearch(ABC):
                 self._warm.append(config)
                 added += 1
         return added
+
+    def set_prior(self, groups: Iterable[Iterable[TrialRecord]]) -> int:
+        """Trials of related searches (a child's parent, then grandparent, ...), nearest first.
+
+        They are evidence, not history: nothing here is counted, re-timed or a finalist, and a
+        strategy without a model (random, exhaustive) ignores them.  :class:`BayesSearch` tells
+        its model the points of this space among them, each group shifted onto this search's
+        scale.  Returns how many records are points of this space."""
+        self.prior = []
+        usable = 0
+        for group in groups:
+            records = [r for r in group if r.evaluated]
+            usable += sum(1 for r in records if self.space.from_config(r.config) is not None)
+            self.prior.append(records)
+        return usable
 
     def ask(self, n: int = 1) -> list[TrialConfig]:
         """Up to ``n`` distinct configs, none evaluated or pending (fewer when the space runs

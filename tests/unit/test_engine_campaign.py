@@ -137,6 +137,28 @@ def test_a_child_is_warm_started_from_its_parents_best_configurations(
     assert child_trials[0].config == best_parent.config
 
 
+def test_a_childs_model_is_told_its_ancestors_trials(
+    finished: tuple[Path, int, CampaignRun],
+) -> None:
+    db, cid, _ = finished
+    with open_database(db, readonly=True) as database, database.session_scope() as s:
+        variants = {v.id: v for v in repo.campaign_variants(s, cid)}
+        counts = {v: len(repo.trials_of_variant(s, v)) for v in variants}
+        done = [e.data for e in repo.events(s, cid) if e.kind == "inner_done" and e.data]
+    assert len(done) >= 2
+    for data in done:
+        variant = variants[data["variant_id"]]
+        expected, parent_id, generations = 0, variant.parent_id, 0
+        while parent_id is not None and generations < SETTINGS.transfer:
+            expected += counts[parent_id]
+            parent_id, generations = variants[parent_id].parent_id, generations + 1
+        assert data["prior_points"] == expected
+    assert any(d["prior_points"] > 0 for d in done)
+    old = CampaignSettings.from_json({k: v for k, v in SETTINGS.to_json().items()
+                                      if k != "transfer"})
+    assert old.transfer == 0  # a campaign stored before transfer resumes without it
+
+
 def test_resume_rebuilds_the_same_archive(finished: tuple[Path, int, CampaignRun]) -> None:
     db, cid, run = finished
     with open_database(db) as database:

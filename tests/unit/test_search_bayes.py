@@ -272,3 +272,59 @@ def test_records_outside_the_space_count_for_best_but_not_the_model() -> None:
     assert TrialRecord.of(outside, 1e-6).ok
     drive(search, 10)
     assert search.n_evaluated == 10
+
+
+def test_a_prior_is_shifted_onto_the_childs_scale() -> None:
+    """A parent's trials, told to a child whose source runs everything 0.8x as long: after the
+    child measures one config the parent has, the prior is told at the child's level."""
+    space = make_space()
+    parent = BayesSearch(space, seed=3, settings=BayesSettings(**FAST))
+    drive(parent, 8, fail=lambda c: c.block == Dim3(32))
+    child = BayesSearch(space, seed=4, settings=BayesSettings(**FAST))
+    assert child.set_prior([parent.history]) == len(parent.history)
+    best_config, best_s = parent.best() or (None, 0.0)
+    assert best_config is not None
+    child.tell(best_config, 0.8 * best_s)
+    points, values, penalty = child._told()
+    assert len(points) == len(parent.history)  # the shared config is told once, the child's
+    told = dict(zip((space.key(p) for p in points), values, strict=True))
+    for record in parent.history:
+        if record.ok and record.time_s:
+            assert told[record.key] == pytest.approx(math.log(0.8 * record.time_s))
+        else:  # the parent's failures stay failures, at the child's penalty
+            assert told[record.key] == penalty
+    assert penalty == pytest.approx(max(v for v in values if v != penalty) + math.log(2.0))
+
+
+def test_nearer_ancestors_set_the_scale_of_farther_ones() -> None:
+    """A grandparent that shares no config with the child is shifted through the parent."""
+    space = make_space()
+    a, b, c = (TrialConfig(block=Dim3(x)) for x in (64, 128, 256))
+    grandparent = [TrialRecord.of(b, 4e-4), TrialRecord.of(c, 2e-4)]
+    parent = [TrialRecord.of(a, 3e-4), TrialRecord.of(b, 2e-4)]
+    child = BayesSearch(space, seed=5, settings=BayesSettings(**FAST))
+    child.set_prior([parent, grandparent])
+    child.tell(a, 1.5e-4)  # the child is 2x faster than the parent, 4x than the grandparent
+    told = dict(zip((space.key(p) for p in child._told()[0]), child._told()[1], strict=True))
+    assert told[config_key(b)] == pytest.approx(math.log(1e-4))
+    assert told[config_key(c)] == pytest.approx(math.log(0.5e-4))
+    assert child.n_prior_points() == 2
+    assert [r.config for r in child.history] == [a]  # the prior is not history
+
+
+def test_a_prior_replaces_the_initial_design_and_is_ignored_without_a_model() -> None:
+    space = make_space()
+    parent = BayesSearch(space, seed=6, settings=BayesSettings(**FAST))
+    drive(parent, 10)
+    child = BayesSearch(space, seed=7, settings=BayesSettings(**FAST))
+    child.set_prior([parent.history])
+    asked = drive(child, 4)
+    assert child._design is None  # enough prior data: the model proposes from the start
+    assert not {config_key(c) for c in asked} & {r.key for r in parent.history}
+    without = BayesSearch(space, seed=7, settings=BayesSettings(**FAST))
+    drive(without, 4)
+    assert without._design is not None
+    # random search has no model: a prior changes nothing
+    plain, primed = RandomSearch(space, seed=2), RandomSearch(space, seed=2)
+    primed.set_prior([parent.history])
+    assert drive(plain, 5) == drive(primed, 5)
