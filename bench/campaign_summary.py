@@ -2,9 +2,10 @@
 
 Every search of the benchmark is one campaign named ``<example>-<kind>-s<seed>`` with kind
 ``r3`` (remix + inner BO), ``bo`` (inner BO on the original source) or ``remix`` (outer loop,
-no inner loop).  A search's score is its speedup over the recorder's timing of the original
-launch (``launch.baseline.median_s`` of the recording's manifest, the same denominator for all
-three): baseline / best median of its ok trials.
+no inner loop), and with ``--ablate-transfer`` ``r3nt`` (r3 whose children are not told their
+ancestors' trials: the settings before that change).  A search's score is its speedup over
+the recorder's timing of the original launch (``launch.baseline.median_s`` of the recording's
+manifest, the same denominator for all of them): baseline / best median of its ok trials.
 
 Only seeds whose three searches all finished are compared (same seed, same budget); an example
 with fewer seeds than asked for, or none, is named in the ``cut_short`` lines, so a summary of a
@@ -20,7 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 KINDS = ("r3", "bo", "remix")
-_NAME = re.compile(r"^(?P<example>.+)-(?P<kind>r3|bo|remix)-s(?P<seed>\d+)$")
+# ``--ablate-transfer``: r3 with the settings before transfer (no ancestors' trials, warm start 3)
+ABLATION = "r3nt"
+_NAME = re.compile(r"^(?P<example>.+)-(?P<kind>r3|bo|remix|r3nt)-s(?P<seed>\d+)$")
 
 
 @dataclass(frozen=True)
@@ -89,9 +92,11 @@ def complete_seeds(results: Sequence[SearchResult]) -> dict[str, dict[int, dict[
         by_seed.setdefault((r.example, r.seed), {})[r.kind] = r
     out: dict[str, dict[int, dict[str, float]]] = {}
     for (example, seed), kinds in sorted(by_seed.items()):
-        if set(kinds) != set(KINDS) or not all(r.finished for r in kinds.values()):
+        if not set(KINDS) <= set(kinds) or not all(kinds[k].finished for k in KINDS):
             continue
-        out.setdefault(example, {})[seed] = {k: r.speedup or 0.0 for k, r in kinds.items()}
+        out.setdefault(example, {})[seed] = {
+            k: r.speedup or 0.0 for k, r in kinds.items() if k in KINDS or r.finished
+        }
     return out
 
 
@@ -104,14 +109,16 @@ def summary_lines(
 ) -> list[str]:
     """The table and the ``key: value`` lines of issue #5, over what ``results`` hold."""
     complete = complete_seeds(results)
+    ablated = any(ABLATION in k for seeds_ in complete.values() for k in seeds_.values())
     lines = [
         f"budget: {budget if budget is not None else '?'} trials per search; {seeds} seeds asked; "
         "speedup over the recorded launch, median over the complete seeds",
         f"{'example':11} {'seeds':>5} {'r3':>7} {'bo':>7} {'remix':>7} {'r3/bo':>7} "
-        f"{'r3/remix':>8}",
+        f"{'r3/remix':>8}" + (f" {ABLATION:>7} {ABLATION + '/bo':>8}" if ablated else ""),
     ]
     over_bo: dict[str, float] = {}
     over_remix: dict[str, float] = {}
+    ablation_over_bo: dict[str, float] = {}
     cut = []
     for example in examples:
         done = complete.get(example, {})
@@ -123,11 +130,21 @@ def summary_lines(
         m = {k: statistics.median(s[k] for s in done.values()) for k in KINDS}
         over_bo[example] = _ratio(m["r3"], m["bo"])
         over_remix[example] = _ratio(m["r3"], m["remix"])
-        lines.append(
+        row = (
             f"{example:11} {len(done):5d} {m['r3']:7.3f} {m['bo']:7.3f} {m['remix']:7.3f} "
             f"{over_bo[example]:7.3f} {over_remix[example]:8.3f}"
         )
-    for key, ratios in (("r3_over_bo_only", over_bo), ("r3_over_remix_only", over_remix)):
+        # the ablation over the seeds that have it, against bo on the same seeds
+        paired = [s for s in done.values() if ABLATION in s]
+        if paired:
+            nt = statistics.median(s[ABLATION] for s in paired)
+            ablation_over_bo[example] = _ratio(nt, statistics.median(s["bo"] for s in paired))
+            row += f" {nt:7.3f} {ablation_over_bo[example]:8.3f}"
+        lines.append(row)
+    keys = [("r3_over_bo_only", over_bo), ("r3_over_remix_only", over_remix)]
+    if ablated:
+        keys.append((f"{ABLATION}_over_bo_only", ablation_over_bo))
+    for key, ratios in keys:
         if ratios:
             worst = min(ratios, key=lambda e: ratios[e])
             lines.append(f"{key}: {ratios[worst]:.3f}  (worst example: {worst})")

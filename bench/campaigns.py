@@ -16,6 +16,7 @@ source, the time per evaluated variant, and the `key: value` lines of issue #5.
 
     python bench/campaigns.py --db OUT/campaigns.sqlite [--seeds 3] [--variants 4] [--inner 5]
         [--seed-trials 12] [--examples a,b] [--time-limit 420] [--example-cap S]
+        [--ablate-transfer]
 
 Seed 0 of every example runs first, then seed 1, and so on; a search that would end past
 ``--time-limit`` is not started, and the summary (bench/campaign_summary.py, read back from
@@ -40,7 +41,12 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "examples"))
 
-from campaign_summary import read_results, summary_lines, yield_lines  # noqa: E402
+from campaign_summary import (  # noqa: E402
+    ABLATION,
+    read_results,
+    summary_lines,
+    yield_lines,
+)
 from eval_cost import DEFAULT_EXAMPLES, DEFAULT_SCALES  # noqa: E402
 
 
@@ -92,8 +98,11 @@ class Budgets:
         return self.seed_trials + self.variants * self.inner
 
 
-def run_seed(name: str, bundle: Path, db: Path, seed: int, budgets: Budgets) -> bool:
-    """The three searches of one example and seed; ``False`` if one was stopped early."""
+def run_seed(
+    name: str, bundle: Path, db: Path, seed: int, budgets: Budgets, ablate: bool = False
+) -> bool:
+    """The three searches of one example and seed (four with ``ablate``: r3 without transfer
+    of ancestors' trials and with the old warm start of 3); ``False`` if one was stopped."""
     from r3tui.engine import InnerCampaign, InnerSettings, run_inner_campaign
     from r3tui.engine.campaign import CampaignSettings
     from r3tui.engine.tune import CampaignJob, run_campaign
@@ -149,19 +158,45 @@ def run_seed(name: str, bundle: Path, db: Path, seed: int, budgets: Budgets) -> 
             name=f"{name}-remix-s{seed}",
         )
     )
+    searched = [("r3", r3), ("remix", remix)]
+    if ablate:
+        searched.append(
+            (
+                ABLATION,
+                run_campaign(
+                    CampaignJob(
+                        bundle,
+                        db,
+                        CampaignSettings(
+                            variants=budgets.variants,
+                            inner_trials=budgets.inner,
+                            seed_trials=budgets.seed_trials,
+                            warm_start=3,
+                            transfer=0,
+                            seed=seed,
+                            llm_share=0.0,
+                            inner=InnerSettings(seed=seed),
+                        ),
+                        None,
+                        name=f"{name}-{ABLATION}-s{seed}",
+                    )
+                ),
+            )
+        )
     speedups = {}
-    for key, cid in (("r3", r3.campaign_id), ("remix", remix.campaign_id)):
+    for key, cid in ((k, job.campaign_id) for k, job in searched):
         best, n = best_trial_s(db, cid)
         assert n <= budget, f"{key} used {n} trials > {budget}"
         speedups[key] = baseline.median_s / best if best else 0.0
     speedups["bo"] = baseline.median_s / bo.best_s if bo.best_s else 0.0
     print(
         f"   seed {seed}: r3 {speedups['r3']:.3f}x  bo {speedups['bo']:.3f}x  "
-        f"remix {speedups['remix']:.3f}x  ({r3_s:.0f} s for r3, "
-        f"{time.monotonic() - started:.0f} s for the three)",
+        f"remix {speedups['remix']:.3f}x"
+        + (f"  {ABLATION} {speedups[ABLATION]:.3f}x" if ablate else "")
+        + f"  ({r3_s:.0f} s for r3, {time.monotonic() - started:.0f} s for all)",
         flush=True,
     )
-    return "stopped" not in (r3.status, remix.status)
+    return all(job.status != "stopped" for _, job in searched)
 
 
 def evaluate_llm(db: Path, bundles: Path) -> int:
@@ -219,6 +254,11 @@ def main(argv: list[str] | None = None) -> int:
         help="seconds per example over its seeds (0: none)",
     )
     parser.add_argument("--evaluate-db", type=Path, help="evaluate pending LLM variants in it")
+    parser.add_argument(
+        "--ablate-transfer",
+        action="store_true",
+        help=f"also run r3 as before transfer ({ABLATION}: no ancestors' trials, warm start 3)",
+    )
     args = parser.parse_args(argv)
     print(
         f"# bench/campaigns.py on {datetime.now(UTC):%Y-%m-%d %H:%M} UTC: {' '.join(sys.argv[1:])}"
@@ -276,7 +316,9 @@ def run_all(
                         continue
                     print(f"== {name} seed {seed}", flush=True)
                     t0 = clock()
-                    complete = run_seed(name, bundles[name], args.db, seed, budgets)
+                    complete = run_seed(
+                        name, bundles[name], args.db, seed, budgets, args.ablate_transfer
+                    )
                     spent[name].append(clock() - t0)
                     if not complete:
                         notes.append(f"stopped by a signal during {name} seed {seed}")

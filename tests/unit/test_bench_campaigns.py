@@ -161,7 +161,10 @@ def test_seed_major_order_and_time_limit(monkeypatch: pytest.MonkeyPatch, tmp_pa
     def fake_record(name: str, out: Path, scale: float) -> Path:
         return out / f"{name}.r3b"
 
-    def fake_run_seed(name: str, bundle: Path, db: Path, seed: int, budgets: object) -> bool:
+    def fake_run_seed(
+        name: str, bundle: Path, db: Path, seed: int, budgets: object, ablate: bool
+    ) -> bool:
+        assert ablate is True
         ran.append((name, seed))
         now[0] += cost[name]
         return True
@@ -169,7 +172,13 @@ def test_seed_major_order_and_time_limit(monkeypatch: pytest.MonkeyPatch, tmp_pa
     monkeypatch.setattr(campaigns, "record", fake_record)
     monkeypatch.setattr(campaigns, "run_seed", fake_run_seed)
     args = campaigns.argparse.Namespace(
-        seeds=3, time_limit=250.0, example_cap=0.0, bundles=tmp_path, scale=None, db=tmp_path
+        seeds=3,
+        time_limit=250.0,
+        example_cap=0.0,
+        bundles=tmp_path,
+        scale=None,
+        db=tmp_path,
+        ablate_transfer=True,
     )
     notes = campaigns.run_all(args, ["a", "b"], campaigns.Budgets(4, 5, 12), lambda: now[0])
     # a0 (100) b0 (130) a1 (230) b1 (260: started at 230, expected 30 -> 260 > 250: no)
@@ -177,3 +186,26 @@ def test_seed_major_order_and_time_limit(monkeypatch: pytest.MonkeyPatch, tmp_pa
     assert "b seed 1 not run: time limit 250.0 s" in notes
     assert "a seed 2 not run: time limit 250.0 s" in notes
     assert notes[-1] == "wall time 230 s"
+
+
+def test_the_transfer_ablation_is_compared_on_the_seeds_that_have_it(db: Path) -> None:
+    database = open_database(db)
+    try:
+        with database.session_scope() as s:
+            rid = next(c.recording_id for c in (repo.get_campaign(s, x.id)
+                                                for x in repo.list_campaign_summaries(s))
+                       if c is not None and c.name.startswith("stencil7"))
+            add_search(s, rid, "stencil7-r3nt-s0", 0, "r3nt", 1.0e-3)
+            add_search(s, rid, "stencil7-r3nt-s1", 1, "r3nt", 0.5e-3)
+    finally:
+        database.close()
+    results = read_results(db)
+    complete = complete_seeds(results)
+    assert complete["stencil7"][0]["r3nt"] == pytest.approx(1.0)
+    assert "r3nt" not in complete["stencil7"][2]  # seed 2 has no ablation: still compared
+    lines = summary_lines(results, ["stencil7", "sgemm"], 3, 32)
+    # stencil7 seeds 0, 1: r3nt median 1.5, bo median (1.25, 2.0) 1.625
+    ratio = value(lines, "r3nt_over_bo_only")
+    assert float(ratio.split()[0]) == pytest.approx(1.5 / 1.625, abs=1e-3)
+    assert "worst example: stencil7" in ratio
+    assert float(value(lines, "r3_over_bo_only").split()[0]) == pytest.approx(4.0 / 4.5, abs=1e-3)
