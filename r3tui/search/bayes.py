@@ -31,6 +31,15 @@ How the optimizer is used, and why (scikit-optimize 0.10.2, scikit-learn 1.9, nu
   ``acq_optimizer="sampling"``).  With ``constrain_sampling=False`` the optimizer sees the raw
   space, and each invalid point it proposes is told the failure penalty without being
   evaluated, counted in ``invalid_count`` and kept in the history.
+- **Local candidates** (``local_candidates=N``, off by default).  skopt scores the acquisition
+  function on ``n_candidates`` uniformly random valid points; with ``N > 0`` the valid
+  neighbours (:func:`neighbours`: one step in one or two dimensions) of the ``N`` best told
+  points (pending lies included) are scored too, with the model of the same tell
+  (``opt.models[-1]``, ``skopt.acquisition.gaussian_ei`` and friends), and the best new point
+  of skopt's proposal and those neighbours is asked.  Deterministic: ties go to skopt's
+  proposal, then to the neighbours' fixed order.  On these tables (1470-2040 valid configs)
+  the 2000 random candidates already hold about 2/3 of the space, yet a neighbour won 20-40 %
+  of the model's asks (two seeds, 50 evaluations, hard tables and stencil7).
 - **Batches: constant liar.**  Pending trials and the points already chosen for this batch are
   told a lie (``cl_min``: the best value so far; ``cl_mean``, ``cl_max``) before the next point
   is asked, as ``Optimizer.ask(n_points=..., strategy=...)`` does, so a batch holds distinct
@@ -62,6 +71,7 @@ How the optimizer is used, and why (scikit-optimize 0.10.2, scikit-learn 1.9, nu
 
 from __future__ import annotations
 
+import itertools
 import math
 import random
 import statistics
@@ -107,6 +117,9 @@ class BayesSettings:
         default=2.0, metadata={"help": "a failed trial counts as this multiple of the worst time"})
     constrain_sampling: bool = field(
         default=True, metadata={"help": "sample acquisition candidates from valid points only"})
+    local_candidates: int = field(
+        default=0, metadata={"help": "the best N told points' valid neighbours (one step in one "
+                             "or two dimensions) join the acquisition candidates; 0: off"})
 
     def __post_init__(self) -> None:
         if self.estimator.upper() in BROKEN_ESTIMATORS:
@@ -122,6 +135,8 @@ class BayesSettings:
                 raise ConfigError(f"{name} {value!r} is not one of {', '.join(allowed)}")
         if self.n_initial_points < 1 or self.n_candidates < 1:
             raise ConfigError("n_initial_points and n_candidates must be at least 1")
+        if self.local_candidates < 0:
+            raise ConfigError("local_candidates must be at least 0")
         if not self.penalty_factor >= 1.0:
             raise ConfigError("penalty_factor must be at least 1")
         if not (math.isfinite(self.xi) and self.xi >= 0.0
@@ -318,6 +333,9 @@ class BayesSearch(InnerSearch):
                     self._points[config_key(config)] = point
                     opt.tell(point, penalty)
                     continue
+                if self.settings.local_candidates:
+                    local = self._best_local(opt, point, taken)
+                    point = point if local is None else local
                 config = self.space.to_config(point)
                 key = config_key(config)
                 if self._known(key) or key in taken:
@@ -330,3 +348,68 @@ class BayesSearch(InnerSearch):
         self.model_repeats += sum("has been evaluated at point" in str(w.message)
                                   for w in caught)
         return out
+
+    def _best_local(self, opt: Any, proposal: list[Any], taken: set[str]) -> list[Any] | None:
+        """The candidate with the best acquisition value among skopt's ``proposal`` (its best
+        of ``n_candidates`` random valid points) and the neighbours of the best
+        ``local_candidates`` points the optimizer has been told (pending lies included), or
+        None when none of them is new.  Ties go to ``proposal``, then to the neighbours' order,
+        so the choice is deterministic."""
+        import numpy as np
+
+        told = {tuple(x) for x in opt.Xi}
+        order = sorted(range(len(opt.yi)), key=lambda i: (opt.yi[i], i))
+        candidates = [proposal] if tuple(proposal) not in told else []
+        seen = {tuple(proposal)} | told
+        for i in order[:self.settings.local_candidates]:
+            for move in neighbours(self.space, opt.Xi[i]):
+                if tuple(move) not in seen:
+                    seen.add(tuple(move))
+                    candidates.append(move)
+        if not candidates:
+            return None
+        scores = self._acquisition(opt, np.asarray(opt.space.transform(candidates)))
+        for i in np.argsort(scores, kind="stable"):
+            point = candidates[int(i)]
+            key = self.space.key(point)
+            if not self._known(key) and key not in taken:
+                return point
+        return None
+
+    def _acquisition(self, opt: Any, x: Any) -> Any:
+        """skopt's acquisition values at transformed points ``x`` (lower is better), with the
+        model of the last tell; ``gp_hedge`` is scored with EI (its choice per ask is not
+        public)."""
+        import numpy as np
+        from skopt.acquisition import gaussian_ei, gaussian_lcb, gaussian_pi
+
+        model, s = opt.models[-1], self.settings
+        if s.acq_func == "LCB":
+            return np.asarray(gaussian_lcb(x, model, kappa=s.kappa))
+        gain = gaussian_pi if s.acq_func == "PI" else gaussian_ei
+        return -np.asarray(gain(x, model, y_opt=float(np.min(opt.yi)), xi=s.xi))
+
+
+def neighbours(space: SearchSpace, point: Sequence[Any]) -> list[list[Any]]:
+    """The valid points one step from ``point`` in one dimension, then in two: an ordinal
+    dimension moves to the next index up or down, a categorical one to each other label.
+    Distinct, ``point`` itself excluded, in a fixed order."""
+    here = space.normalize(point)
+    if here is None:
+        return []
+    moves: list[list[Any]] = []
+    for j, dim in enumerate(space.dims):
+        if dim.ordinal:
+            moves.append([v for v in (here[j] - 1, here[j] + 1) if 0 <= v < len(dim.choices)])
+        else:
+            moves.append([label for label in dim.labels if label != here[j]])
+    out: list[list[Any]] = []
+    for j, values in enumerate(moves):
+        for value in values:
+            out.append([*here[:j], value, *here[j + 1:]])
+    for j, k in itertools.combinations(range(len(moves)), 2):
+        for a, b in itertools.product(moves[j], moves[k]):
+            moved = list(here)
+            moved[j], moved[k] = a, b
+            out.append(moved)
+    return [p for p in out if space.is_valid_point(p)]

@@ -8,13 +8,14 @@ how fast a kernel is.  Recorded GPU measurements are used in test_search_simulat
 from __future__ import annotations
 
 import math
+import random
 
 import pytest
 
 from r3tui.compile.options import accepted_options, canonicalize
 from r3tui.domain import Dim3, Measurement, MeasurementStatus, TimeStats, TrialConfig
 from r3tui.errors import ConfigError
-from r3tui.search.bayes import GENERATORS, BayesSearch, BayesSettings
+from r3tui.search.bayes import GENERATORS, BayesSearch, BayesSettings, neighbours
 from r3tui.search.source import Tunable
 from r3tui.search.space import LaunchSpec, SearchSpace, config_key, option_dims
 from r3tui.search.strategy import Budget, ExhaustiveSearch, RandomSearch, TrialRecord
@@ -200,6 +201,68 @@ def test_resume_after_batches_never_re_asks_evaluated_points() -> None:
     nxt = resumed.ask(3)
     assert not {config_key(c) for c in nxt} & {r.key for r in search.history}
     assert {config_key(c) for c in nxt} == {config_key(c) for c in pending}
+
+
+def _one_step_moves(space: SearchSpace, point: list) -> list[list]:
+    """Every point one step from ``point`` in one dimension, valid or not."""
+    out = []
+    for j, dim in enumerate(space.dims):
+        values = ([point[j] - 1, point[j] + 1] if dim.ordinal
+                  else [label for label in dim.labels if label != point[j]])
+        out += [[*point[:j], v, *point[j + 1:]] for v in values
+                if not dim.ordinal or 0 <= v < len(dim.choices)]
+    return out
+
+
+def test_neighbours_are_valid_distinct_one_or_two_steps_away() -> None:
+    # most (TILE, block) pairs break the relation, so some moves are invalid
+    space = make_space(tunables=[Tunable("TILE", (1, 2, 4, 8, 16, 32, 64, 128), 1)],
+                       relations=["TILE * BLOCK_X <= 2048"])
+    invalid_moves = 0
+    for point in [space.baseline_point(), *space.sample(random.Random(3), 5)]:
+        near = neighbours(space, point)
+        invalid_moves += sum(not space.is_valid_point(p) for p in _one_step_moves(space, point))
+        assert near == neighbours(space, point)  # a fixed order
+        assert len({tuple(p) for p in near}) == len(near) and point not in near
+        assert all(space.is_valid_point(p) for p in near)
+        steps = [p for p in _one_step_moves(space, point) if space.is_valid_point(p)]
+        assert steps and near[:len(steps)] == steps  # every valid one-step move, first
+        for p in near:
+            assert 1 <= sum(a != b for a, b in zip(p, point, strict=True)) <= 2
+        two = [p for p in near if sum(a != b for a, b in zip(p, point, strict=True)) == 2]
+        assert two  # moves in two dimensions are there too
+    assert invalid_moves > 0  # and the invalid ones were left out
+    assert neighbours(space, ["no such point"]) == []
+
+
+def test_local_candidates_are_valid_deterministic_and_resume() -> None:
+    with pytest.raises(ConfigError):
+        BayesSettings(local_candidates=-1)
+    space = make_space()
+    settings = BayesSettings(local_candidates=3, **FAST)
+    asked = drive(BayesSearch(space, seed=8, settings=settings), 14)
+    assert drive(BayesSearch(space, seed=8, settings=settings), 14) == asked  # same seed
+    assert len({config_key(c) for c in asked}) == 14
+    assert all(space.check(c) == [] for c in asked)
+    interrupted = BayesSearch(space, seed=8, settings=settings)
+    drive(interrupted, 9)
+    resumed = BayesSearch(space, seed=8, settings=settings)
+    resumed.resume([(r.config, r.time_s) for r in interrupted.history])
+    assert drive(resumed, 14) == asked[9:]
+    batched = BayesSearch(space, seed=5, settings=settings)
+    keys = [config_key(c) for c in drive(batched, 16, batch=4)]
+    assert len(set(keys)) == 16  # constant-liar batches stay distinct
+
+
+def test_local_candidates_change_the_asks_toward_the_incumbent() -> None:
+    """With the neighbours of the best told points among the candidates, some model asks are
+    one of those neighbours that skopt's random candidates did not offer."""
+    space = make_space()
+    plain = drive(BayesSearch(space, seed=2, settings=BayesSettings(**FAST)), 16)
+    local = drive(BayesSearch(space, seed=2, settings=BayesSettings(local_candidates=3,
+                                                                    **FAST)), 16)
+    n = FAST["n_initial_points"]
+    assert plain[:n] == local[:n] and plain != local
 
 
 def test_time_budget_with_a_fake_clock() -> None:
