@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One GPU session on the device machine: environment probe, the GPU test suite, a summary,
-# then the benchmarks named in R3_BENCH (default: eval_cost spaces inner_live; empty: none).
+# then the benchmarks named in R3_BENCH (default: eval_cost spaces inner_live; empty: none;
+# also: bundles campaigns evaluate_llm app_tune).
 #
 #   source .device/setup.sh && bash bench/gpu_session.sh
 #
@@ -134,6 +135,10 @@ case $bench in *" evaluate_llm "*)
   python3 -m r3tui report "$(python3 -c "
 import sqlite3; print(sqlite3.connect('$OUT/llm.sqlite').execute('select max(id) from campaigns').fetchone()[0])")" \
     --db "$OUT/llm.sqlite" | tee "$OUT/demo_report.log";; esac
+case $bench in *" app_tune "*)
+  # the CG application recorded, tuned, applied and re-measured (issue #7)
+  run_bench app_tune python3 bench/app_tune.py --work /tmp/r3app --out "$OUT/app_tune.txt" \
+    ${R3_APP_ARGS:---n 192 --budget 6 --top 2 --record-runs 1 --runs 3 --reachable};; esac
 if [ -n "${R3_PACK:-}" ]; then
   # the device tool brings back at most 8 files: logs in one archive, databases checkpointed
   for db in "$OUT"/*.sqlite; do
