@@ -345,6 +345,8 @@ class CampaignRun:
                         "family": proposal.transformation.family,
                         "index": request.index,
                         "inspirations": list(request.inspiration_ids),
+                        # how it was made: what a rule changed, or how much of the answer applied
+                        **({"applied": proposal.detail} if proposal.detail else {}),
                     },
                     llm_call_id=call_id,
                 ),

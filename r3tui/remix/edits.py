@@ -49,6 +49,8 @@ class ParsedAnswer:
     edits: tuple[Edit, ...] = ()
     source: str | None = None  # the whole-kernel answer
     reason: str | None = None
+    # what was left out of an answer that still has complete edits (e.g. a last edit cut off)
+    dropped: str | None = None
 
 
 @dataclass(frozen=True)
@@ -57,6 +59,7 @@ class ApplyResult:
     source: str | None
     reason: str | None = None
     tolerant: bool = False  # some edit matched only once whitespace was ignored
+    skipped: tuple[str, ...] = ()  # partial mode: the edits that did not apply, and why
 
 
 def _lf(text: str) -> str:
@@ -77,7 +80,11 @@ def _section(lines: list[str]) -> str:
 
 
 def parse_search_replace(answer: str) -> ParsedAnswer:
-    """The SEARCH/REPLACE blocks of ``answer``, in order."""
+    """The SEARCH/REPLACE blocks of ``answer``, in order.
+
+    A malformed or cut-off block after complete ones ends the answer there: the complete edits
+    are kept, and what was left out is said in ``dropped`` (small models often run out of
+    tokens in a last, extra edit).  With no complete edit the answer fails."""
     edits: list[Edit] = []
     state = "outside"
     search: list[str] = []
@@ -90,7 +97,7 @@ def parse_search_replace(answer: str) -> ParsedAnswer:
             if _DIVIDER_LINE.match(line):
                 state = "replace"
             elif _SEARCH_LINE.match(line) or _REPLACE_LINE.match(line):
-                return ParsedAnswer(False, reason=f"edit {len(edits) + 1} has no '{DIVIDER}' line")
+                return _partial(edits, f"edit {len(edits) + 1} has no '{DIVIDER}' line")
             else:
                 search.append(line)
         elif _REPLACE_LINE.match(line):
@@ -101,17 +108,22 @@ def parse_search_replace(answer: str) -> ParsedAnswer:
                 edits.append(edit)
             state = "outside"
         elif _SEARCH_LINE.match(line) or _DIVIDER_LINE.match(line):
-            return ParsedAnswer(False, reason=f"edit {len(edits) + 1} has no '{REPLACE_MARK}' line")
+            return _partial(edits, f"edit {len(edits) + 1} has no '{REPLACE_MARK}' line")
         else:
             replace.append(line)
     if state != "outside":
-        return ParsedAnswer(
-            False,
-            reason=f"the answer ends inside edit {len(edits) + 1} (cut off at max_tokens?)",
+        return _partial(
+            edits, f"the answer ends inside edit {len(edits) + 1} (cut off at max_tokens?)"
         )
     if not edits:
         return ParsedAnswer(False, reason="the answer has no SEARCH/REPLACE block")
     return ParsedAnswer(True, edits=tuple(edits))
+
+
+def _partial(edits: list[Edit], problem: str) -> ParsedAnswer:
+    if not edits:
+        return ParsedAnswer(False, reason=problem)
+    return ParsedAnswer(True, edits=tuple(edits), dropped=problem)
 
 
 def parse_whole(answer: str) -> ParsedAnswer:
@@ -182,9 +194,16 @@ def _apply_tolerant(source: str, search: str, replace: str) -> tuple[str | None,
     return "\n".join(lines[:first] + replaced + lines[last + 1 :]), None
 
 
-def apply_edits(source: str, edits: Sequence[Edit], kernel_name: str | None = None) -> ApplyResult:
+def apply_edits(
+    source: str, edits: Sequence[Edit], kernel_name: str | None = None, partial: bool = False
+) -> ApplyResult:
     """``source`` with every edit applied in order; with ``kernel_name``, also check that the
-    kernel is still there with the same parameter list (:func:`entry_point_problem`)."""
+    kernel is still there with the same parameter list (:func:`entry_point_problem`).
+
+    An edit that does not apply (SEARCH text empty, absent or ambiguous) fails the whole answer,
+    or with ``partial`` is skipped and named in ``skipped``, as long as another edit applies:
+    the result is then a different change than the model meant, which compile and verification
+    on the recorded data judge like any other."""
     crlf = "\r\n" in source
     current = _lf(source)
     original = current
@@ -192,34 +211,41 @@ def apply_edits(source: str, edits: Sequence[Edit], kernel_name: str | None = No
     if not edits:
         return ApplyResult(False, None, "no edits to apply")
     applied: list[tuple[str, str]] = []
+    skipped: list[str] = []
     for number, edit in enumerate(edits, start=1):
         search, replace = _lf(edit.search), _lf(edit.replace)
+        problem: str | None = None
         if not search.strip():
-            return ApplyResult(False, None, f"edit {number}: its SEARCH text is empty")
-        if (search, replace) in applied:
+            problem = "its SEARCH text is empty"
+        elif (search, replace) in applied:
             continue  # small models repeat a block; the change is made once
-        applied.append((search, replace))
-        found = _whole_line_occurrences(current, search)
-        count = len(found)
-        if count == 1:
-            at = found[0]
-            current = current[:at] + replace + current[at + len(search) :]
-            continue
-        if count > 1:
-            return ApplyResult(
-                False, None, f"edit {number}: its SEARCH text occurs {count} times (ambiguous)"
-            )
-        updated, why = _apply_tolerant(current, search, replace)
-        if updated is None:
-            return ApplyResult(False, None, f"edit {number}: {why}")
-        current, tolerant = updated, True
+        else:
+            applied.append((search, replace))
+            found = _whole_line_occurrences(current, search)
+            if len(found) == 1:
+                at = found[0]
+                current = current[:at] + replace + current[at + len(search) :]
+                continue
+            if len(found) > 1:
+                problem = f"its SEARCH text occurs {len(found)} times (ambiguous)"
+            else:
+                updated, problem = _apply_tolerant(current, search, replace)
+                if updated is not None:
+                    current, tolerant = updated, True
+                    continue
+        if not partial:
+            return ApplyResult(False, None, f"edit {number}: {problem}")
+        skipped.append(f"edit {number}: {problem}")
     if current == original:
-        return ApplyResult(False, None, "the edits leave the kernel unchanged")
+        reason = "the edits leave the kernel unchanged"
+        return ApplyResult(False, None, f"{reason}; {'; '.join(skipped)}" if skipped else reason)
     if kernel_name is not None:
         problem = entry_point_problem(original, current, kernel_name)
         if problem:
             return ApplyResult(False, None, problem, tolerant)
-    return ApplyResult(True, current.replace("\n", "\r\n") if crlf else current, None, tolerant)
+    return ApplyResult(
+        True, current.replace("\n", "\r\n") if crlf else current, None, tolerant, tuple(skipped)
+    )
 
 
 def apply_whole(parent: str, answer_source: str, kernel_name: str) -> ApplyResult:

@@ -259,12 +259,19 @@ class Mutator:
             applied = apply_whole(ctx.parent_source, parsed.source, ctx.kernel_name)
             how = "whole kernel"
         else:
-            applied = apply_edits(ctx.parent_source, parsed.edits, ctx.kernel_name)
-            how = f"{len(parsed.edits)} edit(s)" + (
-                ", whitespace-tolerant" if applied.tolerant else ""
-            )
+            applied = apply_edits(ctx.parent_source, parsed.edits, ctx.kernel_name, partial=True)
+            n_ok = len(parsed.edits) - len(applied.skipped)
+            how = (
+                f"{n_ok} of {len(parsed.edits)} edit(s)" if applied.skipped
+                else f"{len(parsed.edits)} edit(s)"
+            ) + (", whitespace-tolerant" if applied.tolerant else "")
+            how += "".join(f"; skipped {why}" for why in applied.skipped)
+        if parsed.dropped:
+            how += f"; left out: {parsed.dropped}"
         if not applied.ok or applied.source is None:
             reason = applied.reason or "the answer does not apply"
+            if parsed.dropped:
+                reason += f"; left out: {parsed.dropped}"
             return self._failed(transformation, VariantOrigin.LLM, reason, call)
         return self._finish(ctx, transformation, VariantOrigin.LLM, call, applied.source, how)
 

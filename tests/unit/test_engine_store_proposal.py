@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from db import repository as repo
@@ -70,5 +71,22 @@ def test_a_source_already_in_the_campaign_is_a_duplicate_and_only_in_that_campai
             assert repo.variant_with_source(s, cid, child_source) == first.id
             assert repo.variant_with_source(s, cid, "no such kernel") is None
             assert repo.variant_with_source(s, other_cid, child_source) == elsewhere.id
+    finally:
+        database.close()
+
+
+def test_how_a_proposal_was_made_is_stored_with_the_variant(tmp_path: Path) -> None:
+    database = open_database(tmp_path / "r3.sqlite")
+    try:
+        run = make_run(database, new_campaign(database))
+        request = _Request(index=1, island=0, parent=run.seed_variant(), profile=None,
+                           inspirations=())
+        source = SOURCE.text.replace("__global__", "__global__ /* b */", 1)
+        detail = "1 of 2 edit(s); skipped edit 2: its SEARCH text is not in the kernel"
+        stored = run.store_proposal(request, replace(proposal(source), detail=detail))
+        plain = run.store_proposal(request, proposal(source + "\n"))
+        with database.session_scope() as s:
+            assert (repo.get_variant(s, stored.id) or stored).features["applied"] == detail
+            assert "applied" not in (repo.get_variant(s, plain.id) or plain).features
     finally:
         database.close()

@@ -289,3 +289,34 @@ def test_a_repeated_block_is_applied_once() -> None:
     assert result.ok and result.source == SGEMM.replace(search, once.replace)
     clash = apply_edits(SGEMM, [once, Edit(search, "    float sum = 1.0f;\n")], "sgemm")
     assert not clash.ok and "edit 2" in (clash.reason or "")
+
+
+def test_complete_edits_before_a_cut_off_or_malformed_one_are_kept() -> None:
+    first = block("a\n", "b\n")
+    cut = parse_search_replace(first + "<<<<<<< SEARCH\nc\n=======\nd")
+    assert cut.ok and cut.edits == (Edit("a\n", "b\n"),)
+    assert cut.dropped and "ends inside edit 2" in cut.dropped
+    malformed = parse_search_replace(first + "<<<<<<< SEARCH\nc\n>>>>>>> REPLACE\n")
+    assert malformed.ok and malformed.edits == (Edit("a\n", "b\n"),)
+    assert malformed.dropped and "edit 2 has no '======='" in malformed.dropped
+    assert parse_search_replace(first).dropped is None
+
+
+def test_partial_application_skips_edits_that_do_not_apply_and_names_them() -> None:
+    loop = "    for (int k = 0; k < K; ++k) {\n"
+    edits = [Edit("no such line\n", "x\n"), Edit(loop, "    #pragma unroll 4\n" + loop),
+             Edit("   \n", "y\n")]
+    strict = apply_edits(SGEMM, edits, "sgemm")
+    assert not strict.ok and "edit 1" in (strict.reason or "")
+    partial = apply_edits(SGEMM, edits, "sgemm", partial=True)
+    assert partial.ok and partial.source == SGEMM.replace(loop, "    #pragma unroll 4\n" + loop)
+    assert partial.skipped == ("edit 1: its SEARCH text is not in the kernel",
+                               "edit 3: its SEARCH text is empty")
+    none_apply = apply_edits(SGEMM, edits[:1], "sgemm", partial=True)
+    assert not none_apply.ok and "unchanged" in (none_apply.reason or "")
+    assert "edit 1: its SEARCH text is not in the kernel" in (none_apply.reason or "")
+    # the entry-point check still holds for what was applied
+    broken = [Edit("no such line\n", "x\n"),
+              Edit("                                 float beta, float* C)\n",
+                   "                                 double beta, float* C)\n")]
+    assert not apply_edits(SGEMM, broken, "sgemm", partial=True).ok

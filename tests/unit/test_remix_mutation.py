@@ -113,6 +113,23 @@ def test_model_answer_is_parsed_applied_and_diffed() -> None:
     assert compiled.ok, compiled.log
 
 
+def test_a_model_answer_applies_in_part_and_says_what_was_left_out() -> None:
+    ctx = llm_ctx()
+    answer = (
+        edit(LOOP, "    #pragma unroll 4\n" + LOOP)
+        + edit("    float no_such_line;\n", "x\n")
+        + "<<<<<<< SEARCH\n    float acc"
+    )
+    mutator = Mutator(RecordedBackend([recorded(ctx, answer)]), MutatorSettings(llm_share=1.0))
+    proposal = mutator.propose(ctx, random.Random(0))
+    assert proposal.ok, proposal.reason
+    assert proposal.source == SGEMM.replace(LOOP, "    #pragma unroll 4\n" + LOOP)
+    assert proposal.detail == (
+        "1 of 2 edit(s); skipped edit 2: its SEARCH text is not in the kernel; "
+        "left out: the answer ends inside edit 3 (cut off at max_tokens?)"
+    )
+
+
 @pytest.mark.parametrize(
     ("answer", "reason"),
     [
