@@ -168,25 +168,57 @@ def summary_lines(
     return lines
 
 
+def model_tag(model_path: str) -> str:
+    """A short name for a model file: ``SmolLM2-135M-Instruct.Q4_1.gguf`` -> ``smollm2``,
+    ``qwen2.5-coder-1.5b-instruct-q4_k_m.gguf`` -> ``qwen2.5``."""
+    match = re.match(r"[a-z]+[0-9.]*", Path(model_path).name.lower())
+    return match[0].rstrip(".") if match else "llm"
+
+
 def yield_lines(db: Path) -> list[str]:
     """``valid_variant_yield_<source>`` over every campaign in ``db``: verified (or improved)
-    variants over proposals that left the funnel, the original left out."""
+    variants over proposals that left the funnel, the original left out; LLM proposals per
+    model (``valid_variant_yield_smollm2``).  Then ``inference_share`` per model over the
+    campaigns that asked it: LLM time over campaign wall time (generation and evaluation)."""
     from db import repository as repo
     from db.session import open_database
     from r3tui.domain import VariantOrigin, VariantStatus
 
     counts: dict[str, list[int]] = {}
+    shares: dict[str, list[float]] = {}
     with open_database(db, readonly=True) as database, database.session_scope() as s:
         for c in repo.list_campaign_summaries(s):
+            calls = dict(repo.campaign_llm_calls(s, c.id))
             for v in repo.campaign_variants(s, c.id):
                 if v.origin is VariantOrigin.SEED or v.status is VariantStatus.PENDING:
                     continue
-                row = counts.setdefault(v.origin.value, [0, 0, 0])
+                call = calls.get(v.llm_call_id) if v.llm_call_id is not None else None
+                source = model_tag(call.model_path) if call is not None else v.origin.value
+                row = counts.setdefault(source, [0, 0, 0])
                 row[0] += 1
                 row[1] += v.status in (VariantStatus.VERIFIED, VariantStatus.IMPROVED)
                 row[2] += v.status is VariantStatus.IMPROVED
-    return [
+            models = {model_tag(call.model_path) for call in calls.values()}
+            wall = sum(
+                float(e.data.get("wall_s", 0.0))
+                for e in repo.events(s, c.id, limit=1_000_000)
+                if e.kind in ("finish", "stop") and e.data
+            )
+            if len(models) == 1 and wall > 0:
+                share = shares.setdefault(models.pop(), [0.0, 0.0])
+                share[0] += sum(call.latency_s for call in calls.values())
+                share[1] += wall
+    lines = [
         f"valid_variant_yield_{origin}: {ok / n if n else 0:.3f}  ({ok}/{n} verified, "
         f"{better} improved)"
         for origin, (n, ok, better) in sorted(counts.items())
     ]
+    if shares:
+        llm_all, wall_all = (sum(v[i] for v in shares.values()) for i in (0, 1))
+        lines.append(f"inference_share: {min(1.0, llm_all / wall_all):.3f}  (every LLM campaign)")
+    lines += [
+        f"inference_share_{model}: {min(1.0, llm / wall):.3f}  (LLM {llm:.0f} s of {wall:.0f} s "
+        "campaign wall, generation and evaluation)"
+        for model, (llm, wall) in sorted(shares.items())
+    ]
+    return lines

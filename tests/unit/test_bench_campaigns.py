@@ -209,3 +209,35 @@ def test_the_transfer_ablation_is_compared_on_the_seeds_that_have_it(db: Path) -
     assert float(ratio.split()[0]) == pytest.approx(1.5 / 1.625, abs=1e-3)
     assert "worst example: stencil7" in ratio
     assert float(value(lines, "r3_over_bo_only").split()[0]) == pytest.approx(4.0 / 4.5, abs=1e-3)
+
+
+def test_llm_yield_and_inference_share_per_model(tmp_path: Path) -> None:
+    from r3tui.domain import LLMCall
+
+    path = tmp_path / "llm.sqlite"
+    database = open_database(path)
+    try:
+        with database.session_scope() as s:
+            rid = repo.add_recording(s, recording("softmax"), {})
+            for model, statuses, latency, wall in (
+                ("/m/SmolLM2-135M-Instruct.Q4_1.gguf",
+                 (VariantStatus.APPLY_FAILED, VariantStatus.COMPILE_FAILED), 30.0, 40.0),
+                ("/m/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
+                 (VariantStatus.IMPROVED, VariantStatus.WRONG_RESULT), 90.0, 100.0),
+            ):
+                cid = repo.create_campaign(s, Campaign(f"softmax-{model[3:6]}", rid, seed=0))
+                seed = repo.add_variant(s, Variant(cid, "seed", VariantOrigin.SEED))
+                for i, status in enumerate(statuses):
+                    call = LLMCall(model, "0" * 64, "p", "r", {}, 0, 10, 10, latency / 2)
+                    call_id = repo.add_llm_call(s, cid, call)
+                    repo.add_variant(s, Variant(cid, f"v{i}", VariantOrigin.LLM, parent_id=seed,
+                                                status=status, llm_call_id=call_id))
+                repo.add_event(s, cid, "finish", "done", {"wall_s": wall})
+    finally:
+        database.close()
+    lines = yield_lines(path)
+    assert value(lines, "valid_variant_yield_smollm2").startswith("0.000  (0/2 verified")
+    assert value(lines, "valid_variant_yield_qwen2.5").startswith("0.500  (1/2 verified, 1 impr")
+    assert float(value(lines, "inference_share").split()[0]) == pytest.approx(120 / 140, abs=1e-3)
+    assert float(value(lines, "inference_share_smollm2").split()[0]) == pytest.approx(0.75)
+    assert float(value(lines, "inference_share_qwen2.5").split()[0]) == pytest.approx(0.9)
