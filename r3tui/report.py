@@ -249,16 +249,27 @@ def _cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
-def export_variant(s: Session, campaign_id: int, variant_id: int | None, out: Path) -> list[Path]:
-    """Write the variant's source, options, launch and a patch against the original."""
+def export_variant(
+    s: Session,
+    campaign_id: int,
+    variant_id: int | None,
+    out: Path,
+    config: TrialConfig | None = None,
+) -> list[Path]:
+    """Write the variant's source, options, launch and a patch against the original; the
+    configuration is ``config`` (e.g. the re-timed winner) or the variant's fastest trial's."""
     from db import repository as repo
+    from r3tui.search.space import config_key
 
     report = build_report(s, campaign_id)
     variant = repo.get_variant(s, variant_id) if variant_id is not None else report.best_variant
     if variant is None or variant.campaign_id != campaign_id:
         raise R3Error(f"no variant {variant_id} in campaign {campaign_id}")
     own = [t for t in repo.trials_of_variant(s, variant.id or -1) if _median(t)]
-    config = min(own, key=lambda t: _median(t) or 0).config if own else TrialConfig()
+    if config is not None:
+        own = [t for t in own if config_key(t.config) == config_key(config)] or own
+    else:
+        config = min(own, key=lambda t: _median(t) or 0).config if own else TrialConfig()
     seeds = [v for v in repo.campaign_variants(s, campaign_id) if v.origin is VariantOrigin.SEED]
     original = seeds[0].source if seeds else ""
     recording = repo.get_recording(s, repo.get_campaign(s, campaign_id).recording_id)  # type: ignore[union-attr]

@@ -218,6 +218,11 @@ class KernelOutcome:
     ci: tuple[float, float] | None
     status: str  # tuned | no-winner | skipped: <why>
 
+    @property
+    def significant(self) -> bool:
+        """Faster than the recorded configuration beyond the noise (``r3 apply`` ships it)."""
+        return self.speedup is not None and self.ci is not None and self.ci[0] > 1.0
+
 
 @dataclass(frozen=True)
 class AppTuneResult:
@@ -229,8 +234,11 @@ class AppTuneResult:
 
     @property
     def predicted_speedup(self) -> float:
+        """Amdahl over the kernels whose winner is significant: the others keep their
+        original code (``r3 apply`` does not ship noise), so they count as unchanged."""
         return amdahl(
-            [(k.share, k.speedup) for k in self.kernels if k.speedup is not None and k.speedup > 0]
+            [(k.share, k.speedup) for k in self.kernels
+             if k.significant and k.speedup is not None and k.speedup > 0]
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -381,6 +389,7 @@ def _cmd_tune_app(args: argparse.Namespace) -> int:
         print(
             f"{k.name}: campaign {k.campaign_id}, speedup {k.speedup:.3f}x{ci} "
             f"on {k.share:.2%} of kernel time"
+            + ("" if k.significant else " (not beyond the noise: counted as unchanged)")
         )
     print(f"app_speedup_predicted: {result.predicted_speedup:.4f}")
     print("(Amdahl over shares of the total kernel device time; host time and copies excluded)")

@@ -33,6 +33,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from r3tui.domain import TrialConfig
 from r3tui.errors import R3Error
 
 if TYPE_CHECKING:
@@ -92,17 +93,45 @@ class _Best:
     toolchain: str | None
     speedup: float | None
     bundle_path: Path
+    noise: str | None = None  # why applying it would ship noise (the winner is not significant)
 
 
-def _speedup(s: Session, campaign_id: int, report_speedup: float | None) -> float | None:
-    """The re-timed winner's speedup (inner_done / final events), else the report's."""
+@dataclass(frozen=True)
+class _Decision:
+    """The campaign's re-timed verdict: which variant and config, and how sure."""
+
+    variant_id: int
+    config: TrialConfig
+    speedup: float
+    ci: tuple[float, float] | None
+
+    @property
+    def significant(self) -> bool:
+        return self.ci is not None and self.ci[0] > 1.0
+
+
+def _decision(s: Session, campaign_id: int, best_variant_id: int | None) -> _Decision | None:
+    """The ``final`` event (a remix campaign's best re-timed against the original), else the
+    ``inner_done`` event of the report's best variant (its winner re-timed against the
+    recorded configuration); None for a campaign stored before either carried a config."""
     from db import repository as repo
 
-    found = None
+    final = inner = None
     for e in repo.events(s, campaign_id, limit=1_000_000):
-        if e.kind in ("inner_done", "final") and e.data and e.data.get("speedup"):
-            found = float(e.data["speedup"])
-    return found if found is not None else report_speedup
+        if not e.data:
+            continue
+        if e.kind == "final" and e.data.get("config"):
+            final = (e.data, e.data["config"])
+        elif (e.kind == "inner_done" and e.data.get("winner")
+              and e.data.get("variant_id") == best_variant_id):
+            inner = (e.data, e.data["winner"])
+    chosen = final or inner
+    if chosen is None or chosen[0].get("speedup") is None:
+        return None
+    data, config = chosen
+    ci = data.get("ci")
+    return _Decision(int(data["variant_id"]), TrialConfig.from_json(config),
+                     float(data["speedup"]), (float(ci[0]), float(ci[1])) if ci else None)
 
 
 def load_best(s: Session, campaign_id: int, exports: Path) -> _Best:
@@ -113,8 +142,15 @@ def load_best(s: Session, campaign_id: int, exports: Path) -> _Best:
     report = build_report(s, campaign_id)
     if report.best_variant is None:
         raise R3Error(f"campaign {campaign_id} has no measured variant to apply")
+    decision = _decision(s, campaign_id, report.best_variant.id)
     out = exports / f"campaign-{campaign_id}"
-    files = export_variant(s, campaign_id, None, out)
+    files = export_variant(
+        s,
+        campaign_id,
+        decision.variant_id if decision else None,
+        out,
+        decision.config if decision else None,
+    )
     source_file = next(p for p in files if p.suffix == ".cu")
     launch = json.loads((out / "launch.json").read_text())
     options = tuple((out / "options.txt").read_text().split())
@@ -135,8 +171,13 @@ def load_best(s: Session, campaign_id: int, exports: Path) -> _Best:
         (int(bounds[0]), int(bounds[1])) if bounds else None,
         dict(launch.get("tunables") or {}),
         launch.get("toolchain"),
-        _speedup(s, campaign_id, report.speedup),
+        decision.speedup if decision else report.speedup,
         Path(recording.bundle_path),
+        None if decision is None or decision.significant else (
+            f"the winner, {decision.speedup:.3f}x"
+            + (f" [{decision.ci[0]:.3f}, {decision.ci[1]:.3f}]" if decision.ci else "")
+            + ", is not faster than the original beyond the noise"
+        ),
     )
 
 
@@ -234,6 +275,7 @@ def apply_campaign(
     option_owner: dict[str, int],
     share: float | None,
     units: dict[str, Path],
+    include_noise: bool = False,
 ) -> CampaignApply:
     """Apply one campaign's best variant to ``tree`` in place; ``flags`` (flag -> owner text)
     and ``option_owner`` collect what goes into the flags file; ``units`` remembers which file
@@ -243,6 +285,10 @@ def apply_campaign(
     from r3tui.search import inject_launch_bounds
 
     outcome = CampaignApply(best.campaign_id, best.kernel, speedup=best.speedup, share=share)
+    if best.noise is not None and not include_noise:
+        # Amdahl without this kernel is the kernel unchanged: the prediction stays honest
+        outcome.not_applied.append(f"nothing: {best.noise} (--include-noise applies it)")
+        return outcome
     hint = None
     try:
         sources = Bundle.open(best.bundle_path).manifest.kernel.sources
@@ -362,8 +408,11 @@ def apply_campaigns(
     source_tree: Path,
     into: Path,
     shares: dict[int, float] | None = None,
+    include_noise: bool = False,
 ) -> ApplyResult:
-    """Copy ``source_tree`` to ``into`` and apply every campaign there."""
+    """Copy ``source_tree`` to ``into`` and apply every campaign there: its re-timed winner,
+    and nothing when that winner is not faster than the original beyond the noise (unless
+    ``include_noise``)."""
     from r3tui.engine.application import amdahl
 
     if not source_tree.is_dir():
@@ -387,7 +436,7 @@ def apply_campaigns(
     for campaign_id in campaign_ids:
         best = load_best(s, campaign_id, exports)
         share = (shares or {}).get(campaign_id)
-        outcomes.append(apply_campaign(best, into, flags, owners, share, units))
+        outcomes.append(apply_campaign(best, into, flags, owners, share, units, include_noise))
     flag_list = [_flag(k, v) for k, v in flags.items()]
     if flag_list:
         (into / FLAGS_FILE).write_text(" ".join(flag_list) + "\n")
@@ -465,7 +514,9 @@ def _cmd_apply(args: argparse.Namespace) -> int:
                 "no source tree: the campaigns' recording does not name one",
                 hint="give --source-tree SRC",
             )
-        result = apply_campaigns(s, args.campaigns, Path(source_tree), args.into, shares)
+        result = apply_campaigns(
+            s, args.campaigns, Path(source_tree), args.into, shares, args.include_noise
+        )
     for o in result.campaigns:
         print(f"campaign {o.campaign_id} ({o.kernel}) -> {o.file or '?'}")
         for line in o.applied:
@@ -534,6 +585,11 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
         "--source-tree", type=Path, help="the application's tree (default: its recorded cwd)"
     )
     parser.add_argument("--no-run", action="store_true", help="write the patch only")
+    parser.add_argument(
+        "--include-noise",
+        action="store_true",
+        help="also apply winners whose speedup interval includes 1 (default: keep the original)",
+    )
     parser.add_argument("--build", default="make", help="build command run in both trees")
     parser.add_argument("--run", help="application command (default: the recorded one)")
     parser.add_argument("--runs", type=int, default=5, help="runs of each tree, interleaved")

@@ -165,6 +165,12 @@ def test_tune_app_tunes_the_top_kernels_and_records_their_campaigns(tmp_path: Pa
     assert plan["kernels"][1]["status"].startswith("skipped: touches managed memory")
     assert plan["predicted_app_speedup"] == pytest.approx(result.predicted_speedup)
     assert "kernel device time" in plan["share_basis"]
+    # a winner whose interval reaches 1 is not shipped by r3 apply: counted as unchanged
+    noisy = tune_app(recording, tmp_path / "r3.sqlite", "10", 3,
+                     lambda bundle, name: (1, 1.25 if "spmv" in name else 2.0,
+                                           (1.1, 1.3) if "spmv" in name else (0.99, 3.0)))
+    assert [k.significant for k in noisy.kernels] == [True, False, False]
+    assert noisy.predicted_speedup == pytest.approx(1 / (1 - 0.5 + 0.5 / 1.25))
 
 
 def test_tune_app_plan_and_bad_input_from_the_command_line(tmp_path: Path) -> None:
@@ -202,7 +208,12 @@ def _campaign(
     best_source: str | None,
     best: TrialConfig,
     speedup: float,
+    ci: tuple[float, float] = (1.1, 1.5),
+    lucky: TrialConfig | None = None,
 ) -> int:
+    """A finished inner-only campaign whose re-timed winner is ``best`` (on ``best_source``
+    when given) at ``speedup`` with interval ``ci``; ``lucky``: a config whose single trial
+    was faster than the winner's, which the re-timing did not confirm."""
     launch = KernelLaunch(kernel, Dim3(64, 1, 1), Dim3(128, 1, 1), 0, 100, 1e-3)
     rid = repo.add_recording(
         s, Recording(str(bundle), sha(str(bundle)), kernel, launch), {"kernel": kernel}
@@ -213,8 +224,11 @@ def _campaign(
     seed = repo.add_variant(s, Variant(cid, original, VariantOrigin.SEED))
     recorded = TrialConfig(toolchain="nvcc")
     rows = [repo.NewTrial(cid, seed, recorded, ok(100e-6))]
+    winner_variant = seed
     if best_source is None:
         rows.append(repo.NewTrial(cid, seed, best, ok(100e-6 / speedup)))
+        if lucky is not None:
+            rows.append(repo.NewTrial(cid, seed, lucky, ok(100e-6 / (speedup * 1.2))))
     else:
         child = repo.add_variant(
             s,
@@ -228,8 +242,16 @@ def _campaign(
             ),
         )
         rows.append(repo.NewTrial(cid, child, best, ok(100e-6 / speedup)))
+        winner_variant = child
     repo.insert_trials(s, rows)
-    repo.add_event(s, cid, "inner_done", "done", {"speedup": speedup, "ci": [1.0, 1.5]})
+    repo.add_event(
+        s,
+        cid,
+        "inner_done",
+        "done",
+        {"variant_id": winner_variant, "winner": best.to_json(), "speedup": speedup,
+         "ci": list(ci)},
+    )
     return cid
 
 
@@ -387,3 +409,45 @@ def test_in_app_time_is_the_same_args_mean_where_the_recording_has_it(tmp_path: 
     (rec / "recording.json").write_text(json.dumps(data))
     with pytest.raises(R3Error, match="malformed kernel entry"):
         load_recording(rec)
+
+
+def test_apply_ships_the_re_timed_winner_and_keeps_the_original_against_noise(
+    tmp_path: Path,
+) -> None:
+    tree = tmp_path / "app"
+    shutil.copytree(CG, tree, ignore=shutil.ignore_patterns("cg", "cg-shared", "*.o", "*.json"))
+    rec = write_recording(tmp_path / "rec", tree)
+    original = (tree / "cg.cu").read_text()
+    db_path = tmp_path / "r3.sqlite"
+    with (
+        open_database(db_path, create=True, upgrade=True) as database,
+        database.session_scope() as s,
+    ):
+        # one trial of -dlcm=cg looked 1.5x; re-timed, the winner is -dlcm=ca at 1.25x
+        confirmed = _campaign(
+            s, "cg::spmv_csr", rec / "bundles/spmv-0", original, None,
+            TrialConfig(toolchain="nvcc", options=("--ptxas-options=-dlcm=ca",)), 1.25,
+            lucky=TrialConfig(toolchain="nvcc", options=("--ptxas-options=-dlcm=cg",)),
+        )
+        noise = _campaign(
+            s, "cg::detail::xpay<double>", rec / "bundles/xpay-0", original,
+            original.replace(XPAY_BODY, XPAY_TUNED),
+            TrialConfig(toolchain="nvcc", options=("--maxrregcount=32",)), 1.001, (0.998, 1.002),
+        )
+    out = tmp_path / "patched"
+    run = r3("apply", str(confirmed), str(noise), "--into", str(out), "--no-run",
+             "--db", str(db_path), cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    assert (out / "r3-flags.txt").read_text().split() == ["--ptxas-options=-dlcm=ca"]
+    assert XPAY_BODY in (out / "cg.cu").read_text()  # the noisy xpay variant is not shipped
+    summary = json.loads((out / "r3-apply.json").read_text())
+    by_id = {c["campaign_id"]: c for c in summary["campaigns"]}
+    assert "1.001x [0.998, 1.002], is not faster than the original beyond the noise" in (
+        by_id[noise]["not_applied"][0])
+    assert summary["predicted_speedup"] == pytest.approx(amdahl([(0.5, 1.25)]))
+
+    forced = tmp_path / "forced"
+    run = r3("apply", str(noise), "--into", str(forced), "--no-run", "--include-noise",
+             "--db", str(db_path), cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    assert XPAY_TUNED in (forced / "cg.cu").read_text()
