@@ -33,9 +33,10 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -112,22 +113,24 @@ def run_seed(
     assert baseline is not None, "the recorder timed no baseline"
     budget = budgets.trials
     started = time.monotonic()
-    r3 = run_campaign(
-        CampaignJob(
-            bundle,
-            db,
-            CampaignSettings(
-                variants=budgets.variants,
-                inner_trials=budgets.inner,
-                seed_trials=budgets.seed_trials,
-                seed=seed,
-                llm_share=0.0,
-                inner=InnerSettings(seed=seed),
-            ),
-            None,
-            name=f"{name}-r3-s{seed}",
+
+    def remix_and_bo(kind: str, **changes: int) -> Any:
+        """The r3 search (rule mutations, each variant tuned by the inner loop)."""
+        settings = CampaignSettings(
+            variants=budgets.variants,
+            inner_trials=budgets.inner,
+            seed_trials=budgets.seed_trials,
+            seed=seed,
+            llm_share=0.0,
+            inner=InnerSettings(seed=seed),
         )
-    )
+        return run_campaign(
+            CampaignJob(
+                bundle, db, replace(settings, **changes), None, name=f"{name}-{kind}-s{seed}"
+            )
+        )
+
+    r3 = remix_and_bo("r3")
     r3_s = time.monotonic() - started
     if r3.status == "stopped":  # SIGTERM during the campaign: its control stopped it
         return False
@@ -160,29 +163,7 @@ def run_seed(
     )
     searched = [("r3", r3), ("remix", remix)]
     if ablate:
-        searched.append(
-            (
-                ABLATION,
-                run_campaign(
-                    CampaignJob(
-                        bundle,
-                        db,
-                        CampaignSettings(
-                            variants=budgets.variants,
-                            inner_trials=budgets.inner,
-                            seed_trials=budgets.seed_trials,
-                            warm_start=3,
-                            transfer=0,
-                            seed=seed,
-                            llm_share=0.0,
-                            inner=InnerSettings(seed=seed),
-                        ),
-                        None,
-                        name=f"{name}-{ABLATION}-s{seed}",
-                    )
-                ),
-            )
-        )
+        searched.append((ABLATION, remix_and_bo(ABLATION, warm_start=3, transfer=0)))
     speedups = {}
     for key, cid in ((k, job.campaign_id) for k, job in searched):
         best, n = best_trial_s(db, cid)
