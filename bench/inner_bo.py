@@ -18,6 +18,12 @@ random-search baseline, and ranked by the mean over every (table, budget, seed) 
 log(best / optimum); ``--first-seed`` picks a fresh range of seeds to confirm a choice on.
 
     python bench/inner_bo.py --budgets 20 50 --jobs 2 --sweep defaults acq_func=LCB ...
+
+``--from-raw FILE ...`` prints the sweep report of runs saved with ``--raw`` (several files
+join, paired by seed), over the seeds ``--first-seed`` .. ``--first-seed + --seeds - 1``, without
+running anything: one long run, reported per range of seeds.
+
+    python bench/inner_bo.py --from-raw a.json b.json --first-seed 10 --seeds 10
 """
 
 from __future__ import annotations
@@ -129,12 +135,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--raw", type=Path, help="also write every run's best time (JSON)")
     parser.add_argument("--designs", nargs="+", metavar="SPEC",
                         help="only score the initial designs of these BayesSettings (no model)")
+    parser.add_argument("--from-raw", nargs="+", type=Path, metavar="FILE",
+                        help="report these --raw files as a sweep (no runs)")
     args = parser.parse_args(argv)
 
     files = table_files(args.data)
     if not files:
         print(f"no recorded spaces in {args.data}: run bench/record_spaces.py on a GPU first")
         return 2
+    if args.from_raw:
+        return raw_report(files, args, argv)
     try:
         specs = [changed(parse_settings(s)) for s in (args.sweep or [args.settings])]
     except ConfigError as exc:
@@ -175,6 +185,40 @@ def main(argv: list[str] | None = None) -> int:
         lines += sweep_report(files, recorded, specs, budgets, results)
     else:
         lines += table_report(files, recorded, specs[0], budgets, results, args.data)
+    print("\n".join(lines))
+    return 0
+
+
+def raw_report(files: list[Path], args: argparse.Namespace, argv: list[str] | None) -> int:
+    """The sweep report of ``--raw`` files, over the seeds asked for."""
+    recorded = {path: parse_space_file(json.loads(path.read_text())) for path in files}
+    by_label = {label_of(path, recorded[path].example): path for path in files}
+    seeds = range(args.first_seed, args.first_seed + args.seeds)
+    results: Results = {}
+    specs: list[str] = []
+    budgets: set[int] = set()
+    try:
+        rows = [row for raw in args.from_raw for row in json.loads(raw.read_text())]
+    except (OSError, ValueError) as exc:
+        print(f"error: cannot read the raw runs: {exc}")
+        return 2
+    for row in rows:
+        keep = [i for i, seed in enumerate(row["seeds"]) if seed in seeds]
+        if row["table"] not in by_label or len(keep) != len(seeds):
+            print(f"error: {row['table']} {row['strategy']} {row['settings']}: not every seed of "
+                  f"{seeds.start}..{seeds.stop - 1} is in the raw runs, or no such table")
+            return 2
+        if row["strategy"] == "bayes" and row["settings"] not in specs:
+            specs.append(row["settings"])
+        if row["budget"] < len(recorded[by_label[row["table"]]].table):
+            budgets.add(row["budget"])  # not a small table's exhaustive fallback
+        scores = results.setdefault((by_label[row["table"]], row["strategy"], row["settings"]),
+                                    ({}, 0.0))[0]
+        scores[row["budget"]] = StrategyScore(row["strategy"], row["budget"], tuple(
+            row["best_s"][i] for i in keep), row["optimum_s"])
+    gpu = next(iter(recorded.values())).gpu
+    lines = header(args, argv, gpu) + sweep_report(files, recorded, specs, sorted(budgets),
+                                                   results)
     print("\n".join(lines))
     return 0
 
