@@ -38,8 +38,14 @@ How the optimizer is used, and why (scikit-optimize 0.10.2, scikit-learn 1.9, nu
   (``opt.models[-1]``, ``skopt.acquisition.gaussian_ei`` and friends), and the best new point
   of skopt's proposal and those neighbours is asked.  Deterministic: ties go to skopt's
   proposal, then to the neighbours' fixed order.  On these tables (1470-2040 valid configs)
-  the 2000 random candidates already hold about 2/3 of the space, yet a neighbour won 20-40 %
-  of the model's asks (two seeds, 50 evaluations, hard tables and stencil7).
+  the 2000 random candidates already hold about 2/3 of the space, yet a neighbour won 20-41 %
+  of the model's asks (two seeds, 50 evaluations, hard tables and stencil7).  Not the default:
+  ``local_candidates=3`` against the defaults over seeds 0-29 at 20 and 50 evaluations
+  (``bench/results/2026-12-03-inner-bo-local-candidates.txt``) scored 1.030 against 1.000
+  (paired difference +0.030, standard error 0.070): lower on six of the eight tables but higher
+  on hard nbody (one seed stuck 27 % from the optimum at 50); cells at or below random 15, 13,
+  16 of 16 over seeds 0-9, 10-19, 20-29 (the defaults: 15, 13, 15); hard sgemm at 20 over
+  seeds 0-9 unchanged.
 - **Batches: constant liar.**  Pending trials and the points already chosen for this batch are
   told a lie (``cl_min``: the best value so far; ``cl_mean``, ``cl_max``) before the next point
   is asked, as ``Optimizer.ask(n_points=..., strategy=...)`` does, so a batch holds distinct
