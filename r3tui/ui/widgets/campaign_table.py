@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import tzinfo
 
+from rich.cells import cell_len
 from rich.text import Text
 from textual.widgets import DataTable
 
@@ -44,14 +45,10 @@ class CampaignTable(DataTable[object]):
         shown = sorted((r for r in rows if matches(r, text)), key=SORTS[sort], reverse=descending)
         self.rows_shown = shown
         self.clear(columns=True)
-        for title in COLUMNS:
-            label = title + ((" ▼" if descending else " ▲") if title == sort else "")
-            self.add_column(label, key=title)
-        for r in shown:
-            name = r.name + (" ◆" if r.id in self.owned else "")
-            self.add_row(
+        cells = [
+            (
                 str(r.id),
-                name,
+                r.name + (" ◆" if r.id in self.owned else ""),
                 r.kernel_name,
                 (r.gpu or "-").removeprefix("NVIDIA "),
                 Text(r.status.value, style=STATUS_STYLES[r.status]),
@@ -59,8 +56,18 @@ class CampaignTable(DataTable[object]):
                 kernel_time(r.best_time_s),
                 speedup(r.best_speedup),
                 moment(r.started_at, self.zone),
-                key=str(r.id),
             )
+            for r in shown
+        ]
+        for i, title in enumerate(COLUMNS):
+            label = title + ((" ▼" if descending else " ▲") if title == sort else "")
+            # Widths set here, from the cells: a DataTable otherwise sizes auto-width columns
+            # on a later idle, and a frame drawn before it (seen under load) has every column
+            # at its header's width.
+            width = max([cell_len(label), *(_cell_width(row[i]) for row in cells)])
+            self.add_column(label, key=title, width=width)
+        for r, row in zip(shown, cells, strict=True):
+            self.add_row(*row, key=str(r.id))
         if keep is not None:
             for i, r in enumerate(shown):
                 if r.id == keep:
@@ -70,3 +77,7 @@ class CampaignTable(DataTable[object]):
         if not self.rows_shown or self.cursor_row >= len(self.rows_shown):
             return None
         return self.rows_shown[self.cursor_row].id
+
+
+def _cell_width(cell: str | Text) -> int:
+    return cell.cell_len if isinstance(cell, Text) else cell_len(cell)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import tzinfo
 
 from rich.text import Text
+from textual.events import Resize
 from textual.widgets import RichLog
 
 from db.repository import EventRecord
@@ -37,8 +38,21 @@ class EventLog(RichLog):
             line.append(f"{e.kind:<10} ", style=KIND_STYLES.get(e.kind, ""))
             line.append(e.message)
             self.write(line)
-        if events and self.auto_scroll:
-            # write() scrolls to the end before the horizontal scrollbar a long line brings
-            # is laid out, which could leave the newest line under it; scroll again after
-            # the refresh so the newest event is always in view.
+        if events:
+            self._keep_at_end()
+
+    def on_resize(self, event: Resize) -> None:
+        # Lines written while the log was hidden (another tab) are written now, when its size
+        # is first known, and scrolled to before their layout is done.
+        super().on_resize(event)
+        self._keep_at_end()
+
+    def watch_show_horizontal_scrollbar(self, shown: bool) -> None:
+        if shown:  # the bar a long line brings takes the last row of the view
+            self._keep_at_end()
+
+    def _keep_at_end(self) -> None:
+        """Scroll to the newest line once the pending layout is done, unless the reader has
+        scrolled up (then the view stays where they put it)."""
+        if self.auto_scroll and self.max_scroll_y - self.scroll_y <= 2:
             self.call_after_refresh(self.scroll_end, animate=False)
