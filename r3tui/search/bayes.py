@@ -82,7 +82,7 @@ import math
 import random
 import statistics
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -169,7 +169,7 @@ class BayesSearch(InnerSearch):
     def _propose(self, n: int, taken: set[str]) -> list[TrialConfig]:
         out: list[TrialConfig] = []
         # Prior points (a parent's trials) count toward the design: the model already has data.
-        in_design = self.n_evaluated + (self.n_prior_points() if self.prior else 0)
+        in_design = self.n_evaluated + self.n_prior_points()
         if in_design < self.settings.n_initial_points:
             for point in self._initial_design():
                 if len(out) >= n:
@@ -237,13 +237,15 @@ class BayesSearch(InnerSearch):
             self._points[key] = indices
         return self._points[key]
 
-    def _penalty(self, records: Sequence[TrialRecord]) -> float:
-        finite = [math.log(r.time_s) for r in records if r.ok and r.time_s]
+    def _penalty(self, log_times: Iterable[float]) -> float:
+        """What a failure is told: the worst log(time) plus log(penalty_factor); 0.0 while
+        there is none."""
+        finite = list(log_times)
         return (max(finite) + math.log(self.settings.penalty_factor)) if finite else 0.0
 
     def objective(self, records: Sequence[TrialRecord]) -> list[float]:
         """What the optimizer is told for each record: log(time), or the failure penalty."""
-        penalty = self._penalty(records)
+        penalty = self._penalty(math.log(r.time_s) for r in records if r.ok and r.time_s)
         return [math.log(r.time_s) if r.ok and r.time_s else penalty for r in records]
 
     def _told(self) -> tuple[list[list[Any]], list[float], float]:
@@ -272,17 +274,18 @@ class BayesSearch(InnerSearch):
                 if value is not None:
                     scale[record.key] = value
                 extra.append((point, value))
-        finite = list(scale.values())
-        penalty = (max(finite) + math.log(self.settings.penalty_factor)) if finite else 0.0
+        penalty = self._penalty(scale.values())
         points = [p for p, _ in own] + [p for p, _ in extra]
         values = [math.log(r.time_s) if r.ok and r.time_s else penalty for _, r in own]
         values += [penalty if v is None else v for _, v in extra]
         return points, values, penalty
 
     def n_prior_points(self) -> int:
-        """Prior points the model is told now (not evaluated here, points of this space)."""
-        return len(self._told()[0]) - sum(1 for r in self.history
-                                          if self._point_of(r.config) is not None)
+        """Prior points the model is told now (not evaluated here, points of this space): the
+        ``extra`` of :meth:`_told`, counted without computing their values."""
+        own = {r.key for r in self.history} | set(self._pending)
+        return len({r.key for group in self.prior for r in group
+                    if r.key not in own and self.space.from_config(r.config) is not None})
 
     def _optimizer(self) -> Any:
         from skopt import Optimizer
