@@ -221,7 +221,9 @@ class KernelOutcome:
     @property
     def significant(self) -> bool:
         """Faster than the recorded configuration beyond the noise (``r3 apply`` ships it)."""
-        return self.speedup is not None and self.ci is not None and self.ci[0] > 1.0
+        from r3tui.search.winner import beyond_noise
+
+        return self.speedup is not None and beyond_noise(self.ci)
 
 
 @dataclass(frozen=True)

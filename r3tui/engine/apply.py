@@ -107,7 +107,9 @@ class _Decision:
 
     @property
     def significant(self) -> bool:
-        return self.ci is not None and self.ci[0] > 1.0
+        from r3tui.search.winner import beyond_noise
+
+        return beyond_noise(self.ci)
 
 
 def _decision(s: Session, campaign_id: int, best_variant_id: int | None) -> _Decision | None:

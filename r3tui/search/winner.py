@@ -26,6 +26,11 @@ from r3tui.search.space import config_key
 Retime = Callable[[Sequence[TrialConfig], int], Sequence[Sequence[float]]]
 
 
+def beyond_noise(ci: tuple[float, float] | None) -> bool:
+    """A speedup interval that says "faster": all of it above 1 (None: never re-timed)."""
+    return ci is not None and ci[0] > 1.0
+
+
 @dataclass(frozen=True)
 class Finalist:
     """One re-timed config: its per-round speedups over the baseline and their summary."""
@@ -41,7 +46,7 @@ class Finalist:
     @property
     def significant(self) -> bool:
         """Faster than the baseline beyond the noise: the whole interval is above 1."""
-        return self.low > 1.0
+        return beyond_noise((self.low, self.high))
 
 
 @dataclass(frozen=True)
