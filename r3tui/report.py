@@ -266,8 +266,8 @@ def export_variant(
     if variant is None or variant.campaign_id != campaign_id:
         raise R3Error(f"no variant {variant_id} in campaign {campaign_id}")
     own = [t for t in repo.trials_of_variant(s, variant.id or -1) if _median(t)]
-    if config is not None:
-        own = [t for t in own if config_key(t.config) == config_key(config)] or own
+    if config is not None:  # its own trials only: another config's median is not its time
+        own = [t for t in own if config_key(t.config) == config_key(config)]
     else:
         config = min(own, key=lambda t: _median(t) or 0).config if own else TrialConfig()
     seeds = [v for v in repo.campaign_variants(s, campaign_id) if v.origin is VariantOrigin.SEED]
