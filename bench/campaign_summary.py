@@ -183,6 +183,7 @@ def yield_lines(db: Path) -> list[str]:
     from db import repository as repo
     from db.session import open_database
     from r3tui.domain import VariantOrigin, VariantStatus
+    from r3tui.report import build_report
 
     counts: dict[str, list[int]] = {}
     shares: dict[str, list[float]] = {}
@@ -199,15 +200,11 @@ def yield_lines(db: Path) -> list[str]:
                 row[1] += v.status in (VariantStatus.VERIFIED, VariantStatus.IMPROVED)
                 row[2] += v.status is VariantStatus.IMPROVED
             models = {model_tag(call.model_path) for call in calls.values()}
-            wall = sum(
-                float(e.data.get("wall_s", 0.0))
-                for e in repo.events(s, c.id, limit=1_000_000)
-                if e.kind in ("finish", "stop") and e.data
-            )
-            if len(models) == 1 and wall > 0:
+            split = build_report(s, c.id).time_split if len(models) == 1 else {}
+            if split.get("wall_s", 0.0) > 0:
                 share = shares.setdefault(models.pop(), [0.0, 0.0])
-                share[0] += sum(call.latency_s for call in calls.values())
-                share[1] += wall
+                share[0] += split["llm_s"]
+                share[1] += split["wall_s"]
     lines = [
         f"valid_variant_yield_{origin}: {ok / n if n else 0:.3f}  ({ok}/{n} verified, "
         f"{better} improved)"
