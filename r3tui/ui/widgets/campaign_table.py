@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from datetime import tzinfo
 
-from rich.cells import cell_len
 from rich.text import Text
 from textual.widgets import DataTable
 
 from db.browse import CampaignListRow
 from r3tui.ui.quantities import kernel_time, moment, speedup
+from r3tui.ui.widgets.sized_columns import fill_sized
 from r3tui.ui.widgets.status_bar import STATUS_STYLES
 
 # (column title, sort key of a row)
@@ -59,15 +59,11 @@ class CampaignTable(DataTable[object]):
             )
             for r in shown
         ]
-        for i, title in enumerate(COLUMNS):
-            label = title + ((" ▼" if descending else " ▲") if title == sort else "")
-            # Widths set here, from the cells: a DataTable otherwise sizes auto-width columns
-            # on a later idle, and a frame drawn before it (seen under load) has every column
-            # at its header's width.
-            width = max([cell_len(label), *(_cell_width(row[i]) for row in cells)])
-            self.add_column(label, key=title, width=width)
-        for r, row in zip(shown, cells, strict=True):
-            self.add_row(*row, key=str(r.id))
+        labels = [
+            (title + ((" ▼" if descending else " ▲") if title == sort else ""), title)
+            for title in COLUMNS
+        ]
+        fill_sized(self, labels, [(row, str(r.id)) for r, row in zip(shown, cells, strict=True)])
         if keep is not None:
             for i, r in enumerate(shown):
                 if r.id == keep:
@@ -77,7 +73,3 @@ class CampaignTable(DataTable[object]):
         if not self.rows_shown or self.cursor_row >= len(self.rows_shown):
             return None
         return self.rows_shown[self.cursor_row].id
-
-
-def _cell_width(cell: str | Text) -> int:
-    return cell.cell_len if isinstance(cell, Text) else cell_len(cell)

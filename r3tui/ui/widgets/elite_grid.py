@@ -14,6 +14,7 @@ from textual.widgets import DataTable
 
 from r3tui.domain import EliteCell
 from r3tui.ui.quantities import ratio
+from r3tui.ui.widgets.sized_columns import fill_sized
 
 SHADES = ("red", "yellow", "green", "bold green")
 
@@ -46,13 +47,11 @@ class EliteGrid(DataTable[object]):
         self.clear(columns=True)
         self._cells.clear()
         if not cells:
-            self.add_column("archive")
-            self.add_row(Text("no elites yet (the outer loop fills the archive)", style="dim"))
+            empty = Text("no elites yet (the outer loop fills the archive)", style="dim")
+            fill_sized(self, [("archive", "archive")], [([empty], None)])
             return
         columns = sorted({split_key(c.cell_key)[0] for c in cells})
-        self.add_column("island / family", key="row")
-        for col in columns:
-            self.add_column(col, key=col)
+        table: list[tuple[list[Text | str], str | None]] = []
         fitness = sorted(c.fitness_s for c in cells)
         lo, hi = fitness[0], fitness[-1]
         rows: dict[tuple[int, str], dict[str, EliteCell]] = {}
@@ -73,7 +72,8 @@ class EliteGrid(DataTable[object]):
                 text = f"{gain:.2f}× #{cell.variant_id}" if gain else f"#{cell.variant_id}"
                 values.append(Text(text, style=shade))
                 self._cells[(r, k)] = cell.variant_id
-            self.add_row(*values)
+            table.append((values, None))
+        fill_sized(self, [("island / family", "row"), *((c, c) for c in columns)], table)
         if cursor.row < self.row_count and cursor.column < len(self.columns):
             self.move_cursor(row=cursor.row, column=cursor.column)
 

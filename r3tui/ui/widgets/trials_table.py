@@ -17,6 +17,7 @@ from textual.widgets import DataTable
 from db.series import TrialPage, TrialSort
 from r3tui.domain import MeasurementStatus
 from r3tui.ui.quantities import kernel_time
+from r3tui.ui.widgets.sized_columns import fill_sized
 
 COLUMNS: tuple[tuple[str, TrialSort | None], ...] = (
     ("trial", TrialSort.ID),
@@ -50,23 +51,22 @@ class TrialsTable(DataTable[object]):
         self.total = 0
 
     def on_mount(self) -> None:
-        self._columns()
+        self.show(None)
 
-    def _columns(self) -> None:
-        self.clear(columns=True)
+    def _labels(self) -> list[tuple[str, str]]:
+        out = []
         for title, sort in COLUMNS:
-            if sort is self.trial_sort:
-                title += " ▼" if self.descending else " ▲"
-            self.add_column(title, key=title.split()[0])
+            mark = (" ▼" if self.descending else " ▲") if sort is self.trial_sort else ""
+            out.append((title + mark, title))
+        return out
 
     def show(self, page: TrialPage | None) -> None:
         self.trial_sort = page.sort if page else self.trial_sort
         self.descending = page.descending if page else self.descending
-        self._columns()
-        if page is None:
-            return
-        self.total = page.total
-        for trial in page.rows:
+        self.clear(columns=True)
+        self.total = page.total if page else self.total
+        rows: list[tuple[list[str | Text], str | None]] = []
+        for trial in page.rows if page else ():
             m, c = trial.measurement, trial.config
             ok = m.status is MeasurementStatus.OK
             block = "rec" if c.block is None else "×".join(map(str, c.block.as_tuple()))
@@ -74,7 +74,7 @@ class TrialsTable(DataTable[object]):
                 "-" if c.launch_bounds is None else f"{c.launch_bounds[0]},{c.launch_bounds[1]}"
             )
             verified = {True: "yes", False: "NO", None: "-"}[m.verified]
-            self.add_row(
+            cells: list[str | Text] = [
                 str(trial.id),
                 kernel_time(m.time.median_s if m.time else None),
                 Text(m.status.value, style="" if ok else "red"),
@@ -83,8 +83,9 @@ class TrialsTable(DataTable[object]):
                 block,
                 bounds,
                 " ".join(c.options) or "-",
-                key=str(trial.id),
-            )
+            ]
+            rows.append((cells, str(trial.id)))
+        fill_sized(self, self._labels(), rows)
 
     def action_next_sort(self) -> None:
         i = SORT_ORDER.index(self.trial_sort)
