@@ -80,7 +80,9 @@ async def open_campaign(pilot: Pilot[Any], campaign_id: int) -> None:
     await until(pilot, lambda: isinstance(app.screen, CampaignScreen) and app.screen.tree_ready)
     screen = app.screen
     await until(pilot, lambda: screen.stats.n_trials > 0 and screen.detail is not None)  # type: ignore[attr-defined]
-    await app.workers.wait_for_complete()
+    # every worker finished; unlike workers.wait_for_complete(), a worker cancelled meanwhile
+    # (the list's poll, once its screen is left) counts as done instead of raising
+    await until(pilot, lambda: all(w.is_finished for w in app.workers))
     await pilot.pause()
 
 
