@@ -15,7 +15,7 @@ import pytest
 from r3tui.compile.options import accepted_options, canonicalize
 from r3tui.domain import Dim3, Measurement, MeasurementStatus, TimeStats, TrialConfig
 from r3tui.errors import ConfigError
-from r3tui.search.bayes import GENERATORS, BayesSearch, BayesSettings, neighbours
+from r3tui.search.bayes import GENERATORS, BayesSearch, BayesSettings, neighbours, normal_scores
 from r3tui.search.source import Tunable
 from r3tui.search.space import LaunchSpec, SearchSpace, config_key, option_dims
 from r3tui.search.strategy import Budget, ExhaustiveSearch, RandomSearch, TrialRecord
@@ -391,3 +391,27 @@ def test_a_prior_replaces_the_initial_design_and_is_ignored_without_a_model() ->
     plain, primed = RandomSearch(space, seed=2), RandomSearch(space, seed=2)
     primed.set_prior([parent.history])
     assert drive(plain, 5) == drive(primed, 5)
+
+
+def test_normal_scores_keep_the_order_and_share_ties() -> None:
+    scores = normal_scores([3.0, -1.0, 7.5, 3.0, 100.0])
+    assert scores[1] < scores[0] == scores[3] < scores[2] < scores[4]
+    assert sum(normal_scores([5.0, 1.0, 2.0, 9.0])) == pytest.approx(0.0, abs=1e-12)  # symmetric
+    # a failure penalty far above the rest is one step up, however far
+    assert normal_scores([1.0, 2.0, 1e6]) == pytest.approx(normal_scores([1.0, 2.0, 3.0]))
+    assert normal_scores([]) == []
+
+
+@pytest.mark.parametrize("transform", ["rank", "power"])
+def test_output_transforms_are_valid_deterministic_and_move_the_model(transform: str) -> None:
+    with pytest.raises(ConfigError, match="transform"):
+        BayesSettings(transform="sqrt")
+    space = make_space()
+    rank = BayesSettings(transform=transform, **FAST)
+    asked = drive(BayesSearch(space, seed=3, settings=rank), 16)
+    assert drive(BayesSearch(space, seed=3, settings=rank), 16) == asked
+    assert len({config_key(c) for c in asked}) == 16
+    assert all(space.check(c) == [] for c in asked)
+    plain = drive(BayesSearch(space, seed=3, settings=BayesSettings(transform="log", **FAST)), 16)
+    n = FAST["n_initial_points"]
+    assert plain[:n] == asked[:n] and plain != asked  # same design, other model asks
