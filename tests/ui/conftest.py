@@ -37,8 +37,11 @@ def make_app(db: Path, **options: object) -> R3App:
     return R3App(db, **defaults)  # type: ignore[arg-type]
 
 
-async def until(pilot: Pilot[Any], condition: Callable[[], object], timeout: float = 10.0) -> float:
-    """Wait (letting the app run) until ``condition`` holds; returns the seconds it took."""
+async def until(pilot: Pilot[Any], condition: Callable[[], object], timeout: float = 30.0) -> float:
+    """Wait (letting the app run) until ``condition`` holds; returns the seconds it took.
+
+    30 s by default: a loaded CI machine must not turn a slow idle into a failure; tests
+    that assert a latency pass their own ``timeout``."""
     loop = asyncio.get_running_loop()
     start = loop.time()
     while not condition():
