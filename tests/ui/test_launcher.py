@@ -32,7 +32,7 @@ def status_of(db: Path, name: str) -> str | None:
     return None if row is None else row[0]
 
 
-def wait_for(condition: Callable[[], bool], timeout: float = 20.0) -> None:
+def wait_for(condition: Callable[[], bool], timeout: float = 60.0) -> None:
     end = time.monotonic() + timeout
     while not condition():
         assert time.monotonic() < end, "timed out"
@@ -61,7 +61,7 @@ def test_pause_resume_stop_reach_the_engine(tmp_path: Path) -> None:
         process.resume()
         wait_for(lambda: status_of(db, "live") == "running")
         process.stop()
-        assert process.wait(20) == 0
+        assert process.wait(60) == 0
         assert status_of(db, "live") == "stopped"
         assert process.failure() is None
     finally:
@@ -73,7 +73,7 @@ def test_a_failing_engine_reports_its_last_stderr_line(tmp_path: Path) -> None:
     process = CampaignProcess.start(
         LaunchRequest(tmp_path / "k.r3b", db, name="bad"), argv=fake_argv(db, "bad", "--fail")
     )
-    assert process.wait(20) == 2
+    assert process.wait(60) == 2
     failure = process.failure()
     assert failure is not None
     assert "exit code 2" in failure and "no recording bundle at" in failure
@@ -84,18 +84,19 @@ async def test_the_tui_launches_pauses_and_stops_its_campaign(tmp_path: Path) ->
     request = LaunchRequest(tmp_path / "k.r3b", db, name="owned")
     app = make_app(db, launch=request, engine_argv=fake_argv(db, "owned"))
     async with app.run_test(size=(120, 30)) as pilot:
-        await until(pilot, lambda: isinstance(app.screen, CampaignScreen), timeout=20)
+        await until(pilot, lambda: isinstance(app.screen, CampaignScreen), timeout=60)
         screen = app.screen
         bar = screen.query_one("#status-bar")
-        await until(pilot, lambda: "running" in text_of(bar) and "engine pid" in text_of(bar))
+        await until(pilot, lambda: "running" in text_of(bar) and "engine pid" in text_of(bar),
+                    timeout=60)
         await pilot.press("P")
-        await until(pilot, lambda: " paused " in text_of(bar), timeout=20)
+        await until(pilot, lambda: " paused " in text_of(bar), timeout=60)
         await pilot.press("P")
-        await until(pilot, lambda: " running " in text_of(bar), timeout=20)
+        await until(pilot, lambda: " running " in text_of(bar), timeout=60)
         await pilot.press("X")
-        await until(pilot, lambda: " stopped " in text_of(bar), timeout=20)
+        await until(pilot, lambda: " stopped " in text_of(bar), timeout=60)
         process = app.processes["owned"]
-        assert process.wait(20) == 0
+        assert process.wait(60) == 0
 
 
 async def test_the_tui_shows_why_its_engine_failed(tmp_path: Path) -> None:
@@ -106,5 +107,5 @@ async def test_the_tui_shows_why_its_engine_failed(tmp_path: Path) -> None:
         await until(
             pilot,
             lambda: any("no recording bundle" in n.message for n in app._notifications),
-            timeout=20,
+            timeout=60,
         )
