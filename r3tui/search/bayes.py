@@ -113,20 +113,24 @@ TRANSFORMS = ("log", "rank", "power")
 
 
 def normal_scores(values: Sequence[float]) -> list[float]:
-    """Each value's rank (ties share their mean rank) as a standard normal quantile."""
-    n = len(values)
-    order = sorted(range(n), key=lambda i: values[i])
-    ranks = [0.0] * n
-    start = 0
-    while start < n:
-        end = start
-        while end + 1 < n and values[order[end + 1]] == values[order[start]]:
-            end += 1
-        for k in range(start, end + 1):
-            ranks[order[k]] = (start + end) / 2 + 1
-        start = end + 1
-    unit = statistics.NormalDist()
-    return [unit.inv_cdf((r - 0.5) / n) for r in ranks]
+    """Each value's rank (ties share their mean rank) as a standard normal quantile.  (scipy
+    and scikit-learn come with scikit-optimize.)"""
+    from scipy.stats import norm, rankdata  # type: ignore[import-untyped]
+
+    return [float(q) for q in norm.ppf((rankdata(values) - 0.5) / len(values))] if values else []
+
+
+def transformed(values: list[float], transform: str) -> list[float]:
+    """What the model fits, from the told log-times: see ``BayesSettings.transform``."""
+    if transform == "rank":
+        return normal_scores(values)
+    if transform == "power" and len(set(values)) > 2:
+        from sklearn.preprocessing import PowerTransformer  # type: ignore[import-untyped]
+
+        low = min(values)
+        fitted = PowerTransformer(method="yeo-johnson").fit_transform([[v - low] for v in values])
+        return [float(row[0]) for row in fitted]
+    return values
 
 
 @dataclass(frozen=True)
@@ -347,14 +351,7 @@ class BayesSearch(InnerSearch):
 
     def _ask_model(self, n: int, taken: set[str]) -> list[TrialConfig]:
         points, values, penalty = self._told()
-        if self.settings.transform == "rank":
-            values = normal_scores(values)
-        elif self.settings.transform == "power" and len(set(values)) > 2:
-            from sklearn.preprocessing import PowerTransformer  # type: ignore[import-untyped]
-
-            fitted = PowerTransformer(method="yeo-johnson").fit_transform(
-                [[v - min(values)] for v in values])
-            values = [float(row[0]) for row in fitted]
+        values = transformed(values, self.settings.transform)
         if not points or not self.space.dims:
             return []
         strategy = self.settings.batch_strategy
