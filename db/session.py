@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import threading
+import time
 import urllib.parse
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -95,7 +96,7 @@ def sqlite_engine(
             if not readonly:
                 # Readers cannot change the journal mode; the writer made the file WAL
                 # (the mode is stored in the file).
-                cursor.execute("PRAGMA journal_mode = WAL")
+                _switch_to_wal(cursor, busy_timeout_s)
             cursor.execute("PRAGMA foreign_keys = ON")
             # NORMAL under WAL: a process crash loses nothing committed; only a power cut
             # may lose the last transactions, never corrupting the file.
@@ -112,6 +113,39 @@ def sqlite_engine(
         connection.exec_driver_sql(begin or ("BEGIN" if readonly else "BEGIN IMMEDIATE"))
 
     return engine
+
+
+def _switch_to_wal(cursor: sqlite3.Cursor, busy_timeout_s: float) -> None:
+    """Put the file in WAL mode, waiting out other connections doing the same.
+
+    Switching a file's journal mode needs an exclusive lock, and SQLite answers
+    "database is locked" at once there instead of calling the busy handler: several
+    processes opening a new file together would fail at random.  So retry here, for as
+    long as the busy timeout, and skip the switch when the file is in WAL already.
+    """
+    deadline = time.monotonic() + busy_timeout_s
+    pause = 0.002
+    while True:
+        try:
+            mode = cursor.execute("PRAGMA journal_mode").fetchone()[0]
+            if str(mode).lower() == "wal":
+                return
+            mode = cursor.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+            if str(mode).lower() == "wal":
+                return
+            # SQLite keeps the old mode, without an error, when it cannot switch now.
+            failure: sqlite3.Error = sqlite3.OperationalError(
+                f"database is locked (journal mode stayed {mode})"
+            )
+        except sqlite3.OperationalError as error:
+            text = str(error).lower()
+            if "locked" not in text and "busy" not in text:
+                raise
+            failure = error
+        if time.monotonic() + pause > deadline:
+            raise failure
+        time.sleep(pause)
+        pause = min(pause * 2, 0.05)
 
 
 def translate_error(

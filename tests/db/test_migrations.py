@@ -7,6 +7,7 @@ import sqlite3
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -20,7 +21,7 @@ from db import repository as repo
 from db.migrate import SchemaNeedsUpgrade, SchemaState
 from db.models import Base
 from db.session import Database, open_database
-from r3tui.errors import DatabaseError
+from r3tui.errors import DatabaseError, DatabaseLocked
 from tests.db import factories as f
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -155,6 +156,41 @@ def test_concurrent_first_opens_migrate_once(db_path: Path) -> None:
     assert revisions == [migrate.head_revision()] * 4
     with sqlite3.connect(db_path) as conn:
         assert conn.execute("SELECT count(*) FROM alembic_version").fetchone() == (1,)
+
+
+def test_switch_to_wal_waits_for_another_writer(db_path: Path) -> None:
+    """SQLite refuses a journal-mode switch at once while another connection holds the
+    write lock, without calling the busy handler; opening must wait that lock out."""
+    holder = sqlite3.connect(db_path, isolation_level=None, check_same_thread=False)
+    try:
+        # An existing empty file in rollback-journal mode, its write lock held.
+        holder.execute("BEGIN IMMEDIATE")
+        release = threading.Timer(0.3, lambda: holder.execute("COMMIT"))
+        started = time.monotonic()
+        release.start()
+        try:
+            with open_database(db_path, busy_timeout_s=5) as db:
+                waited = time.monotonic() - started
+                assert db.revision() == migrate.head_revision()
+        finally:
+            release.join()
+    finally:
+        holder.close()
+    assert waited >= 0.25
+    with sqlite3.connect(db_path) as conn:
+        assert conn.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+
+
+def test_switch_to_wal_gives_up_after_the_busy_timeout(db_path: Path) -> None:
+    holder = sqlite3.connect(db_path, isolation_level=None)
+    try:
+        holder.execute("BEGIN IMMEDIATE")
+        started = time.monotonic()
+        with pytest.raises(DatabaseLocked, match="locked by another process"):
+            open_database(db_path, busy_timeout_s=0.5)
+        assert 0.4 <= time.monotonic() - started < 5
+    finally:
+        holder.close()
 
 
 def test_alembic_cli_with_alembic_ini(tmp_path: Path) -> None:
