@@ -109,7 +109,7 @@ ACQ_FUNCS = ("gp_hedge", "EI", "LCB", "PI")
 BATCH_STRATEGIES = ("cl_min", "cl_mean", "cl_max")
 
 
-TRANSFORMS = ("log", "rank", "power")
+TRANSFORMS = ("log", "rank", "power", "cap", "mixed")
 
 
 def normal_scores(values: Sequence[float]) -> list[float]:
@@ -124,6 +124,14 @@ def transformed(values: list[float], transform: str) -> list[float]:
     """What the model fits, from the told log-times: see ``BayesSettings.transform``."""
     if transform == "rank":
         return normal_scores(values)
+    if transform == "mixed":
+        # A portfolio of two fits: power on an even number of told values, log on an odd one.
+        transform = "power" if len(values) % 2 == 0 else "log"
+    if transform == "cap":
+        # Winsorized from above: every value past the told median counts as the median, so
+        # the slow tail (ptxas -O0, tiny blocks) stops dominating the fit.
+        ceiling = statistics.median(values)
+        return [min(v, ceiling) for v in values]
     if transform == "power" and len(set(values)) > 2:
         from sklearn.preprocessing import PowerTransformer  # type: ignore[import-untyped]
 
@@ -157,7 +165,9 @@ class BayesSettings:
         default=True, metadata={"help": "sample acquisition candidates from valid points only"})
     transform: str = field(
         default="log", metadata={"help": "what the model fits: log (log time), rank (normal "
-                                 "scores of the ranks) or power (Yeo-Johnson of log time)"})
+                                 "scores of the ranks), power (Yeo-Johnson of log time) or "
+                                 "cap (log time, capped at the told median); mixed: power "
+                                 "and log by turns"})
     local_candidates: int = field(
         default=0, metadata={"help": "the best N told points' valid neighbours (one step in one "
                              "or two dimensions) join the acquisition candidates; 0: off"})

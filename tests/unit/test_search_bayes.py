@@ -15,7 +15,14 @@ import pytest
 from r3tui.compile.options import accepted_options, canonicalize
 from r3tui.domain import Dim3, Measurement, MeasurementStatus, TimeStats, TrialConfig
 from r3tui.errors import ConfigError
-from r3tui.search.bayes import GENERATORS, BayesSearch, BayesSettings, neighbours, normal_scores
+from r3tui.search.bayes import (
+    GENERATORS,
+    BayesSearch,
+    BayesSettings,
+    neighbours,
+    normal_scores,
+    transformed,
+)
 from r3tui.search.source import Tunable
 from r3tui.search.space import LaunchSpec, SearchSpace, config_key, option_dims
 from r3tui.search.strategy import Budget, ExhaustiveSearch, RandomSearch, TrialRecord
@@ -402,7 +409,17 @@ def test_normal_scores_keep_the_order_and_share_ties() -> None:
     assert normal_scores([]) == []
 
 
-@pytest.mark.parametrize("transform", ["rank", "power"])
+def test_cap_and_mixed_transforms() -> None:
+    values = [0.5, 3.0, 0.1, 2.0, 0.7]
+    # cap: everything past the median (0.7) counts as the median; the rest is untouched
+    assert transformed(values, "cap") == [0.5, 0.7, 0.1, 0.7, 0.7]
+    # mixed: log (unchanged) on an odd number of told values, power on an even one
+    assert transformed(values, "mixed") == values
+    assert transformed(values[:4], "mixed") == transformed(values[:4], "power")
+    assert transformed(values[:4], "power") != values[:4]
+
+
+@pytest.mark.parametrize("transform", ["rank", "power", "cap", "mixed"])
 def test_output_transforms_are_valid_deterministic_and_move_the_model(transform: str) -> None:
     with pytest.raises(ConfigError, match="transform"):
         BayesSettings(transform="sqrt")
