@@ -29,7 +29,6 @@ running anything: one long run, reported per range of seeds.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import math
 import statistics
@@ -56,36 +55,6 @@ from r3tui.search.simulation import (  # noqa: E402
 BUDGETS = (20, 50, 100)
 
 
-def parse_settings(spec: str) -> BayesSettings:
-    """``defaults`` or ``name=value,name=value`` over the fields of :class:`BayesSettings`."""
-    if spec.strip() in ("", "defaults"):
-        return BayesSettings()
-    kinds = {f.name: str(f.type) for f in dataclasses.fields(BayesSettings)}
-    values: dict[str, object] = {}
-    for item in spec.split(","):
-        name, _, text = item.partition("=")
-        name = name.strip()
-        if name not in kinds or not text:
-            raise ConfigError(f"bad setting {item!r}: want NAME=VALUE, NAME one of "
-                              f"{', '.join(kinds)}")
-        kind = kinds[name]
-        try:
-            values[name] = (int(text) if kind == "int" else float(text) if kind == "float"
-                            else text.lower() in ("1", "true", "yes") if kind == "bool"
-                            else text)
-        except ValueError:
-            raise ConfigError(f"bad setting {item!r}: {name} is {kind}") from None
-    return BayesSettings(**values)  # type: ignore[arg-type]
-
-
-def changed(settings: BayesSettings) -> str:
-    """The fields that differ from the defaults, as a spec (``defaults`` when none)."""
-    default = BayesSettings()
-    items = [f"{f.name}={getattr(settings, f.name)}" for f in dataclasses.fields(settings)
-             if getattr(settings, f.name) != getattr(default, f.name)]
-    return ",".join(items) or "defaults"
-
-
 def table_files(data: Path) -> list[Path]:
     return sorted(data.glob("*.json")) + sorted(data.glob("hard/*.json"))
 
@@ -101,7 +70,7 @@ def run_table(path: Path, strategy: str, spec: str, budgets: Sequence[int],
     evaluator = SimulatedEvaluator(recorded.table)
     size = len(recorded.table)
     usable = [n for n in budgets if n <= size] or [size]
-    settings = parse_settings(spec) if strategy == "bayes" else None
+    settings = BayesSettings.parse(spec) if strategy == "bayes" else None
     started = time.perf_counter()
     result = score(strategy, recorded.space, evaluator, usable, seeds, batch, settings)
     return result, time.perf_counter() - started
@@ -146,14 +115,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.from_raw:
         return raw_report(files, args, argv)
     try:
-        specs = [changed(parse_settings(s)) for s in (args.sweep or [args.settings])]
+        specs = [BayesSettings.parse(s).changed() for s in (args.sweep or [args.settings])]
     except ConfigError as exc:
         print(f"error: {exc}")
         return 2
     budgets = sorted(set(args.budgets))
     if args.designs:
         try:
-            design_specs = [parse_settings(spec) for spec in args.designs]
+            design_specs = [BayesSettings.parse(spec) for spec in args.designs]
         except ConfigError as exc:
             print(f"error: {exc}")
             return 2
@@ -190,36 +159,65 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def raw_report(files: list[Path], args: argparse.Namespace, argv: list[str] | None) -> int:
-    """The sweep report of ``--raw`` files, over the seeds asked for."""
+    """The sweep report of ``--raw`` files, over the seeds asked for.
+
+    Rows of one (table, strategy, settings, budget) are joined over the files by seed, so runs
+    split by seed range or by table can be reported together; rows of tables not in ``--data``
+    are left out, and so is a setting that lacks a seed or a table the others have (each said
+    in a line at the end)."""
     recorded = {path: parse_space_file(json.loads(path.read_text())) for path in files}
     by_label = {label_of(path, recorded[path].example): path for path in files}
     seeds = range(args.first_seed, args.first_seed + args.seeds)
-    results: Results = {}
-    specs: list[str] = []
-    budgets: set[int] = set()
     try:
         rows = [row for raw in args.from_raw for row in json.loads(raw.read_text())]
     except (OSError, ValueError) as exc:
         print(f"error: cannot read the raw runs: {exc}")
         return 2
+    joined: dict[tuple[str, str, str, int], tuple[dict[int, float], float]] = {}
     for row in rows:
-        keep = [i for i, seed in enumerate(row["seeds"]) if seed in seeds]
-        if row["table"] not in by_label or len(keep) != len(seeds):
-            print(f"error: {row['table']} {row['strategy']} {row['settings']}: not every seed of "
-                  f"{seeds.start}..{seeds.stop - 1} is in the raw runs, or no such table")
+        if row["table"] not in by_label:
+            continue
+        key = (row["table"], row["strategy"], row["settings"], row["budget"])
+        best, optimum = joined.setdefault(key, ({}, row["optimum_s"]))
+        for seed, time_s in zip(row["seeds"], row["best_s"], strict=True):
+            if seed in seeds and best.setdefault(seed, time_s) != time_s:
+                print(f"error: {' '.join(map(str, key))} seed {seed}: two different results")
+                return 2
+    used = sorted({by_label[table] for table, *_ in joined}, key=files.index)
+    budgets = sorted({n for (table, _, _, n) in joined
+                      if n < len(recorded[by_label[table]].table)})
+    cells = [(by_label[t], n) for t in by_label for n in budgets
+             if by_label[t] in used and n < len(recorded[by_label[t]].table)]
+    used = [path for path in used if any(p == path for p, _ in cells)]
+    notes: list[str] = []
+    results: Results = {}
+    specs: list[str] = []
+    settings = [("random", "defaults")] + [("bayes", s) for s in dict.fromkeys(
+        k[2] for k in joined if k[1] == "bayes")]
+    for strategy, spec in settings:
+        complete = all(len(joined.get((label_of(p, recorded[p].example), strategy, spec, n),
+                                      ({}, 0.0))[0]) == len(seeds) for p, n in cells)
+        if not complete and strategy == "random":
+            print(f"error: random search lacks a table, budget or seed of "
+                  f"{seeds.start}..{seeds.stop - 1} in the raw runs")
             return 2
-        if row["strategy"] == "bayes" and row["settings"] not in specs:
-            specs.append(row["settings"])
-        if row["budget"] < len(recorded[by_label[row["table"]]].table):
-            budgets.add(row["budget"])  # not a small table's exhaustive fallback
-        scores = results.setdefault((by_label[row["table"]], row["strategy"], row["settings"]),
-                                    ({}, 0.0))[0]
-        scores[row["budget"]] = StrategyScore(row["strategy"], row["budget"], tuple(
-            row["best_s"][i] for i in keep), row["optimum_s"])
+        if not complete:
+            notes.append(f"left out: {strategy} {spec} (not every table, budget and seed of "
+                         f"{seeds.start}..{seeds.stop - 1})")
+            continue
+        if strategy == "bayes":
+            specs.append(spec)
+        for (table, strat, spec_of, n), (best, optimum) in joined.items():
+            if (strat, spec_of) == (strategy, spec) and (by_label[table], n) in cells:
+                scores = results.setdefault((by_label[table], strategy, spec), ({}, 0.0))[0]
+                scores[n] = StrategyScore(strategy, n, tuple(best[s] for s in seeds), optimum)
+    if not specs:
+        print(f"error: no setting has every table, budget and seed of "
+              f"{seeds.start}..{seeds.stop - 1} in the raw runs")
+        return 2
     gpu = next(iter(recorded.values())).gpu
-    lines = header(args, argv, gpu) + sweep_report(files, recorded, specs, sorted(budgets),
-                                                   results)
-    print("\n".join(lines))
+    lines = header(args, argv, gpu) + sweep_report(used, recorded, specs, budgets, results)
+    print("\n".join(lines + notes))
     return 0
 
 
@@ -252,12 +250,12 @@ def design_report(files: list[Path], specs: list[BayesSettings],
             column.append(f"{statistics.fmean(losses):.2f}/{statistics.median(losses):.2f}"
                           f"/{len(designs)}")
         columns.append(column)
-    width = max(len(changed(s)) for s in specs) + 2
+    width = max(len(s.changed()) for s in specs) + 2
     lines = ["", "initial designs alone (tables over 50 configs): mean/median over seeds of "
              "100*log(best in the design / optimum) / distinct designs over the seeds",
              f"{'settings':<{width}}" + "".join(f"{label:>18}" for label in labels)]
     for i, settings in enumerate(specs):
-        lines.append(f"{changed(settings):<{width}}"
+        lines.append(f"{settings.changed():<{width}}"
                      + "".join(f"{column[i]:>18}" for column in columns))
     return lines
 

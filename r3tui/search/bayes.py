@@ -85,6 +85,7 @@ How the optimizer is used, and why (scikit-optimize 0.10.2, scikit-learn 1.9, nu
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 import random
@@ -196,6 +197,43 @@ class BayesSettings:
         if not (math.isfinite(self.xi) and self.xi >= 0.0
                 and math.isfinite(self.kappa) and self.kappa >= 0.0):
             raise ConfigError("xi and kappa must be finite and at least 0")
+
+
+    @classmethod
+    def parse(cls, spec: str, **base: Any) -> BayesSettings:
+        """``defaults`` or ``NAME=VALUE,NAME=VALUE`` over these fields (``r3 tune --bo``,
+        ``bench/inner_bo.py --set``), on top of ``base``; a bad spec raises ``ConfigError``."""
+        kinds = {f.name: str(f.type) for f in dataclasses.fields(cls)}
+        values: dict[str, Any] = dict(base)
+        for item in ([] if spec.strip() in ("", "defaults") else spec.split(",")):
+            name, _, text = item.partition("=")
+            name, text = name.strip(), text.strip()
+            if name not in kinds or not text:
+                raise ConfigError(f"bad Bayesian search setting {item!r}: want NAME=VALUE",
+                                  hint=f"NAME is one of {', '.join(kinds)}")
+            kind = kinds[name]
+            try:
+                values[name] = (int(text) if kind == "int" else float(text) if kind == "float"
+                                else _flag(text) if kind == "bool" else text)
+            except ValueError:
+                raise ConfigError(f"bad Bayesian search setting {item!r}: {name} is "
+                                  f"{kind}") from None
+        return cls(**values)
+
+    def changed(self) -> str:
+        """The fields that differ from the defaults, as a spec (``defaults`` when none)."""
+        default = BayesSettings()
+        items = [f"{f.name}={getattr(self, f.name)}" for f in dataclasses.fields(self)
+                 if getattr(self, f.name) != getattr(default, f.name)]
+        return ",".join(items) or "defaults"
+
+
+def _flag(text: str) -> bool:
+    if text.lower() in ("1", "true", "yes", "on"):
+        return True
+    if text.lower() in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(text)
 
 
 class BayesSearch(InnerSearch):

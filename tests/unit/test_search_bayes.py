@@ -432,3 +432,24 @@ def test_output_transforms_are_valid_deterministic_and_move_the_model(transform:
     plain = drive(BayesSearch(space, seed=3, settings=BayesSettings(transform="log", **FAST)), 16)
     n = FAST["n_initial_points"]
     assert plain[:n] == asked[:n] and plain != asked  # same design, other model asks
+
+
+def test_settings_parse_a_spec_over_a_base_and_print_what_changed() -> None:
+    assert BayesSettings.parse("defaults") == BayesSettings()
+    assert BayesSettings.parse("") == BayesSettings()
+    settings = BayesSettings.parse(
+        "acq_func=gp_hedge, transform=power,n_initial_points=12,xi=0.05,constrain_sampling=off",
+        estimator="ET",
+    )
+    assert (settings.acq_func, settings.transform, settings.n_initial_points) == (
+        "gp_hedge", "power", 12)
+    assert (settings.xi, settings.constrain_sampling, settings.estimator) == (0.05, False, "ET")
+    assert BayesSettings.parse("estimator=RF", estimator="ET").estimator == "RF"  # spec wins
+    assert BayesSettings.parse(settings.changed()) == settings
+    assert BayesSettings().changed() == "defaults"
+    for bad, message in [("colour=red", "want NAME=VALUE"), ("xi", "want NAME=VALUE"),
+                         ("xi=abc", "xi is float"), ("n_initial_points=2.5", "is int"),
+                         ("constrain_sampling=maybe", "is bool"),
+                         ("transform=sqrt", "transform 'sqrt' is not one of")]:
+        with pytest.raises(ConfigError, match=message):
+            BayesSettings.parse(bad)
