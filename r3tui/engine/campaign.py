@@ -21,7 +21,14 @@ from typing import TYPE_CHECKING, Any
 
 from r3tui.domain import Variant, VariantOrigin, VariantStatus
 from r3tui.engine.control import CampaignControl
-from r3tui.engine.inner import Evaluator, InnerSettings, KernelSource, build_space, run_inner
+from r3tui.engine.inner import (
+    Evaluator,
+    InnerSettings,
+    KernelSource,
+    bayes_settings,
+    build_space,
+    run_inner,
+)
 from r3tui.engine.lineage import (
     EVALUATED_OK,
     ArchiveState,
@@ -384,7 +391,7 @@ class CampaignRun:
             inner.strategy,
             space,
             derive_seed(self.settings.seed, "inner", variant.id),
-            None if inner.strategy != "bayes" else _bayes(inner),
+            None if inner.strategy != "bayes" else bayes_settings(inner),
         )
         with self.database.session_scope() as s:
             stored = [(t.config, t.measurement) for t in repo.trials_of_variant(s, variant.id)]
@@ -591,10 +598,6 @@ class CampaignRun:
         return out
 
 
-def _bayes(inner: InnerSettings) -> Any:
-    from r3tui.search import BayesSettings
-
-    return BayesSettings(estimator=inner.estimator)
 
 
 def _warnings(log: str | None) -> str | None:

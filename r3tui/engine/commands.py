@@ -49,15 +49,19 @@ def _bar(total: int | None, description: str) -> Iterator[tuple[Any, Any]]:
 
 def _inner_settings(args: argparse.Namespace) -> Any:
     from r3tui.engine import InnerSettings
+    from r3tui.engine.inner import bayes_settings
 
-    return InnerSettings(
+    settings = InnerSettings(
         strategy=args.strategy,
         estimator=args.estimator,
+        bayes=args.bo,
         batch=args.batch,
         seed=args.seed,
         toolchain=args.toolchain or args.settings.compile.toolchain,
         launch_bounds=not args.no_launch_bounds,
     )
+    bayes_settings(settings)  # a bad --bo fails here, in one line, before any work
+    return settings
 
 
 def _tune_inner_only(args: argparse.Namespace) -> int:
@@ -319,6 +323,13 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
         choices=("GP", "RF", "ET"),
         default="GP",
         help="surrogate model of the Bayesian search",
+    )
+    tune.add_argument(
+        "--bo",
+        default="defaults",
+        metavar="NAME=VALUE,...",
+        help="more settings of the Bayesian search, e.g. acq_func=gp_hedge,transform=power "
+        "(a wrong NAME lists the valid ones)",
     )
     tune.add_argument(
         "--toolchain",

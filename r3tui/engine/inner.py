@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from r3tui.record.manifest import LaunchInfo
     from r3tui.replay.candidate import Candidate
     from r3tui.replay.worker import ReplayWorker, WorkerInfo
-    from r3tui.search import Budget, DeviceLimits, InnerSearch, SearchSpace, Winner
+    from r3tui.search import BayesSettings, Budget, DeviceLimits, InnerSearch, SearchSpace, Winner
 
 
 @dataclass(frozen=True)
@@ -155,6 +155,7 @@ class InnerSettings:
 
     strategy: str = "bayes"  # bayes | random | exhaustive
     estimator: str = "GP"  # GP | RF | ET, for bayes
+    bayes: str = "defaults"  # more BayesSettings, NAME=VALUE,... (r3 tune --bo)
     batch: int = 8  # configurations asked at once, so the compile pool stays busy
     finalists: int = 3  # best configurations re-timed against the baseline
     rounds: int = 9  # interleaved re-timing rounds
@@ -202,11 +203,17 @@ def build_space(
 
 
 def make_strategy(space: SearchSpace, settings: InnerSettings) -> InnerSearch:
-    from r3tui.search import BayesSettings
     from r3tui.search.simulation import make_search
 
-    bayes = BayesSettings(estimator=settings.estimator) if settings.strategy == "bayes" else None
+    bayes = bayes_settings(settings) if settings.strategy == "bayes" else None
     return make_search(settings.strategy, space, settings.seed, bayes)
+
+
+def bayes_settings(settings: InnerSettings) -> BayesSettings:
+    """The Bayesian search's settings: ``--estimator``, then the ``--bo`` spec over it."""
+    from r3tui.search import BayesSettings
+
+    return BayesSettings.parse(settings.bayes, estimator=settings.estimator)
 
 
 Progress = Callable[["InnerSearch"], None]

@@ -7,6 +7,8 @@ import random
 from collections.abc import Sequence
 from pathlib import Path
 
+import pytest
+
 from db import repository as repo
 from db.session import Database, open_database
 from r3tui.compile.options import accepted_options
@@ -23,7 +25,16 @@ from r3tui.domain import (
     VariantOrigin,
 )
 from r3tui.engine import InnerSettings, make_strategy, run_inner
-from r3tui.search import Budget, LaunchSpec, SearchSpace, config_key, option_dims
+from r3tui.errors import ConfigError
+from r3tui.search import (
+    BayesSearch,
+    BayesSettings,
+    Budget,
+    LaunchSpec,
+    SearchSpace,
+    config_key,
+    option_dims,
+)
 
 
 def synthetic_time(config: TrialConfig) -> float:
@@ -236,3 +247,12 @@ def test_search_limits_come_from_the_worker_with_the_shared_memory_opt_in() -> N
     assert device_limits(None) == DeviceLimits()
     assert device_limits(WorkerInfo(1, "gpu", "sm_90", 13000, 0.1, True)).max_shared_per_block \
         == 48 * 1024
+
+
+def test_make_strategy_applies_the_bo_spec_over_the_estimator() -> None:
+    search = make_strategy(make_space(), InnerSettings(estimator="ET", bayes="transform=power"))
+    assert isinstance(search, BayesSearch)
+    assert (search.settings.estimator, search.settings.transform) == ("ET", "power")
+    assert make_strategy(make_space(), InnerSettings()).settings == BayesSettings()
+    with pytest.raises(ConfigError, match="xi is float"):
+        make_strategy(make_space(), InnerSettings(bayes="xi=big"))
