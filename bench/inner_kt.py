@@ -43,7 +43,13 @@ sys.path.insert(0, str(ROOT / "bench"))
 from kt_cache import KTSpace, best_time_s, restriction, to_kt, unique_evaluations  # noqa: E402
 
 from r3tui.domain import MeasurementStatus  # noqa: E402
-from r3tui.search.simulation import SimulatedEvaluator, SpaceFile, parse_space_file, score  # noqa: E402
+from r3tui.search.simulation import (  # noqa: E402
+    SimulatedEvaluator,
+    SpaceFile,
+    StrategyScore,
+    parse_space_file,
+    score,
+)
 
 BUDGETS = (20, 50, 100)
 
@@ -150,6 +156,25 @@ def us(seconds: float) -> str:
     return f"{seconds * 1e6:.2f}" if seconds != float("inf") else "inf"
 
 
+def stored_runs(raw: Path, label: str, budgets: Sequence[int],
+                seeds: Sequence[int]) -> dict[int, StrategyScore]:
+    """Our best times per budget from an ``inner_bo.py --raw`` file (BayesSettings defaults)."""
+    out: dict[int, StrategyScore] = {}
+    for row in json.loads(raw.read_text()):
+        if (row["table"], row["strategy"], row["settings"]) != (label, "bayes", "defaults"):
+            continue
+        by_seed = dict(zip(row["seeds"], row["best_s"], strict=True))
+        if row["budget"] in budgets and all(seed in by_seed for seed in seeds):
+            out[row["budget"]] = StrategyScore("bayes", row["budget"],
+                                               tuple(by_seed[seed] for seed in seeds),
+                                               row["optimum_s"])
+    missing = [n for n in budgets if n not in out]
+    if missing:
+        raise SystemExit(f"error: {raw} has no defaults run of {label} at {missing} for seeds "
+                         f"{seeds[0]}..{seeds[-1]}")
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, default=ROOT / "tests" / "data" / "spaces")
@@ -159,6 +184,12 @@ def main(argv: list[str] | None = None) -> int:
         "--kt-method",
         default=None,
         help="Kernel Tuner bayes_opt 'method' (default: Kernel Tuner's own)",
+    )
+    parser.add_argument(
+        "--ours-raw",
+        type=Path,
+        help="take our runs (BayesSettings defaults) from this bench/inner_bo.py --raw file "
+        "instead of running them again: the same searches, seeds and budgets",
     )
     args = parser.parse_args(argv)
 
@@ -182,7 +213,8 @@ def main(argv: list[str] | None = None) -> int:
         f"kernel_tuner: {version or 'not installed'}; strategy bayes_opt, strategy_options "
         f"max_fevals=N{', method=' + args.kt_method if args.kt_method else ' (its defaults)'}",
         f"ours: BayesSearch with BayesSettings() defaults, as bench/inner_bo.py; "
-        f"seeds 0..{args.seeds - 1}",
+        f"seeds 0..{args.seeds - 1}"
+        + (f"; read from {display_path(args.ours_raw)}" if args.ours_raw else ""),
     ]
     if version is None:
         lines += ["", "Kernel Tuner is not installed (pip install kernel_tuner): nothing compared"]
@@ -210,7 +242,9 @@ def main(argv: list[str] | None = None) -> int:
             cache = Path(tmp) / f"{recorded.example}.json"
             cache.write_text(json.dumps(kt.document))
             started = time.perf_counter()
-            ours = score("bayes", recorded.space, evaluator, budgets, seeds)
+            label = recorded.example + ("*" if args.data.name == "hard" else "")
+            ours = (stored_runs(args.ours_raw, label, budgets, seeds) if args.ours_raw
+                    else score("bayes", recorded.space, evaluator, budgets, seeds))
             ours_s = time.perf_counter() - started
             cells: list[str] = []
             started = time.perf_counter()
