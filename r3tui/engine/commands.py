@@ -328,7 +328,7 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
         "--bo",
         default="defaults",
         metavar="NAME=VALUE,...",
-        help="more settings of the Bayesian search, e.g. acq_func=gp_hedge,transform=power "
+        help="more settings of the Bayesian search, e.g. acq_func=EI,xi=0.05 "
         "(a wrong NAME lists the valid ones)",
     )
     tune.add_argument(
