@@ -76,6 +76,11 @@ How the optimizer is used, and why (scikit-optimize 0.10.2, scikit-learn 1.9, nu
   hurt hard nbody, whose narrow good region the log-time model finds from the bad points'
   spread; ``power`` scored 0.428 against 0.758 on seeds 0-9 and 2.267 against 1.277 on seeds
   10-19 (``bench/results/2026-12-03-inner-bo-output-transforms.txt``), so it is not the default.
+  With ``acq_func=gp_hedge`` and ``local_candidates=3`` (session 15,
+  ``bench/results/2026-12-03-inner-bo-s15.txt``) it scored 0.786 against 1.000 over seeds 0-29
+  and beat random search in the hard sgemm cell at 20 (0.9937 against 0.9841), but a campaign
+  lineage on hard nbody (12 trials, then four 5-trial children told their ancestors' trials)
+  reached 0.930 of the optimum with it against 0.999: not the default either.
 - **Estimators.**  ``GP`` (default), ``RF`` and ``ET`` work.  ``GBRT`` and ``dummy`` fail
   inside ``Optimizer.__init__`` on this scikit-learn (``is_regressor`` rejects skopt's
   ``GradientBoostingQuantileRegressor``; ``None`` has no ``__sklearn_tags__``), so they are
