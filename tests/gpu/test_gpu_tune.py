@@ -36,7 +36,14 @@ def test_inner_campaign_stores_trials_declares_a_winner_and_resumes(
         assert summary.status is CampaignStatus.FINISHED
         tree = repo.campaign_tree(s, summary.id)
     database.close()
-    assert len(stored) == 12 and len(tree) == 1 and tree[0].best_trial_id is not None
+    assert len(stored) == 12 and len(tree) == 1
+    # choose_winner: when every finalist re-times slower than the recorded configuration, the
+    # recorded configuration wins at 1.0, and it is no stored trial here; axpy is memory-bound,
+    # so on the H200 that happens in about one run of three (seen 2026-12-03)
+    won = first.winner.best
+    recorded_won = won.speedup == 1.0 and config_key(won.config) not in {
+        config_key(t.config) for t in stored}
+    assert tree[0].best_trial_id is not None or recorded_won
 
     resumed = run_inner_campaign(InnerCampaign(
         axpy_bundle, db, budget_trials=20, settings=settings, resume_campaign=summary.id
