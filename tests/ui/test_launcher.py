@@ -84,9 +84,10 @@ async def test_the_tui_launches_pauses_and_stops_its_campaign(tmp_path: Path) ->
     request = LaunchRequest(tmp_path / "k.r3b", db, name="owned")
     app = make_app(db, launch=request, engine_argv=fake_argv(db, "owned"))
     async with app.run_test(size=(120, 30)) as pilot:
-        await until(pilot, lambda: isinstance(app.screen, CampaignScreen), timeout=60)
-        screen = app.screen
-        bar = screen.query_one("#status-bar")
+        # the screen is current before its children are composed: wait for the status bar
+        await until(pilot, lambda: isinstance(app.screen, CampaignScreen)
+                    and bool(app.screen.query("#status-bar")), timeout=60)
+        bar = app.screen.query_one("#status-bar")
         await until(pilot, lambda: "running" in text_of(bar) and "engine pid" in text_of(bar),
                     timeout=60)
         await pilot.press("P")
