@@ -138,14 +138,19 @@ def _switch_to_wal(cursor: sqlite3.Cursor, busy_timeout_s: float) -> None:
                 f"database is locked (journal mode stayed {mode})"
             )
         except sqlite3.OperationalError as error:
-            text = str(error).lower()
-            if "locked" not in text and "busy" not in text:
+            if not _is_busy(error):
                 raise
             failure = error
         if time.monotonic() + pause > deadline:
             raise failure
         time.sleep(pause)
         pause = min(pause * 2, 0.05)
+
+
+def _is_busy(error: sqlite3.Error) -> bool:
+    """SQLite's "database is locked" / "busy": another connection holds a lock."""
+    text = str(error).lower()
+    return "locked" in text or "busy" in text
 
 
 def translate_error(
@@ -161,7 +166,7 @@ def translate_error(
         return None
     text = str(original).lower()
     cannot_write = "readonly" in text or "read-only" in text or "unable to open" in text
-    if "locked" in text or "busy" in text:
+    if _is_busy(original):
         return DatabaseLocked(
             f"database {path} is locked by another process beyond the busy timeout",
             hint="wait for the other writer to finish, or stop it",
