@@ -598,8 +598,6 @@ class CampaignRun:
         return out
 
 
-
-
 def _warnings(log: str | None) -> str | None:
     if not log:
         return None

@@ -203,7 +203,6 @@ class BayesSettings:
                 and math.isfinite(self.kappa) and self.kappa >= 0.0):
             raise ConfigError("xi and kappa must be finite and at least 0")
 
-
     @classmethod
     def parse(cls, spec: str, **base: Any) -> BayesSettings:
         """``defaults`` or ``NAME=VALUE,NAME=VALUE`` over these fields (``r3 tune --bo``,

@@ -424,9 +424,9 @@ def test_output_transforms_are_valid_deterministic_and_move_the_model(transform:
     with pytest.raises(ConfigError, match="transform"):
         BayesSettings(transform="sqrt")
     space = make_space()
-    rank = BayesSettings(transform=transform, **FAST)
-    asked = drive(BayesSearch(space, seed=3, settings=rank), 16)
-    assert drive(BayesSearch(space, seed=3, settings=rank), 16) == asked
+    settings = BayesSettings(transform=transform, **FAST)
+    asked = drive(BayesSearch(space, seed=3, settings=settings), 16)
+    assert drive(BayesSearch(space, seed=3, settings=settings), 16) == asked
     assert len({config_key(c) for c in asked}) == 16
     assert all(space.check(c) == [] for c in asked)
     plain = drive(BayesSearch(space, seed=3, settings=BayesSettings(transform="log", **FAST)), 16)
