@@ -34,10 +34,11 @@ import math
 import statistics
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -158,6 +159,22 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+RawRuns = dict[tuple[str, str, str, int], tuple[dict[int, float], float]]
+
+
+def join_raw(rows: Iterable[dict[str, Any]], seeds: range) -> RawRuns:
+    """``--raw`` rows joined by (table label, strategy, settings, budget): each seed's best
+    time within ``seeds``, and the optimum; ValueError when two rows disagree on a seed."""
+    joined: RawRuns = {}
+    for row in rows:
+        key = (row["table"], row["strategy"], row["settings"], row["budget"])
+        best, _optimum = joined.setdefault(key, ({}, row["optimum_s"]))
+        for seed, time_s in zip(row["seeds"], row["best_s"], strict=True):
+            if seed in seeds and best.setdefault(seed, time_s) != time_s:
+                raise ValueError(f"{' '.join(map(str, key))} seed {seed}: two different results")
+    return joined
+
+
 def raw_report(files: list[Path], args: argparse.Namespace, argv: list[str] | None) -> int:
     """The sweep report of ``--raw`` files, over the seeds asked for.
 
@@ -173,16 +190,11 @@ def raw_report(files: list[Path], args: argparse.Namespace, argv: list[str] | No
     except (OSError, ValueError) as exc:
         print(f"error: cannot read the raw runs: {exc}")
         return 2
-    joined: dict[tuple[str, str, str, int], tuple[dict[int, float], float]] = {}
-    for row in rows:
-        if row["table"] not in by_label:
-            continue
-        key = (row["table"], row["strategy"], row["settings"], row["budget"])
-        best, optimum = joined.setdefault(key, ({}, row["optimum_s"]))
-        for seed, time_s in zip(row["seeds"], row["best_s"], strict=True):
-            if seed in seeds and best.setdefault(seed, time_s) != time_s:
-                print(f"error: {' '.join(map(str, key))} seed {seed}: two different results")
-                return 2
+    try:
+        joined = join_raw((row for row in rows if row["table"] in by_label), seeds)
+    except ValueError as exc:
+        print(f"error: {exc}")
+        return 2
     used = sorted({by_label[table] for table, *_ in joined}, key=files.index)
     budgets = sorted({n for (table, _, _, n) in joined
                       if n < len(recorded[by_label[table]].table)})

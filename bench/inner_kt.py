@@ -40,6 +40,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
+from inner_bo import join_raw, label_of  # noqa: E402
 from kt_cache import KTSpace, best_time_s, restriction, to_kt, unique_evaluations  # noqa: E402
 
 from r3tui.domain import MeasurementStatus  # noqa: E402
@@ -157,17 +158,14 @@ def us(seconds: float) -> str:
 
 
 def stored_runs(raw: Path, label: str, budgets: Sequence[int],
-                seeds: Sequence[int]) -> dict[int, StrategyScore]:
+                seeds: range) -> dict[int, StrategyScore]:
     """Our best times per budget from an ``inner_bo.py --raw`` file (BayesSettings defaults)."""
+    joined = join_raw(json.loads(raw.read_text()), seeds)
     out: dict[int, StrategyScore] = {}
-    for row in json.loads(raw.read_text()):
-        if (row["table"], row["strategy"], row["settings"]) != (label, "bayes", "defaults"):
-            continue
-        by_seed = dict(zip(row["seeds"], row["best_s"], strict=True))
-        if row["budget"] in budgets and all(seed in by_seed for seed in seeds):
-            out[row["budget"]] = StrategyScore("bayes", row["budget"],
-                                               tuple(by_seed[seed] for seed in seeds),
-                                               row["optimum_s"])
+    for n in budgets:
+        best, optimum = joined.get((label, "bayes", "defaults", n), ({}, 0.0))
+        if len(best) == len(seeds):
+            out[n] = StrategyScore("bayes", n, tuple(best[seed] for seed in seeds), optimum)
     missing = [n for n in budgets if n not in out]
     if missing:
         raise SystemExit(f"error: {raw} has no defaults run of {label} at {missing} for seeds "
@@ -234,7 +232,7 @@ def main(argv: list[str] | None = None) -> int:
     worst50: tuple[float, str] | None = None
     ratios: dict[int, list[tuple[float, str]]] = {n: [] for n in BUDGETS}
     with tempfile.TemporaryDirectory(prefix="r3-kt-") as tmp:
-        for recorded in recorded_files:
+        for path, recorded in zip(files, recorded_files, strict=True):
             evaluator = SimulatedEvaluator(recorded.table)
             size = len(recorded.table)
             budgets = [n for n in BUDGETS if n <= size] or [size]
@@ -242,8 +240,8 @@ def main(argv: list[str] | None = None) -> int:
             cache = Path(tmp) / f"{recorded.example}.json"
             cache.write_text(json.dumps(kt.document))
             started = time.perf_counter()
-            label = recorded.example + ("*" if args.data.name == "hard" else "")
-            ours = (stored_runs(args.ours_raw, label, budgets, seeds) if args.ours_raw
+            label = label_of(path, recorded.example)
+            ours = (stored_runs(args.ours_raw, label, budgets, range(args.seeds)) if args.ours_raw
                     else score("bayes", recorded.space, evaluator, budgets, seeds))
             ours_s = time.perf_counter() - started
             cells: list[str] = []
