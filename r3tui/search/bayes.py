@@ -177,6 +177,13 @@ class BayesSettings:
     local_candidates: int = field(
         default=0, metadata={"help": "the best N told points' valid neighbours (one step in one "
                              "or two dimensions) join the acquisition candidates; 0: off"})
+    prior_acq_func: str = field(
+        default="EI", metadata={"help": "acq_func of a search told a prior (a campaign "
+                                "child told its ancestors' trials)"})
+    prior_transform: str = field(
+        default="log", metadata={"help": "transform of a search told a prior"})
+    prior_local_candidates: int = field(
+        default=0, metadata={"help": "local_candidates of a search told a prior"})
 
     def __post_init__(self) -> None:
         if self.estimator.upper() in BROKEN_ESTIMATORS:
@@ -186,17 +193,19 @@ class BayesSettings:
         checks = (("estimator", self.estimator, ESTIMATORS),
                   ("initial_point_generator", self.initial_point_generator, GENERATORS),
                   ("acq_func", self.acq_func, ACQ_FUNCS),
+                  ("prior_acq_func", self.prior_acq_func, ACQ_FUNCS),
                   ("batch_strategy", self.batch_strategy, BATCH_STRATEGIES))
         for name, value, allowed in checks:
             if value not in allowed:
                 raise ConfigError(f"{name} {value!r} is not one of {', '.join(allowed)}")
         if self.n_initial_points < 1 or self.n_candidates < 1:
             raise ConfigError("n_initial_points and n_candidates must be at least 1")
-        if self.transform not in TRANSFORMS:
-            raise ConfigError(f"transform {self.transform!r} is not one of "
-                              f"{', '.join(TRANSFORMS)}")
-        if self.local_candidates < 0:
-            raise ConfigError("local_candidates must be at least 0")
+        for name, value in (("transform", self.transform),
+                            ("prior_transform", self.prior_transform)):
+            if value not in TRANSFORMS:
+                raise ConfigError(f"{name} {value!r} is not one of {', '.join(TRANSFORMS)}")
+        if self.local_candidates < 0 or self.prior_local_candidates < 0:
+            raise ConfigError("local_candidates and prior_local_candidates must be at least 0")
         if not self.penalty_factor >= 1.0:
             raise ConfigError("penalty_factor must be at least 1")
         if not (math.isfinite(self.xi) and self.xi >= 0.0
@@ -231,6 +240,13 @@ class BayesSettings:
                  if getattr(self, f.name) != getattr(default, f.name)]
         return ",".join(items) or "defaults"
 
+    def with_prior(self) -> BayesSettings:
+        """The settings in force once a search is told a prior: the ``prior_*`` fields in
+        place of ``acq_func``, ``transform`` and ``local_candidates``."""
+        return dataclasses.replace(self, acq_func=self.prior_acq_func,
+                                   transform=self.prior_transform,
+                                   local_candidates=self.prior_local_candidates)
+
 
 def _flag(text: str) -> bool:
     if text.lower() in ("1", "true", "yes", "on"):
@@ -249,11 +265,17 @@ class BayesSearch(InnerSearch):
                  settings: BayesSettings | None = None) -> None:
         super().__init__(space, seed)
         self.settings = settings or BayesSettings()
+        self.in_force = self.settings  # ``settings.with_prior()`` once told a usable prior
         self._design: list[list[Any]] | None = None
         self._points: dict[str, list[Any] | None] = {}
         self.fallbacks = 0  # model asks that repeated a known point, filled at random by us
         self.model_repeats = 0  # proposals skopt itself replaced by a random point
         self.design_fallback = False  # the generator failed; the design is uniform random
+
+    def set_prior(self, groups: Iterable[Iterable[TrialRecord]]) -> int:
+        usable = super().set_prior(groups)
+        self.in_force = self.settings.with_prior() if usable else self.settings
+        return usable
 
     # -- proposal ------------------------------------------------------------------------
     def _propose(self, n: int, taken: set[str]) -> list[TrialConfig]:
@@ -380,7 +402,7 @@ class BayesSearch(InnerSearch):
     def _optimizer(self) -> Any:
         from skopt import Optimizer
 
-        s = self.settings
+        s = self.in_force
         return Optimizer(
             self.space.dimensions(),
             base_estimator=s.estimator,
@@ -403,7 +425,7 @@ class BayesSearch(InnerSearch):
 
     def _ask_model(self, n: int, taken: set[str]) -> list[TrialConfig]:
         points, values, penalty = self._told()
-        values = transformed(values, self.settings.transform)
+        values = transformed(values, self.in_force.transform)
         if not points or not self.space.dims:
             return []
         strategy = self.settings.batch_strategy
@@ -433,7 +455,7 @@ class BayesSearch(InnerSearch):
                     self._points[config_key(config)] = point
                     opt.tell(point, penalty)
                     continue
-                if self.settings.local_candidates:
+                if self.in_force.local_candidates:
                     local = self._best_local(opt, point, taken)
                     point = point if local is None else local
                 config = self.space.to_config(point)
@@ -461,7 +483,7 @@ class BayesSearch(InnerSearch):
         order = sorted(range(len(opt.yi)), key=lambda i: (opt.yi[i], i))
         candidates = [proposal] if tuple(proposal) not in told else []
         seen = {tuple(proposal)} | told
-        for i in order[:self.settings.local_candidates]:
+        for i in order[:self.in_force.local_candidates]:
             for move in neighbours(self.space, opt.Xi[i]):
                 if tuple(move) not in seen:
                     seen.add(tuple(move))
@@ -483,7 +505,7 @@ class BayesSearch(InnerSearch):
         import numpy as np
         from skopt.acquisition import gaussian_ei, gaussian_lcb, gaussian_pi
 
-        model, s = opt.models[-1], self.settings
+        model, s = opt.models[-1], self.in_force
         if s.acq_func == "LCB":
             return np.asarray(gaussian_lcb(x, model, kappa=s.kappa))
         gain = gaussian_pi if s.acq_func == "PI" else gaussian_ei

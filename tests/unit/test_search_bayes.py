@@ -400,6 +400,32 @@ def test_a_prior_replaces_the_initial_design_and_is_ignored_without_a_model() ->
     assert drive(plain, 5) == drive(primed, 5)
 
 
+def test_a_search_told_a_prior_uses_the_prior_settings() -> None:
+    """Cold, a search runs ``acq_func``/``transform``/``local_candidates``; told a usable prior,
+    the ``prior_*`` ones: it asks exactly what a search set up with those in their place does."""
+    space = make_space()
+    parent = BayesSearch(space, seed=8, settings=BayesSettings(**FAST))
+    drive(parent, 8)
+    cold = dict(acq_func="gp_hedge", transform="power", local_candidates=3)
+    warm = dict(acq_func="PI", transform="rank", local_candidates=0)
+    prior = {f"prior_{k}": v for k, v in warm.items()}
+    settings = BayesSettings(**FAST, **cold, **prior)
+    child = BayesSearch(space, seed=9, settings=settings)
+    assert child.in_force == settings
+    child.set_prior([parent.history])
+    assert child.in_force == settings.with_prior() != settings
+    assert (child.in_force.acq_func, child.in_force.transform) == ("PI", "rank")
+    assert child._optimizer().acq_func == "PI"
+    same = BayesSearch(space, seed=9, settings=BayesSettings(**FAST, **warm, **prior))
+    same.set_prior([parent.history])
+    assert drive(child, 6) == drive(same, 6)
+    # a prior with no point of this space leaves the cold settings in force
+    other = BayesSearch(space, seed=9, settings=settings)
+    assert other.set_prior([[], [TrialRecord.of(TrialConfig(block=Dim3(7)), 1e-4)]]) == 0
+    assert other.in_force == settings
+    assert BayesSettings().with_prior().local_candidates == BayesSettings().prior_local_candidates
+
+
 def test_normal_scores_keep_the_order_and_share_ties() -> None:
     scores = normal_scores([3.0, -1.0, 7.5, 3.0, 100.0])
     assert scores[1] < scores[0] == scores[3] < scores[2] < scores[4]
@@ -424,12 +450,15 @@ def test_output_transforms_are_valid_deterministic_and_move_the_model(transform:
     with pytest.raises(ConfigError, match="transform"):
         BayesSettings(transform="sqrt")
     space = make_space()
-    settings = BayesSettings(transform=transform, **FAST)
+    # EI without local candidates, so only the transform differs from ``plain``
+    single = dict(acq_func="EI", local_candidates=0, **FAST)
+    settings = BayesSettings(transform=transform, **single)
     asked = drive(BayesSearch(space, seed=3, settings=settings), 16)
     assert drive(BayesSearch(space, seed=3, settings=settings), 16) == asked
     assert len({config_key(c) for c in asked}) == 16
     assert all(space.check(c) == [] for c in asked)
-    plain = drive(BayesSearch(space, seed=3, settings=BayesSettings(transform="log", **FAST)), 16)
+    plain = drive(BayesSearch(space, seed=3, settings=BayesSettings(transform="log", **single)),
+                  16)
     n = FAST["n_initial_points"]
     assert plain[:n] == asked[:n] and plain != asked  # same design, other model asks
 
@@ -450,6 +479,9 @@ def test_settings_parse_a_spec_over_a_base_and_print_what_changed() -> None:
     for bad, message in [("colour=red", "want NAME=VALUE"), ("xi", "want NAME=VALUE"),
                          ("xi=abc", "xi is float"), ("n_initial_points=2.5", "is int"),
                          ("constrain_sampling=maybe", "is bool"),
-                         ("transform=sqrt", "transform 'sqrt' is not one of")]:
+                         ("transform=sqrt", "transform 'sqrt' is not one of"),
+                         ("prior_transform=sqrt", "prior_transform 'sqrt' is not one of"),
+                         ("prior_acq_func=UCB", "prior_acq_func 'UCB' is not one of"),
+                         ("prior_local_candidates=-1", "must be at least 0")]:
         with pytest.raises(ConfigError, match=message):
             BayesSettings.parse(bad)
