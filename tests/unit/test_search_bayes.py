@@ -265,7 +265,8 @@ def test_local_candidates_change_the_asks_toward_the_incumbent() -> None:
     """With the neighbours of the best told points among the candidates, some model asks are
     one of those neighbours that skopt's random candidates did not offer."""
     space = make_space()
-    plain = drive(BayesSearch(space, seed=2, settings=BayesSettings(**FAST)), 16)
+    plain = drive(BayesSearch(space, seed=2, settings=BayesSettings(local_candidates=0,
+                                                                    **FAST)), 16)
     local = drive(BayesSearch(space, seed=2, settings=BayesSettings(local_candidates=3,
                                                                     **FAST)), 16)
     n = FAST["n_initial_points"]
