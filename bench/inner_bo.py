@@ -29,6 +29,7 @@ running anything: one long run, reported per range of seeds.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import statistics
@@ -146,7 +147,9 @@ def main(argv: list[str] | None = None) -> int:
         args.raw.write_text(json.dumps([
             {"table": label_of(path, recorded[path].example), "strategy": strategy,
              "settings": spec, "budget": n, "optimum_s": s.optimum_s, "best_s": list(s.best_s),
-             "seeds": seeds}
+             "seeds": seeds,
+             **({"bayes": dataclasses.asdict(BayesSettings.parse(spec))}
+                if strategy == "bayes" else {})}
             for (path, strategy, spec), (scores, _) in results.items()
             for n, s in scores.items()], indent=0))
     gpu = next(iter(recorded.values())).gpu
@@ -162,12 +165,29 @@ def main(argv: list[str] | None = None) -> int:
 RawRuns = dict[tuple[str, str, str, int], tuple[dict[int, float], float]]
 
 
+# BayesSettings defaults when --raw rows named their settings only by the spec as given
+# (through 2026-12-03 session 15, except at 270e2a9): a "defaults" there is EI on log time.
+# Rows written since carry every field ("bayes").
+LEGACY_DEFAULTS = {"acq_func": "EI", "transform": "log", "local_candidates": 0}
+
+
+def settings_label(row: dict[str, Any]) -> str:
+    """A raw row's settings as a spec relative to today's defaults (random search: its own)."""
+    if row["strategy"] != "bayes":
+        return str(row["settings"])
+    if "bayes" in row:
+        return BayesSettings(**row["bayes"]).changed()
+    return BayesSettings.parse(row["settings"], **LEGACY_DEFAULTS).changed()
+
+
 def join_raw(rows: Iterable[dict[str, Any]], seeds: range) -> RawRuns:
     """``--raw`` rows joined by (table label, strategy, settings, budget): each seed's best
-    time within ``seeds``, and the optimum; ValueError when two rows disagree on a seed."""
+    time within ``seeds``, and the optimum; ValueError when two rows disagree on a seed.
+    Settings are named relative to today's defaults (:func:`settings_label`), so files
+    written under other defaults join correctly."""
     joined: RawRuns = {}
     for row in rows:
-        key = (row["table"], row["strategy"], row["settings"], row["budget"])
+        key = (row["table"], row["strategy"], settings_label(row), row["budget"])
         best, _optimum = joined.setdefault(key, ({}, row["optimum_s"]))
         for seed, time_s in zip(row["seeds"], row["best_s"], strict=True):
             if seed in seeds and best.setdefault(seed, time_s) != time_s:
