@@ -390,12 +390,13 @@ def sweep_report(files: list[Path], recorded: dict, specs: list[str], budgets: S
                 math.log(b / s.optimum_s) for s in ours for b in s.best_s))
         lines.append(f"{spec:<{width}}" + "".join(f"{v:>11.3f}" for v in per_table))
     lines += ["", "aggregates over the cells (ranked by the first column):",
-              f"{'settings':<{width}}{'loss%':>7}{'se':>6}{'-' + specs[0]:>14}{'se':>6}"
+              f"{'settings':<{width}}{'loss%':>7}{'se':>6}{'-first':>14}{'se':>6}"
               f"{'medloss%':>9}" + "".join(f"{'worst@' + str(n):>10}" for n in budgets)
               + f"{'>=random':>10}{'worst rand/bo':>24}{'cpu s':>7}",
               "  loss%: mean over every run (cell x seed) of 100*log(best/optimum), se: its "
               "standard error over seeds (a seed's loss: its mean over the cells); "
-              f"-{specs[0]}: the paired difference to {specs[0]}, per seed; medloss%: the "
+              f"-first: the paired difference to the first setting ({specs[0]}), per seed; "
+              "medloss%: the "
               "loss over the cells' median runs; >=random: cells where BO's median best is at "
               "or below random's"]
 
