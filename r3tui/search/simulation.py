@@ -166,6 +166,40 @@ def run_search(search: InnerSearch, evaluate: Callable[[TrialConfig], Measuremen
     return trace
 
 
+def lineage_best(space: SearchSpace, evaluator: SimulatedEvaluator, seed: int, prior: bool,
+                 factor: float = 0.9, settings: BayesSettings | None = None,
+                 child_settings: BayesSettings | None = None) -> float:
+    """A campaign's lineage on a recorded table, as :class:`~r3tui.engine.campaign` runs one:
+    the original source searched 12 trials, then four generations of children, 5 trials each
+    (the parent's best and the recorded config first; told their ancestors' trials when
+    ``prior``), whose source runs every config ``factor`` times as long as the original (a
+    source change that does not move the optimum).  The best time over the lineage, on the
+    children's scale.  ``child_settings`` (default: ``settings``) drive the children."""
+
+    def child_time(config: TrialConfig) -> Measurement:
+        m = evaluator.evaluate(config)
+        if not (m.ok and m.time):
+            return m
+        t = m.time.median_s * factor
+        return Measurement(MeasurementStatus.OK, time=TimeStats(t, t, 0.0, 1), verified=True)
+
+    parent: InnerSearch = BayesSearch(space, seed=seed, settings=settings)
+    parent.warm_start([space.baseline_config()])
+    best = run_search(parent, evaluator.evaluate, 12)[-1] * factor
+    lineage = [parent.history]
+    for generation in range(4):
+        child = BayesSearch(space, seed=seed * 100 + generation + 1,
+                            settings=child_settings or settings)
+        child.warm_start(parent.finalists(1))
+        child.warm_start([space.baseline_config()])
+        if prior:
+            child.set_prior(reversed(lineage))
+        best = min(best, run_search(child, child_time, 5)[-1])
+        lineage.append(child.history)
+        parent = child
+    return best
+
+
 def best_at(trace: Sequence[float], n: int) -> float:
     """Best time within the first ``n`` evaluations (the last value of a shorter trace)."""
     if not trace:

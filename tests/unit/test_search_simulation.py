@@ -28,6 +28,7 @@ from r3tui.search.simulation import (
     StrategyScore,
     beats,
     best_at,
+    lineage_best,
     make_search,
     parse_space_file,
     run_search,
@@ -188,37 +189,6 @@ def test_measurement_from_a_recorded_result() -> None:
     assert not RecordedResult(MeasurementStatus.TIMEOUT).measurement().ok
 
 
-def _lineage_best(parsed, seed: int, prior: bool, factor: float = 0.9) -> float:
-    """A campaign's lineage on a recorded table: the original source searched 12 trials, then
-    four generations of children, 5 trials each (the parent's best and the recorded config
-    first), whose source runs every config ``factor`` times as long as the original (a source
-    change that does not move the optimum).  The best time over the lineage, on the children's
-    scale."""
-    evaluator = SimulatedEvaluator(parsed.table)
-
-    def child_time(config: TrialConfig) -> Measurement:
-        m = evaluator.evaluate(config)
-        if not (m.ok and m.time):
-            return m
-        t = m.time.median_s * factor
-        return Measurement(MeasurementStatus.OK, time=TimeStats(t, t, 0.0, 1), verified=True)
-
-    parent = make_search("bayes", parsed.space, seed)
-    parent.warm_start([parsed.space.baseline_config()])
-    best = run_search(parent, evaluator.evaluate, 12)[-1] * factor
-    lineage = [parent.history]
-    for generation in range(4):
-        child = make_search("bayes", parsed.space, seed * 100 + generation + 1)
-        child.warm_start(parent.finalists(1))
-        child.warm_start([parsed.space.baseline_config()])
-        if prior:
-            child.set_prior(reversed(lineage))
-        best = min(best, run_search(child, child_time, 5)[-1])
-        lineage.append(child.history)
-        parent = child
-    return best
-
-
 HARD_NBODY = SPACES_DIR / "hard" / "nbody.json"
 
 
@@ -231,7 +201,10 @@ def test_a_lineage_told_its_ancestors_trials_searches_like_one_long_search() -> 
     EI on log time (``BayesSettings.prior_*``): with the cold defaults there it was 0.930."""
     parsed = parse_space_file(json.loads(HARD_NBODY.read_text()))
     optimum = SimulatedEvaluator(parsed.table).optimum() * 0.9
-    with_prior = [optimum / _lineage_best(parsed, seed, True) for seed in range(10)]
-    without = [optimum / _lineage_best(parsed, seed, False) for seed in range(10)]
+    evaluator = SimulatedEvaluator(parsed.table)
+    with_prior = [optimum / lineage_best(parsed.space, evaluator, seed, True)
+                  for seed in range(10)]
+    without = [optimum / lineage_best(parsed.space, evaluator, seed, False)
+               for seed in range(10)]
     assert sum(with_prior) / 10 >= 0.99
     assert sum(with_prior) / 10 > sum(without) / 10 + 0.03
