@@ -11,8 +11,11 @@ configuration once), 10 seeds each; both best times are read from our table.
 Seeding Kernel Tuner: its ``bayes_opt`` draws from Python's ``random`` and numpy's global
 state, which are seeded per run, and its initial Latin hypercube from
 ``scipy.stats.qmc.LatinHypercube`` without a seed (fresh OS entropy on scipy >= 1.15); this
-script passes that sampler a generator seeded the same way, so runs are reproducible.  Nothing
-else of Kernel Tuner is touched.
+script passes that sampler a generator seeded the same way.  Nothing else of Kernel Tuner is
+touched.  Runs are still not fully reproducible: runs on the same tables picked differently in
+two places when two of them ran at once (``bench/results/2026-12-03-inner-bo-s15.txt``, the
+end), likely because its ``multi-ultrafast`` method decides when to refit from wall-clock
+timings; run one at a time.  Our side reads fixed ``--ours-raw`` runs.
 
     python bench/inner_kt.py [--seeds 10] [--data tests/data/spaces]
 """
