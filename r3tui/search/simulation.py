@@ -169,7 +169,7 @@ def run_search(search: InnerSearch, evaluate: Callable[[TrialConfig], Measuremen
 def lineage_best(space: SearchSpace, evaluator: SimulatedEvaluator, seed: int, prior: bool,
                  factor: float = 0.9, settings: BayesSettings | None = None,
                  child_settings: BayesSettings | None = None) -> float:
-    """A campaign's lineage on a recorded table, as :class:`~r3tui.engine.campaign` runs one:
+    """A campaign's lineage on a recorded table, as :mod:`~r3tui.engine.campaign` runs one:
     the original source searched 12 trials, then four generations of children, 5 trials each
     (the parent's best and the recorded config first; told their ancestors' trials when
     ``prior``), whose source runs every config ``factor`` times as long as the original (a
