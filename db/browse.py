@@ -32,6 +32,7 @@ FAILED_STATUSES = frozenset(
         VariantStatus.COMPILE_FAILED,
         VariantStatus.WRONG_RESULT,
         VariantStatus.CRASHED,
+        VariantStatus.UNSAFE,
     }
 )
 

@@ -32,6 +32,8 @@ class VariantStatus(StrEnum):
     COMPILE_FAILED = "compile_failed"
     WRONG_RESULT = "wrong_result"
     CRASHED = "crashed"
+    # refused without being run: host code, device-heap state, clock reads (docs/verification.md)
+    UNSAFE = "unsafe"
     VERIFIED = "verified"  # correct, not faster than its parent
     IMPROVED = "improved"  # correct and faster than its parent
 
@@ -45,6 +47,9 @@ class MeasurementStatus(StrEnum):
     WRONG_RESULT = "wrong_result"
     TIMEOUT = "timeout"
     CRASHED = "crashed"
+    # refused before compiling (host code, heap, clocks) or after replay (state that cannot
+    # be reset between launches); error_text says why (docs/verification.md)
+    UNSAFE = "unsafe"
 
 
 class CampaignStatus(StrEnum):

@@ -30,6 +30,7 @@ ELF_MAGIC = b"\x7fELF"
 EM_CUDA = 190
 SHT_SYMTAB = 2
 SHT_NOBITS = 8
+STT_OBJECT = 1
 STT_FUNC = 2
 
 EIFMT_SVAL = 4
@@ -78,6 +79,10 @@ class Symbol:
     @property
     def is_function(self) -> bool:
         return self.info & 0xF == STT_FUNC
+
+    @property
+    def is_object(self) -> bool:
+        return self.info & 0xF == STT_OBJECT
 
 
 @dataclass(frozen=True)
@@ -187,6 +192,24 @@ class Cubin:
             s.name[len(".nv.info.") :] for s in self.sections if s.name.startswith(".nv.info.")
         }
         return [s.name for s in self.symbols if s.is_function and s.name in infos]
+
+    def module_variables(self) -> list[tuple[str, int]]:
+        """``(name, size)`` of every variable in the module's global memory.
+
+        ptxas puts ``__device__`` variables, function-scope ``static`` variables of device code
+        and ``__managed__`` stand-ins in ``.nv.global`` (zero-initialised, ``SHT_NOBITS``) or
+        ``.nv.global.init`` (with an initialiser), as ``STT_OBJECT`` symbols under their lowered
+        names, which ``cuModuleGetGlobal`` accepts.  This is the state a kernel can keep between
+        launches of the same module; ``__constant__`` banks are read-only to kernels.
+        """
+        by_index = {s.index: s for s in self.sections}
+        found = []
+        for symbol in self.symbols:
+            section = by_index.get(symbol.shndx)
+            if (symbol.is_object and symbol.size > 0 and section is not None
+                    and section.name.startswith(".nv.global")):
+                found.append((symbol.name, symbol.size))
+        return found
 
     def nv_info(self, section_name: str) -> list[NvInfoAttribute]:
         section = self.section(section_name)

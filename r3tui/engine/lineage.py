@@ -217,6 +217,7 @@ def classify(
         status = {
             MeasurementStatus.COMPILE_ERROR.value: VariantStatus.COMPILE_FAILED,
             MeasurementStatus.WRONG_RESULT.value: VariantStatus.WRONG_RESULT,
+            MeasurementStatus.UNSAFE.value: VariantStatus.UNSAFE,
         }.get(reason, VariantStatus.CRASHED)
         return status, f"{reason} in {sum(failures.values())} trial(s)"
     if parent_s is not None and best_s < parent_s:

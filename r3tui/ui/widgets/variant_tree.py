@@ -37,6 +37,7 @@ SHORT_REASON = {
     VariantStatus.COMPILE_FAILED: "compile",
     VariantStatus.WRONG_RESULT: "wrong",
     VariantStatus.CRASHED: "crash",
+    VariantStatus.UNSAFE: "unsafe",
 }
 
 
