@@ -9,7 +9,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from r3tui.errors import GpuUnavailable, R3Error, RecordingError
+from r3tui.errors import ConfigError, GpuUnavailable, R3Error, RecordingError
 
 if TYPE_CHECKING:
     from rich.status import Status
@@ -34,6 +34,12 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     kernel.add_argument("--seed", type=int, default=0, help="seed of the input generator")
     kernel.add_argument("--scale", type=float, default=1.0,
                         help="problem scale passed to make_inputs (default 1.0)")
+    kernel.add_argument("--checks", type=int, default=1, metavar="N",
+                        help="check launches to record besides the timed one: the generator "
+                        "with seed+k at scale*CHECK_SCALE**k; candidates must pass them too "
+                        "(default 1; 0 records none)")
+    kernel.add_argument("--check-scale", type=float, default=0.125,
+                        help="scale factor of each check launch's inputs (default 0.125)")
     kernel.add_argument("--option", action="append", default=[], dest="options",
                         metavar="FLAG", help="compiler flag for the original, repeatable; "
                         "write --option=-FLAG for flags that start with a dash")
@@ -98,10 +104,13 @@ def cmd_record_kernel(args: argparse.Namespace) -> int:
     from r3tui.record.kernel_recorder import RecordKernelRequest, record_kernel
 
     out = args.out or Path("recordings") / f"{args.kernel}-{args.seed}"
+    if args.checks < 0 or not 0 < args.check_scale <= 1:
+        raise ConfigError("--checks must be >= 0 and --check-scale in (0, 1]")
     req = RecordKernelRequest(
         source_path=args.source, kernel_name=args.kernel, inputs_path=args.inputs, out=out,
         seed=args.seed, scale=args.scale, options=tuple(args.options),
         toolchain=args.toolchain, device=args.device, overwrite=args.force,
+        checks=args.checks, check_scale=args.check_scale,
     )
     with _status("recording") as status:
         bundle = record_kernel(req, progress=lambda msg: status.update(msg))
@@ -112,6 +121,9 @@ def cmd_record_kernel(args: argparse.Namespace) -> int:
     print(f"recorded {m.kernel.name} grid {m.launch.grid.as_tuple()} block "
           f"{m.launch.block.as_tuple()}: {len(m.allocations)} allocations, "
           f"{m.working_set_bytes / 1e6:.1f} MB{timing}")
+    for c in m.checks:
+        print(f"check launch ({c.label}): grid {c.launch.grid.as_tuple()}, "
+              f"{sum(a.size for a in c.allocations) / 1e6:.1f} MB")
     print(f"bundle {bundle.path} sha256 {bundle.sha256[:16]} (recording #{rec_id} in {args.db})")
     return 0
 

@@ -114,6 +114,25 @@ class GlobalInfo:
 
 
 @dataclass(frozen=True)
+class CheckLaunch:
+    """Another launch of the same kernel on other inputs, verified and never timed.
+
+    A candidate that fits the recording instead of the program (hard-coded sizes, scalar
+    arguments or data) passes the recorded launch and fails this one.  Its allocations lie
+    in the same arena, apart from the recorded launch's, so both stay resident at once.
+    """
+
+    label: str  # how the inputs differ, e.g. "seed 1, scale 0.125"
+    launch: LaunchInfo
+    params: tuple[ParamInfo, ...]
+    allocations: tuple[AllocationInfo, ...]
+    globals: tuple[GlobalInfo, ...] = ()
+
+    def arg_bytes(self) -> bytes:
+        return assemble_arg_bytes(self.params)
+
+
+@dataclass(frozen=True)
 class ArenaInfo:
     base: int
     size: int  # bytes reserved and mapped at ``base`` on replay
@@ -131,6 +150,7 @@ class Manifest:
     blobs: Mapping[str, int] = field(default_factory=dict)  # sha256 -> uncompressed size
     provenance: Mapping[str, Any] = field(default_factory=dict)
     format_version: int = FORMAT_VERSION
+    checks: tuple[CheckLaunch, ...] = ()
 
     # -- derived -------------------------------------------------------------------------
     def arg_bytes(self) -> bytes:
@@ -157,6 +177,11 @@ class Manifest:
     def working_set_bytes(self) -> int:
         return sum(a.size for a in self.allocations)
 
+    @property
+    def all_allocations(self) -> tuple[AllocationInfo, ...]:
+        """The recorded launch's allocations, then every check launch's."""
+        return self.allocations + tuple(a for c in self.checks for a in c.allocations)
+
     def canonical_bytes(self) -> bytes:
         return canonical_json(self.to_json())
 
@@ -166,7 +191,7 @@ class Manifest:
 
     # -- JSON ----------------------------------------------------------------------------
     def to_json(self) -> dict[str, Any]:
-        k, ln = self.kernel, self.launch
+        k = self.kernel
         kernel: dict[str, Any] = {
             "name": k.name,
             "entry_point": k.entry_point,
@@ -184,37 +209,27 @@ class Manifest:
             kernel["headers"] = [{"name": s.name, "sha256": s.sha256} for s in k.headers]
         if k.include_dirs:
             kernel["include_dirs"] = list(k.include_dirs)
-        return {
+        out = {
             "format_version": self.format_version,
             "kernel": kernel,
-            "launch": {
-                "grid": list(ln.grid.as_tuple()),
-                "block": list(ln.block.as_tuple()),
-                "shared_mem_bytes": ln.shared_mem_bytes,
-                "work": list(ln.work.as_tuple()) if ln.work else None,
-                "block_tunable": ln.block_tunable,
-                "count": ln.count,
-                "total_time_s": ln.total_time_s,
-                "baseline": None
-                if ln.baseline is None
-                else {
-                    "median_s": ln.baseline.median_s,
-                    "min_s": ln.baseline.min_s,
-                    "iqr_s": ln.baseline.iqr_s,
-                    "n": ln.baseline.n,
-                },
-            },
+            "launch": _launch_json(self.launch),
             "params": [_param_json(p) for p in self.params],
             "allocations": [_alloc_json(a) for a in self.allocations],
-            "globals": [
-                {"name": g.name, "size": g.size, "prologue": g.prologue, "epilogue": g.epilogue}
-                for g in self.globals
-            ],
+            "globals": [_global_json(g) for g in self.globals],
             "arena": {"base": self.arena.base, "size": self.arena.size},
             "blobs": dict(sorted(self.blobs.items())),
             "provenance": dict(self.provenance),
             "recorded_at": self.recorded_at,
         }
+        if self.checks:  # only when present, so older bundles keep their identity
+            out["checks"] = [
+                {"label": c.label, "launch": _launch_json(c.launch),
+                 "params": [_param_json(p) for p in c.params],
+                 "allocations": [_alloc_json(a) for a in c.allocations],
+                 "globals": [_global_json(g) for g in c.globals]}
+                for c in self.checks
+            ]
+        return out
 
     @classmethod
     def from_json(cls, data: Any) -> Manifest:
@@ -232,6 +247,30 @@ def assemble_arg_bytes(params: tuple[ParamInfo, ...]) -> bytes:
 
 def canonical_json(obj: Any) -> bytes:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def _launch_json(ln: LaunchInfo) -> dict[str, Any]:
+    return {
+        "grid": list(ln.grid.as_tuple()),
+        "block": list(ln.block.as_tuple()),
+        "shared_mem_bytes": ln.shared_mem_bytes,
+        "work": list(ln.work.as_tuple()) if ln.work else None,
+        "block_tunable": ln.block_tunable,
+        "count": ln.count,
+        "total_time_s": ln.total_time_s,
+        "baseline": None
+        if ln.baseline is None
+        else {
+            "median_s": ln.baseline.median_s,
+            "min_s": ln.baseline.min_s,
+            "iqr_s": ln.baseline.iqr_s,
+            "n": ln.baseline.n,
+        },
+    }
+
+
+def _global_json(g: GlobalInfo) -> dict[str, Any]:
+    return {"name": g.name, "size": g.size, "prologue": g.prologue, "epilogue": g.epilogue}
 
 
 def _param_json(p: ParamInfo) -> dict[str, Any]:
@@ -373,17 +412,14 @@ def _parse_manifest(data: Any) -> Manifest:
     arena_r = root.req_obj("arena")
     arena = ArenaInfo(base=arena_r.integer("base", minimum=1),
                       size=arena_r.integer("size", minimum=1))
-    allocations = tuple(_parse_alloc(a, arena) for a in _items(root, "allocations"))
-    names = [a.name for a in allocations]
-    if len(set(names)) != len(names):
-        raise ManifestError("manifest field 'allocations': allocation names must be unique")
-    params = tuple(_parse_param(p, i, set(names)) for i, p in enumerate(_items(root, "params")))
-    _check_param_offsets(params)
-    globals_ = tuple(
-        GlobalInfo(g.text("name"), g.integer("size", minimum=1), g.sha("prologue"),
-                   g.sha("epilogue"))
-        for g in _items(root, "globals")
-    )
+    allocations, params, globals_ = _parse_state(root, arena)
+    checks = []
+    for c in _items(root, "checks", optional=True):
+        c_allocations, c_params, c_globals = _parse_state(c, arena)
+        checks.append(CheckLaunch(c.text("label"), _parse_launch(c.req_obj("launch")),
+                                  c_params, c_allocations, c_globals))
+    _check_disjoint(allocations + tuple(a for c in checks for a in c.allocations))
+
     blobs_r = root.req_obj("blobs")
     blobs: dict[str, int] = {}
     for sha in blobs_r.data:
@@ -401,9 +437,38 @@ def _parse_manifest(data: Any) -> Manifest:
         blobs=blobs,
         provenance=dict(root.get("provenance", dict)),
         format_version=version,
+        checks=tuple(checks),
     )
     _check_blob_table(manifest)
     return manifest
+
+
+def _parse_state(
+    r: _Reader, arena: ArenaInfo
+) -> tuple[tuple[AllocationInfo, ...], tuple[ParamInfo, ...], tuple[GlobalInfo, ...]]:
+    """One launch's allocations, parameters and device globals."""
+    allocations = tuple(_parse_alloc(a, arena) for a in _items(r, "allocations"))
+    names = [a.name for a in allocations]
+    if len(set(names)) != len(names):
+        raise ManifestError(f"manifest field {r._name('allocations')!r}: allocation names "
+                            "must be unique")
+    params = tuple(_parse_param(p, i, set(names)) for i, p in enumerate(_items(r, "params")))
+    _check_param_offsets(params, r._name("params"))
+    globals_ = tuple(
+        GlobalInfo(g.text("name"), g.integer("size", minimum=1), g.sha("prologue"),
+                   g.sha("epilogue"))
+        for g in _items(r, "globals")
+    )
+    return allocations, params, globals_
+
+
+def _check_disjoint(allocations: tuple[AllocationInfo, ...]) -> None:
+    """The recorded and the check launches' allocations share one arena, never one byte."""
+    end, last = 0, ""
+    for a in sorted(allocations, key=lambda a: a.address):
+        if a.address < end:
+            raise ManifestError(f"manifest: allocation {a.name!r} overlaps {last!r}")
+        end, last = a.address + a.size, a.name
 
 
 def _parse_kernel(r: _Reader) -> KernelInfo:
@@ -555,11 +620,12 @@ def _parse_param(r: _Reader, position: int, allocations: set[str]) -> ParamInfo:
     )
 
 
-def _check_param_offsets(params: tuple[ParamInfo, ...]) -> None:
+def _check_param_offsets(params: tuple[ParamInfo, ...], where: str = "params") -> None:
     end = 0
     for p in sorted(params, key=lambda p: p.offset):
         if p.offset < end:
-            raise ManifestError(f"manifest field 'params[{p.index}].offset': overlaps a parameter")
+            raise ManifestError(f"manifest field '{where}[{p.index}].offset': overlaps a "
+                                "parameter")
         end = p.offset + p.size
 
 
@@ -569,21 +635,26 @@ def _check_blob_table(m: Manifest) -> None:
     used += [(f"kernel.headers[{i}]", h.sha256) for i, h in enumerate(m.kernel.headers)]
     if m.kernel.binary is not None:
         used.append(("kernel.binary", m.kernel.binary.sha256))
-    for i, a in enumerate(m.allocations):
-        used += [(f"allocations[{i}].prologue", a.prologue),
-                 (f"allocations[{i}].epilogue", a.epilogue)]
-    for i, g in enumerate(m.globals):
-        used += [(f"globals[{i}].prologue", g.prologue), (f"globals[{i}].epilogue", g.epilogue)]
+    states = [("", m.allocations, m.globals)] + [
+        (f"checks[{k}].", c.allocations, c.globals) for k, c in enumerate(m.checks)]
+    for prefix, allocations, globals_ in states:
+        for i, a in enumerate(allocations):
+            used += [(f"{prefix}allocations[{i}].prologue", a.prologue),
+                     (f"{prefix}allocations[{i}].epilogue", a.epilogue)]
+        for i, g in enumerate(globals_):
+            used += [(f"{prefix}globals[{i}].prologue", g.prologue),
+                     (f"{prefix}globals[{i}].epilogue", g.epilogue)]
     for where, sha in used:
         if sha not in m.blobs:
             raise ManifestError(f"manifest field {where!r}: blob {sha[:12]} is not in 'blobs'")
-    for i, a in enumerate(m.allocations):
-        for which, sha in (("prologue", a.prologue), ("epilogue", a.epilogue)):
-            if m.blobs[sha] != a.size:
-                raise ManifestError(
-                    f"manifest field 'allocations[{i}].{which}': blob is {m.blobs[sha]} bytes, "
-                    f"allocation is {a.size}"
-                )
+    for prefix, allocations, _globals in states:
+        for i, a in enumerate(allocations):
+            for which, sha in (("prologue", a.prologue), ("epilogue", a.epilogue)):
+                if m.blobs[sha] != a.size:
+                    raise ManifestError(
+                        f"manifest field '{prefix}allocations[{i}].{which}': blob is "
+                        f"{m.blobs[sha]} bytes, allocation is {a.size}"
+                    )
 
 
 def blob_users(m: Manifest) -> dict[str, str]:
@@ -598,6 +669,10 @@ def blob_users(m: Manifest) -> dict[str, str]:
     for a in m.allocations:
         users.setdefault(a.prologue, f"prologue of {a.name}")
         users.setdefault(a.epilogue, f"epilogue of {a.name}")
+    for c in m.checks:
+        for a in c.allocations:
+            users.setdefault(a.prologue, f"prologue of {a.name} ({c.label})")
+            users.setdefault(a.epilogue, f"epilogue of {a.name} ({c.label})")
     for g in m.globals:
         users.setdefault(g.prologue, f"prologue of global {g.name}")
         users.setdefault(g.epilogue, f"epilogue of global {g.name}")

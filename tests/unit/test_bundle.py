@@ -22,6 +22,7 @@ from r3tui.record.manifest import (
     AllocationInfo,
     ArenaInfo,
     BinaryImage,
+    CheckLaunch,
     KernelInfo,
     LaunchInfo,
     Manifest,
@@ -33,7 +34,33 @@ from r3tui.record.manifest import (
 SOURCE = 'extern "C" __global__ void axpy(const double* x, double* y, int n) {}\n'
 
 
-def write_bundle(path: Path, *, compress: str | None = "zlib", n: int = 4096) -> Bundle:
+def _check_launch(w: BundleWriter, base: int, n: int) -> CheckLaunch:
+    """A check launch of axpy on n elements of other data, placed from ``base`` on."""
+    rng = np.random.default_rng(1)
+    x = rng.random(n)
+    y_before = np.zeros(n)
+    return CheckLaunch(
+        f"seed 1, n {n}",
+        LaunchInfo(Dim3(1), Dim3(256), 0, Dim3(n), True),
+        (
+            ParamInfo(0, 0, 8, ParamKind.POINTER, base.to_bytes(8, "little"), "x",
+                      allocation="x", alloc_offset=0),
+            ParamInfo(1, 8, 8, ParamKind.POINTER, (base + x.nbytes).to_bytes(8, "little"), "y",
+                      allocation="y", alloc_offset=0),
+            ParamInfo(2, 16, 4, ParamKind.SCALAR, n.to_bytes(4, "little"), "n", dtype="int32",
+                      value=n),
+        ),
+        (
+            AllocationInfo("x", base, x.nbytes, w.add_blob(x.tobytes()), w.add_blob(x.tobytes()),
+                           dtype="float64"),
+            AllocationInfo("y", base + x.nbytes, x.nbytes, w.add_blob(y_before.tobytes()),
+                           w.add_blob((y_before + 2 * x).tobytes()), dtype="float64"),
+        ),
+    )
+
+
+def write_bundle(path: Path, *, compress: str | None = "zlib", n: int = 4096,
+                 check: bool = False) -> Bundle:
     rng = np.random.default_rng(0)
     x = rng.random(n)
     y_before = np.zeros(n)  # compressible
@@ -57,6 +84,7 @@ def write_bundle(path: Path, *, compress: str | None = "zlib", n: int = 4096) ->
             ParamInfo(2, 16, 4, ParamKind.SCALAR, n.to_bytes(4, "little"), "n", dtype="int32",
                       value=n),
         )
+        checks = (_check_launch(w, ARENA_BASE + 2 * x.nbytes, n // 4),) if check else ()
         manifest = Manifest(
             kernel=KernelInfo("axpy", "axpy", (SourceFile("kernel.cu", src),), "nvrtc",
                               "nvrtc 13.0", ("-O3",), (("TILE", "8"),),
@@ -69,12 +97,13 @@ def write_bundle(path: Path, *, compress: str | None = "zlib", n: int = 4096) ->
             recorded_at="2026-12-02T10:00:00+00:00",
             blobs=dict(w.blobs),
             provenance={"gpu": "NVIDIA H200"},
+            checks=checks,
         )
         return w.commit(manifest)
 
 
-def manifest_json(tmp_path: Path) -> tuple[Path, dict[str, Any]]:
-    bundle = write_bundle(tmp_path / "b")
+def manifest_json(tmp_path: Path, check: bool = False) -> tuple[Path, dict[str, Any]]:
+    bundle = write_bundle(tmp_path / "b", check=check)
     return bundle.path, json.loads((bundle.path / "manifest.json").read_text())
 
 
@@ -140,8 +169,8 @@ def test_a_missing_blob_is_named(tmp_path: Path) -> None:
         Bundle.open(bundle.path)
 
 
-def _mutated(tmp_path: Path, mutate: Any) -> str:
-    path, data = manifest_json(tmp_path)
+def _mutated(tmp_path: Path, mutate: Any, check: bool = False) -> str:
+    path, data = manifest_json(tmp_path, check)
     mutate(data)
     (path / "manifest.json").write_text(json.dumps(data))
     with pytest.raises(ManifestError) as info:
@@ -175,6 +204,38 @@ def _mutated(tmp_path: Path, mutate: Any) -> str:
 )
 def test_manifest_validation_names_the_field(tmp_path: Path, mutate: Any, expect: str) -> None:
     assert expect in _mutated(tmp_path, mutate)
+
+
+def test_check_launches_round_trip_and_older_bundles_keep_their_identity(
+        tmp_path: Path) -> None:
+    plain = write_bundle(tmp_path / "plain")
+    assert "checks" not in json.loads((plain.path / "manifest.json").read_text())
+    bundle = write_bundle(tmp_path / "checked", check=True)
+    again = Bundle.open(bundle.path, verify=True)
+    assert again.manifest == bundle.manifest
+    (check,) = again.manifest.checks
+    assert check.label == "seed 1, n 1024" and check.launch.work == Dim3(1024)
+    assert [a.name for a in again.manifest.all_allocations] == ["x", "y", "x", "y"]
+    assert check.arg_bytes()[16:20] == (1024).to_bytes(4, "little")
+    assert again.sha256 != plain.sha256
+
+
+@pytest.mark.parametrize(
+    "mutate,expect",
+    [
+        (lambda d: d["checks"][0]["allocations"][0].update(address=ARENA_BASE + 8),
+         "overlaps"),
+        (lambda d: d["checks"][0]["params"][0].update(allocation="z"),
+         "'checks[0].params[0].allocation': no allocation named 'z'"),
+        (lambda d: d["checks"][0]["allocations"][1].update(epilogue="cd" * 32),
+         "'checks[0].allocations[1].epilogue': blob cdcdcdcdcdcd is not in 'blobs'"),
+        (lambda d: d["checks"][0].pop("label"), "'checks[0].label' is missing"),
+        (lambda d: d["checks"][0]["launch"].update(block=[0]), "checks[0].launch.block"),
+    ],
+)
+def test_check_launch_validation_names_the_field(tmp_path: Path, mutate: Any, expect: str
+                                                 ) -> None:
+    assert expect in _mutated(tmp_path, mutate, check=True)
 
 
 def test_not_json_and_not_a_bundle(tmp_path: Path) -> None:
