@@ -10,7 +10,7 @@ from r3tui.domain import Dim3, ResourceUsage
 
 if TYPE_CHECKING:
     from r3tui.compile.base import CompiledKernel
-    from r3tui.record.manifest import Manifest
+    from r3tui.record.manifest import CheckLaunch, Manifest
 
 
 @dataclass(frozen=True)
@@ -61,6 +61,20 @@ class Candidate:
         shm = rec.shared_mem_bytes if self.shared_mem_bytes is None else self.shared_mem_bytes
         args = manifest.arg_bytes() if self.arg_bytes is None else self.arg_bytes
         return grid, block, shm, args
+
+    def resolve_check(self, check: CheckLaunch) -> tuple[Dim3, Dim3, int, bytes] | None:
+        """The same for a check launch: its own work size, scalars and buffers.
+
+        None where the candidate fixes what a check launch cannot follow: its own argument
+        bytes, or an explicit grid without a work size to derive another from.
+        """
+        rec = check.launch
+        if self.arg_bytes is not None or (self.grid is not None and rec.work is None):
+            return None
+        block = self.block or rec.block
+        grid = block.grid_for(rec.work) if (self.block or self.grid) and rec.work else rec.grid
+        shm = rec.shared_mem_bytes if self.shared_mem_bytes is None else self.shared_mem_bytes
+        return grid, block, shm, check.arg_bytes()
 
     @classmethod
     def from_compiled(cls, compiled: CompiledKernel, *, block: Dim3 | None = None,

@@ -1,6 +1,11 @@
 """A recording resident on one GPU: the arena mapped at its recorded addresses, a pristine
 device copy of the prologue, the epilogue on the device, and candidates evaluated against them.
 
+The recorded launch and the recording's check launches (other inputs, never timed) live in the
+arena side by side.  How a candidate is verified so that it cannot game the timing -- the
+timed launches verified too, module variables reset before every launch, check launches --
+is :class:`~r3tui.replay.verify.CheckPolicy`, explained in ``docs/verification.md``.
+
 This runs inside the replay worker process (:mod:`r3tui.replay.worker`); a sticky CUDA error
 sets :attr:`ResidentBundle.poisoned` and the worker is replaced.
 """
@@ -16,11 +21,11 @@ from r3tui.domain import Dim3, Measurement, MeasurementStatus, ResourceUsage
 from r3tui.record import cuda_driver as cu
 from r3tui.record.arena import Arena
 from r3tui.record.bundle import Bundle
-from r3tui.record.manifest import Manifest
+from r3tui.record.manifest import AllocationInfo, GlobalInfo, Manifest
 from r3tui.replay.candidate import Candidate
 from r3tui.replay.device_verify import DeviceComparator
 from r3tui.replay.timing import EventTimer, L2Flush, TimingPolicy, time_launches
-from r3tui.replay.verify import Comparison, compare_host, worst
+from r3tui.replay.verify import CheckPolicy, Comparison, compare_host, worst
 
 
 @dataclass
@@ -29,6 +34,26 @@ class _Loaded:
     function: Any
     layout: list[tuple[int, int]]
     globals: dict[str, tuple[int, int]]  # name -> (address, size) in this module
+    # Every other variable of the module with a device copy of its load-time bytes:
+    # (address, size, copy address), put back before every launch.
+    state: list[tuple[int, int, int]]
+    state_names: list[str]
+
+
+@dataclass(frozen=True)
+class _Case:
+    """A launch to verify against: the recorded one, or a check launch."""
+
+    label: str
+    allocations: tuple[AllocationInfo, ...]
+    globals: tuple[GlobalInfo, ...]
+    expected: dict[str, int]  # allocation name -> device address of its epilogue
+    global_prologue: dict[str, bytes]
+    global_epilogue: dict[str, bytes]
+
+
+class _Wrong(Exception):
+    """A verification failed; the message says which launch and which buffers."""
 
 
 def _round_up(value: int, multiple: int) -> int:
@@ -37,10 +62,12 @@ def _round_up(value: int, multiple: int) -> int:
 
 class ResidentBundle:
     def __init__(self, bundle: Bundle, device: int = 0,
-                 policy: TimingPolicy = TimingPolicy()) -> None:
+                 policy: TimingPolicy = TimingPolicy(),
+                 checks: CheckPolicy = CheckPolicy()) -> None:
         self.bundle = bundle
         self.manifest: Manifest = bundle.manifest
         self.policy = policy
+        self.checks = checks
         self.poisoned = False
         self.ctx = cu.PrimaryContext(device)
         m = self.manifest
@@ -50,10 +77,11 @@ class ResidentBundle:
         self.info = cu.device_info(self.ctx.device)
         self.stream = cu.check(
             drv.cuStreamCreate(drv.CUstream_flags.CU_STREAM_NON_BLOCKING), "cuStreamCreate")
-        self.extent = _round_up(max((a.address + a.size - m.arena.base for a in m.allocations),
+        every = m.all_allocations
+        self.extent = _round_up(max((a.address + a.size - m.arena.base for a in every),
                                     default=0), 256)
         self.arena.map_extent(max(self.extent, 1))
-        for a in m.allocations:
+        for a in every:
             self.arena.place(a.name, a.address, a.size)
             cu.copy_to_device(a.address, bundle.blob(a.prologue))
         self._buffers: list[int] = []
@@ -61,16 +89,26 @@ class ResidentBundle:
         if self.extent:
             cu.check(drv.cuMemcpyDtoD(self.pristine, m.arena.base, self.extent), "cuMemcpyDtoD")
         # The epilogue of an allocation the kernel does not change is its prologue: compare
-        # against the pristine copy instead of storing it twice.
-        changed = [a for a in m.allocations if a.epilogue != a.prologue]
+        # against the pristine copy instead of storing it twice.  The cases' allocations are
+        # disjoint (the manifest checks it), so one expected image holds them all.
+        changed = [a for a in every if a.epilogue != a.prologue]
         expected_base = self._alloc(self.extent) if changed else self.pristine
-        self.expected: dict[str, int] = {
-            a.name: self.pristine + a.address - m.arena.base for a in m.allocations}
         for a in changed:
-            self.expected[a.name] = expected_base + a.address - m.arena.base
-            cu.copy_to_device(self.expected[a.name], bundle.blob(a.epilogue))
-        self.global_prologue = {g.name: bundle.blob(g.prologue) for g in m.globals}
-        self.global_epilogue = {g.name: bundle.blob(g.epilogue) for g in m.globals}
+            cu.copy_to_device(expected_base + a.address - m.arena.base, bundle.blob(a.epilogue))
+
+        def case(label: str, allocations: tuple[AllocationInfo, ...],
+                 globals_: tuple[GlobalInfo, ...]) -> _Case:
+            return _Case(
+                label, allocations, globals_,
+                {a.name: (expected_base if a.epilogue != a.prologue else self.pristine)
+                 + a.address - m.arena.base for a in allocations},
+                {g.name: bundle.blob(g.prologue) for g in globals_},
+                {g.name: bundle.blob(g.epilogue) for g in globals_},
+            )
+
+        self.main = case("recorded launch", m.allocations, m.globals)
+        self.cases = [case(f"check launch ({c.label})", c.allocations, c.globals)
+                      for c in m.checks]
         self.flush = (L2Flush(self.info.l2_bytes, self.stream)
                       if policy.l2_flush and m.working_set_bytes < 2 * self.info.l2_bytes
                       else None)
@@ -102,20 +140,49 @@ class ResidentBundle:
                 found = cu.module_global(module, g.name)
                 if found is not None and found[1] == g.size:
                     globals_[g.name] = found
-            self._loaded[key] = _Loaded(module, function, cu.param_layout(function), globals_)
+            loaded = _Loaded(module, function, cu.param_layout(function), globals_, [], [])
+            self._loaded[key] = loaded
+            if self.checks.reset_module_state:
+                self._snapshot_state(c.binary, loaded)
         return self._loaded[key]
 
-    def restore(self, loaded: _Loaded | None = None) -> None:
-        """Put the prologue back (device to device), then flush L2 if it would hold it."""
+    def _snapshot_state(self, binary: bytes, loaded: _Loaded) -> None:
+        """Keep a device copy of every module variable the recording does not restore."""
+        from r3tui.compile.cubin import Cubin, CubinError
+
+        try:
+            variables = Cubin.parse(binary).module_variables()
+        except CubinError:
+            return  # PTX or a fatbin (a recorded original): R³'s candidates are cubins
+        drv = cu.driver()
+        for name, _size in variables:
+            if name in loaded.globals:
+                continue  # restored from the recording's prologue
+            found = cu.module_global(loaded.module, name)
+            if found is None:
+                continue
+            address, size = found
+            copy = self._alloc(size)
+            cu.check(drv.cuMemcpyDtoD(copy, address, size), "cuMemcpyDtoD")
+            loaded.state.append((address, size, copy))
+            loaded.state_names.append(name)
+
+    def restore(self, loaded: _Loaded | None = None, case: _Case | None = None) -> None:
+        """Put the prologue back (device to device): the arena, the recorded globals and the
+        module's own variables; then flush L2 if it would hold the working set."""
         drv = cu.driver()
         if self.extent:
             cu.check(drv.cuMemcpyDtoDAsync(self.manifest.arena.base, self.pristine, self.extent,
                                            self.stream), "cuMemcpyDtoDAsync")
         if loaded is not None:
+            prologue = (case or self.main).global_prologue
             for name, (address, _size) in loaded.globals.items():
-                data = self.global_prologue[name]
+                data = prologue[name]
                 cu.check(drv.cuMemcpyHtoDAsync(address, data, len(data), self.stream),
                          "cuMemcpyHtoDAsync")
+            for address, size, copy in loaded.state:
+                cu.check(drv.cuMemcpyDtoDAsync(address, copy, size, self.stream),
+                         "cuMemcpyDtoDAsync")
         if self.flush is not None:
             self.flush()
 
@@ -129,20 +196,30 @@ class ResidentBundle:
             return f"the candidate's parameters need {end} bytes; the arguments hold {len(args)}"
         return None
 
-    def verify(self, loaded: _Loaded) -> list[Comparison]:
-        m = self.manifest
+    def verify(self, loaded: _Loaded, case: _Case | None = None) -> list[Comparison]:
+        case = case or self.main
         out = [
-            self.comparator.compare(a.address, self.expected[a.name], a.size, a.tolerance,
+            self.comparator.compare(a.address, case.expected[a.name], a.size, a.tolerance,
                                     a.dtype, buffer=a.name)
-            for a in m.allocations
+            for a in case.allocations
         ]
-        for g in m.globals:
+        for g in case.globals:
             if g.name not in loaded.globals:
                 continue
             address, size = loaded.globals[g.name]
-            out.append(compare_host(cu.copy_to_host(address, size), self.global_epilogue[g.name],
+            out.append(compare_host(cu.copy_to_host(address, size), case.global_epilogue[g.name],
                                     None, None, buffer=f"global {g.name}"))
         return out
+
+    def _verify_or_raise(self, loaded: _Loaded, case: _Case, what: str) -> list[Comparison]:
+        """Synchronize, verify the arena against ``case``; :class:`_Wrong` names what failed."""
+        cu.check(cu.driver().cuStreamSynchronize(self.stream), "cuStreamSynchronize")
+        comparisons = self.verify(loaded, case)
+        bad = [x for x in comparisons if not x.passed]
+        if bad:
+            raise _Wrong(f"{what}: " + "; ".join(x.describe() for x in bad[:4]),
+                         worst(comparisons))
+        return comparisons
 
     def _resources(self, c: Candidate, loaded: _Loaded) -> ResourceUsage:
         if c.resources.registers is not None:
@@ -193,29 +270,62 @@ class ResidentBundle:
             stage = "run"
             cu.check(cu.driver().cuStreamSynchronize(self.stream), "cuStreamSynchronize")
             stage = "verify"
-            comparisons = self.verify(loaded)
-            bad = [x for x in comparisons if not x.passed]
+            comparisons = self._verify_or_raise(loaded, self.main, self.main.label)
             worst_cmp = worst(comparisons)
             max_error = worst_cmp.max_error if worst_cmp else 0.0
-            if bad:
-                text = "; ".join(x.describe() for x in bad[:4])
-                return self._done(key, replace(
-                    base, status=MeasurementStatus.WRONG_RESULT, verified=False,
-                    max_error=max_error, error_text=text), began)
+            if self.checks.check_launches:
+                stage = "check"
+                self._verify_checks(c, loaded)
             stats = None
             if timed:
                 stage = "time"
                 stats = time_launches(launch, lambda: self.restore(loaded), self.timer,
                                       self.policy)
+                if self.checks.verify_timed:
+                    # the arena holds what the last timed launch wrote
+                    self._verify_or_raise(loaded, self.main, "the last timed launch")
+                spread = stats.iqr_s / stats.median_s if stats.median_s > 0 else 0.0
+                if spread > self.checks.unsettled_iqr:
+                    for k in range(self.checks.unsettled_verifications):
+                        self.restore(loaded)
+                        launch()
+                        self._verify_or_raise(
+                            loaded, self.main,
+                            f"launch {k + 1} after timing that did not settle (IQR "
+                            f"{spread:.0%} of the median)")
             return self._done(key, replace(base, time=stats, verified=True,
                                            max_error=max_error), began)
+        except _Wrong as wrong:
+            text, worst_cmp = wrong.args
+            return self._done(key, replace(
+                base, status=MeasurementStatus.WRONG_RESULT, verified=False,
+                max_error=worst_cmp.max_error if worst_cmp else None, error_text=text), began)
         except cu.CudaError as exc:
             if exc.sticky:
                 self.poisoned = True
-            status = (MeasurementStatus.CRASHED if exc.sticky or stage in ("run", "time")
+            status = (MeasurementStatus.CRASHED
+                      if exc.sticky or stage in ("run", "verify", "check", "time")
                       else MeasurementStatus.LAUNCH_ERROR)
             return self._done(key, replace(base, status=status, error_text=f"{stage}: {exc}"),
                               began, cache=not self.poisoned)
+
+    def _verify_checks(self, c: Candidate, loaded: _Loaded) -> None:
+        """Launch the candidate on every check launch's inputs and verify each."""
+        for check, case in zip(self.manifest.checks, self.cases, strict=True):
+            resolved = c.resolve_check(check)
+            if resolved is None:
+                continue
+            grid, block, shm, args = resolved
+            problem = self._check_layout(loaded, args)
+            if problem:
+                raise _Wrong(f"{case.label}: {problem}", None)
+            cu.allow_dynamic_shared(loaded.function, shm)
+            params = cu.KernelParams(args, loaded.layout)
+            self.restore(loaded, case)
+            cu.launch(loaded.function, grid.as_tuple(), block.as_tuple(), shm, self.stream,
+                      params)
+            self.launches += 1
+            self._verify_or_raise(loaded, case, case.label)
 
     def interleaved(self, candidates: list[Candidate], rounds: int) -> list[list[float]]:
         """Time already-verified candidates in interleaved rounds; seconds per candidate.

@@ -171,3 +171,32 @@ def worst(comparisons: list[Comparison]) -> Comparison | None:
     failing = [c for c in comparisons if not c.passed]
     pool = failing or comparisons
     return max(pool, key=lambda c: c.max_error)
+
+
+@dataclass(frozen=True)
+class CheckPolicy:
+    """Which defences against candidates that game the benchmark are on (docs/verification.md).
+
+    All are on by default; turning one off is for measuring what it costs
+    (``bench/verification.py``) or for showing what it catches (the GPU tests), never for a
+    search.
+    """
+
+    # Verify the state the last timed launch left, besides the first launch: the result that
+    # passes is then one that was timed.
+    verify_timed: bool = True
+    # Put every variable of the candidate's module back to its load-time value before every
+    # launch, so nothing it keeps there survives from one launch to the next.
+    reset_module_state: bool = True
+    # Verify on the recording's check launches (other sizes, scalars and data) too.
+    check_launches: bool = True
+    # When the timing spread (IQR over median) exceeds this, verify this many more launches:
+    # a kernel that computes on some launches only times as a spread-out mixture.
+    unsettled_iqr: float = 0.10
+    unsettled_verifications: int = 4
+
+    @classmethod
+    def off(cls) -> CheckPolicy:
+        """Only the first launch verified: what R³ did before these defences."""
+        return cls(verify_timed=False, reset_module_state=False, check_launches=False,
+                   unsettled_verifications=0)

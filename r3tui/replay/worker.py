@@ -22,6 +22,7 @@ from r3tui.domain import Measurement, MeasurementStatus
 from r3tui.errors import ArenaUnavailable, GpuUnavailable, RecordingError
 from r3tui.replay.candidate import Candidate
 from r3tui.replay.timing import TimingPolicy
+from r3tui.replay.verify import CheckPolicy
 
 _ERRORS: dict[str, type[Exception]] = {
     "ArenaUnavailable": ArenaUnavailable,
@@ -45,13 +46,14 @@ class WorkerInfo:
     limits: dict[str, Any] = field(default_factory=dict)  # DeviceInfo.limits
 
 
-def _child_main(conn: Any, bundle_path: str, device: int, policy: TimingPolicy) -> None:
+def _child_main(conn: Any, bundle_path: str, device: int, policy: TimingPolicy,
+                checks: CheckPolicy = CheckPolicy()) -> None:
     began = time.perf_counter()
     try:
         from r3tui.record.bundle import Bundle
         from r3tui.replay.resident import ResidentBundle
 
-        resident = ResidentBundle(Bundle.open(bundle_path), device, policy)
+        resident = ResidentBundle(Bundle.open(bundle_path), device, policy, checks)
     except BaseException as exc:
         conn.send(("init_error", type(exc).__name__, str(exc)))
         conn.close()
@@ -106,12 +108,14 @@ class ReplayWorker:
 
     def __init__(self, bundle_path: str | os.PathLike[str], device: int = 0, *,
                  timeout_s: float = 60.0, startup_timeout_s: float = 180.0,
-                 policy: TimingPolicy = TimingPolicy()) -> None:
+                 policy: TimingPolicy = TimingPolicy(),
+                 checks: CheckPolicy = CheckPolicy()) -> None:
         self.bundle_path = str(Path(bundle_path).absolute())
         self.device = device
         self.timeout_s = timeout_s
         self.startup_timeout_s = startup_timeout_s
         self.policy = policy
+        self.checks = checks
         self.restarts = 0  # children replaced after a crash or a timeout
         self.info: WorkerInfo | None = None
         self._proc: Any = None
@@ -131,7 +135,8 @@ class ReplayWorker:
         self._reap()
         parent, child = self._ctx.Pipe()
         proc = self._ctx.Process(target=_child_main, name="r3-replay-worker",
-                                 args=(child, self.bundle_path, self.device, self.policy),
+                                 args=(child, self.bundle_path, self.device, self.policy,
+                                       self.checks),
                                  daemon=True)
         proc.start()
         self._started = True
