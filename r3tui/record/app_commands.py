@@ -28,6 +28,9 @@ def add_app_command(record: argparse.ArgumentParser, sub: Any) -> None:
                      "unit includes are copied into the bundle")
     app.add_argument("--reachable", action="store_true",
                      help="snapshot only the allocations the arguments reach (default: all live)")
+    app.add_argument("--no-checks", action="store_true",
+                     help="do not snapshot each configuration's second launch as a check "
+                     "launch (docs/verification.md); halves the snapshots")
     app.add_argument("--kernel", action="append", default=[], dest="kernels", metavar="NAME",
                      help="snapshot only this kernel (repeatable; all are still profiled)")
     app.add_argument("--force", action="store_true", help="replace an existing recording")
@@ -75,6 +78,7 @@ def cmd_record_app(args: argparse.Namespace) -> int:
     req = AppRecordRequest(command=command, out=out, sources=tuple(args.sources),
                            compile_db=args.compile_db,
                            include_dirs=tuple(args.include_dirs), reachable=args.reachable,
+                           checks=not args.no_checks,
                            kernels=tuple(args.kernels), overwrite=args.force,
                            keep_raw=args.keep_raw)
     console = Console(stderr=True)

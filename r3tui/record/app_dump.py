@@ -36,10 +36,12 @@ from r3tui.record.manifest import (
     AllocationInfo,
     ArenaInfo,
     BinaryImage,
+    CheckLaunch,
     GlobalInfo,
     KernelInfo,
     LaunchInfo,
     Manifest,
+    ParamInfo,
     SourceFile,
 )
 
@@ -81,6 +83,9 @@ class RawConfig:
     # the launches whose argument bytes equal the recorded first launch's (the ones a replay
     # reproduces); None where the interposer kept no reference or the dump predates them
     same_args: LaunchTimes | None = None
+    # the snapshot of its second launch (a check launch), and what lay outside the arena then
+    check: dict[str, Any] | None = None
+    check_outside: list[OutsideAllocation] = field(default_factory=list)
 
 
 @dataclass
@@ -150,6 +155,9 @@ def read_process(path: Path) -> RawProcess:
                             [a for a in live.values()], time_s=float(ev.get("time_s", 0.0)))
             configs[cfg.id] = cfg
             proc.configs.append(cfg)
+        elif kind == "check" and int(ev["id"]) in configs:
+            configs[int(ev["id"])].check = ev
+            configs[int(ev["id"])].check_outside = list(live.values())
         elif kind == "graph":
             proc.graphs.append(RawGraph(int(ev["id"]), int(ev["kernel_nodes"]),
                                         [str(k) for k in ev.get("kernels", [])]))
@@ -197,9 +205,20 @@ def _hits(words: np.ndarray, region: OutsideAllocation) -> bool:
 
 def unreplayable_reasons(proc: RawProcess, cfg: RawConfig) -> list[str]:
     """Why this configuration's bundle would replay wrongly (empty: it replays)."""
-    ev = cfg.event
     if not cfg.recorded:
         return ["not recorded (excluded by --kernel)"]
+    return _snapshot_problems(proc, cfg.event, cfg.outside)
+
+
+def check_problems(proc: RawProcess, cfg: RawConfig) -> list[str]:
+    """Why the configuration's check launch cannot go into its bundle (empty: it can)."""
+    if cfg.check is None:
+        return ["the application launched this configuration once"]
+    return _snapshot_problems(proc, cfg.check, cfg.check_outside)
+
+
+def _snapshot_problems(proc: RawProcess, ev: dict[str, Any],
+                       regions: list[OutsideAllocation]) -> list[str]:
     reasons: list[str] = []
     if ev.get("rc", 0) != 0:
         reasons.append(f"the launch failed in the application (CUresult {ev['rc']})")
@@ -208,7 +227,6 @@ def unreplayable_reasons(proc: RawProcess, cfg: RawConfig) -> list[str]:
     args = bytes.fromhex(ev.get("args", ""))
     if ev.get("layout") is None and not args:
         reasons.append("its parameter layout is unknown (cuFuncGetParamInfo unavailable)")
-    regions = cfg.outside
     if regions:
         arg_words = _words(args)
         for region in regions:
@@ -272,27 +290,14 @@ def write_bundle(proc: RawProcess, cfg: RawConfig, dest: Path, *, entry_point: s
     arena = proc.arena or {}
     granularity = int(arena.get("granularity", _DEFAULT_GRANULARITY))
     with BundleWriter(dest, overwrite=True) as w:
-        allocations = [
-            AllocationInfo(name=f"alloc{aid}", address=int(addr), size=int(size),
-                           prologue=w.add_blob(proc.data(pro)), epilogue=w.add_blob(proc.data(epi)))
-            for aid, addr, size, pro, epi in ev.get("allocs", [])
-        ]
-        globals_ = [GlobalInfo(str(gname), int(size), w.add_blob(proc.data(pro)),
-                               w.add_blob(proc.data(epi)))
-                    for gname, _addr, size, pro, epi in ev.get("globals", [])]
-        spans = sorted((a.address, a.address + a.size, a.name) for a in allocations)
-
-        def locate(address: int) -> tuple[str, int] | None:
-            for start, end, label in spans:
-                if start <= address < max(end, start + 1):
-                    return label, address - start
-            return None
-
-        args = bytes.fromhex(ev.get("args", ""))
-        layout: list[tuple[int, int]] = layout_from_buffer(args)
-        if ev.get("layout") is not None:
-            layout = [(int(o), int(n)) for o, n in ev["layout"]]
-        params = params_from_bytes(args, layout, locate)
+        allocations, globals_, params = _snapshot_state(proc, ev, w)
+        checks: tuple[CheckLaunch, ...] = ()
+        if cfg.check is not None and not check_problems(proc, cfg):
+            c_allocations, c_globals, c_params = _snapshot_state(proc, cfg.check, w)
+            checks = (CheckLaunch(
+                "the application's second launch of this configuration",
+                LaunchInfo(grid=cfg.grid, block=cfg.block, shared_mem_bytes=cfg.shared),
+                c_params, tuple(c_allocations), tuple(c_globals)),)
         image_file = proc.images.get(int(ev.get("image", -1)))
         binary = None
         if image_file is not None:
@@ -306,7 +311,8 @@ def write_bundle(proc: RawProcess, cfg: RawConfig, dest: Path, *, entry_point: s
             sources = (SourceFile(source.file_name, w.add_blob(source.text.encode())),)
             headers = tuple(SourceFile(rel, w.add_blob(content))
                             for rel, content in source.headers)
-        extent = max((a.address + a.size for a in allocations), default=ARENA_BASE) - ARENA_BASE
+        every = [*allocations, *(a for c in checks for a in c.allocations)]
+        extent = max((a.address + a.size for a in every), default=ARENA_BASE) - ARENA_BASE
         manifest = Manifest(
             kernel=KernelInfo(
                 name=source.kernel if source else name, entry_point=entry_point,
@@ -324,8 +330,36 @@ def write_bundle(proc: RawProcess, cfg: RawConfig, dest: Path, *, entry_point: s
             blobs=dict(w.blobs),
             provenance={"recorder": "app interposer", "r3_version": __version__,
                         "pid": proc.pid, "device": arena.get("device"), **provenance},
+            checks=checks,
         )
         return w.commit(manifest).sha256
+
+
+def _snapshot_state(
+    proc: RawProcess, ev: dict[str, Any], w: BundleWriter
+) -> tuple[list[AllocationInfo], list[GlobalInfo], tuple[ParamInfo, ...]]:
+    """One snapshotted launch's allocations, device globals and parameters."""
+    allocations = [
+        AllocationInfo(name=f"alloc{aid}", address=int(addr), size=int(size),
+                       prologue=w.add_blob(proc.data(pro)), epilogue=w.add_blob(proc.data(epi)))
+        for aid, addr, size, pro, epi in ev.get("allocs", [])
+    ]
+    globals_ = [GlobalInfo(str(gname), int(size), w.add_blob(proc.data(pro)),
+                           w.add_blob(proc.data(epi)))
+                for gname, _addr, size, pro, epi in ev.get("globals", [])]
+    spans = sorted((a.address, a.address + a.size, a.name) for a in allocations)
+
+    def locate(address: int) -> tuple[str, int] | None:
+        for start, end, label in spans:
+            if start <= address < max(end, start + 1):
+                return label, address - start
+        return None
+
+    args = bytes.fromhex(ev.get("args", ""))
+    layout: list[tuple[int, int]] = layout_from_buffer(args)
+    if ev.get("layout") is not None:
+        layout = [(int(o), int(n)) for o, n in ev["layout"]]
+    return allocations, globals_, params_from_bytes(args, layout, locate)
 
 
 def short_name(demangled: str) -> str:
@@ -385,7 +419,10 @@ def build_recording(
                 "grid": list(cfg.grid.as_tuple()), "block": list(cfg.block.as_tuple()),
                 "shared_mem_bytes": cfg.shared, "count": cfg.count, "device_time_s": cfg.time_s,
                 "same_args": _times(cfg.same_args),
-                "bundle": bundle_rel, "replayable": not reasons, "reasons": reasons})
+                "bundle": bundle_rel, "replayable": not reasons, "reasons": reasons,
+                # whether its bundle holds a check launch (docs/verification.md), else why not
+                "check_launch": not reasons and not check_problems(proc, cfg),
+                "check_reasons": check_problems(proc, cfg) if cfg.recorded else []})
     ordered = sorted(kernels.values(), key=lambda k: -k["device_time_s"])
     for k in ordered:
         del k["_source"]

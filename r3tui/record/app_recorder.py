@@ -40,6 +40,7 @@ class AppRecordRequest:
     compile_db: Path | None = None
     include_dirs: tuple[Path, ...] = ()  # searched after a unit's own -I directories
     reachable: bool = False
+    checks: bool = True  # snapshot each configuration's second launch as a check launch
     kernels: tuple[str, ...] = ()
     overwrite: bool = False
     keep_raw: bool = False
@@ -195,6 +196,7 @@ def record_app(req: AppRecordRequest,
     env["LD_PRELOAD"] = f"{lib.path} {previous}" if previous else str(lib.path)
     env["R3_RECORD_DIR"] = str(raw)
     env["R3_RECORD_REACHABLE"] = "1" if req.reachable else "0"
+    env["R3_RECORD_CHECKS"] = "1" if req.checks else "0"
     if req.kernels:
         env["R3_RECORD_KERNELS"] = ",".join(req.kernels)
     progress(f"running {' '.join(req.command)}")

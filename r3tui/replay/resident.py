@@ -47,6 +47,7 @@ class _Case:
     label: str
     allocations: tuple[AllocationInfo, ...]
     globals: tuple[GlobalInfo, ...]
+    pristine: int  # device image of the whole extent before the launch
     expected: dict[str, int]  # allocation name -> device address of its epilogue
     global_prologue: dict[str, bytes]
     global_epilogue: dict[str, bytes]
@@ -58,6 +59,15 @@ class _Wrong(Exception):
 
 def _round_up(value: int, multiple: int) -> int:
     return (value + multiple - 1) // multiple * multiple
+
+
+def _disjoint(allocations: tuple[AllocationInfo, ...]) -> bool:
+    end = 0
+    for a in sorted(allocations, key=lambda a: a.address):
+        if a.address < end:
+            return False
+        end = a.address + a.size
+    return True
 
 
 class ResidentBundle:
@@ -83,32 +93,37 @@ class ResidentBundle:
         self.arena.map_extent(max(self.extent, 1))
         for a in every:
             self.arena.place(a.name, a.address, a.size)
-            cu.copy_to_device(a.address, bundle.blob(a.prologue))
         self._buffers: list[int] = []
-        self.pristine = self._alloc(self.extent)
-        if self.extent:
-            cu.check(drv.cuMemcpyDtoD(self.pristine, m.arena.base, self.extent), "cuMemcpyDtoD")
-        # The epilogue of an allocation the kernel does not change is its prologue: compare
-        # against the pristine copy instead of storing it twice.  The cases' allocations are
-        # disjoint (the manifest checks it), so one expected image holds them all.
-        changed = [a for a in every if a.epilogue != a.prologue]
-        expected_base = self._alloc(self.extent) if changed else self.pristine
-        for a in changed:
-            cu.copy_to_device(expected_base + a.address - m.arena.base, bundle.blob(a.epilogue))
+        # One pristine and one expected image of the whole extent per group of launches whose
+        # buffers do not overlap: all of them for `r3 record kernel` (its check launches lie
+        # apart), one per launch for an application's (the same buffers, other contents).
+        # The epilogue of an allocation the kernel does not change is its prologue: compared
+        # against the pristine image instead of being stored twice.
+        launches = [("recorded launch", m.allocations, m.globals)] + [
+            (f"check launch ({c.label})", c.allocations, c.globals) for c in m.checks]
+        groups = [[0, *range(1, len(launches))]] if _disjoint(every) else \
+            [[k] for k in range(len(launches))]
+        images: dict[int, tuple[int, int]] = {}
+        for group in groups:
+            members = [a for k in group for a in launches[k][1]]
+            pristine = self._image(members, "prologue")
+            changed = [a for a in members if a.epilogue != a.prologue]
+            expected = self._image(changed, "epilogue") if changed else pristine
+            images.update({k: (pristine, expected) for k in group})
 
-        def case(label: str, allocations: tuple[AllocationInfo, ...],
-                 globals_: tuple[GlobalInfo, ...]) -> _Case:
+        def case(k: int) -> _Case:
+            label, allocations, globals_ = launches[k]
+            pristine, expected = images[k]
             return _Case(
-                label, allocations, globals_,
-                {a.name: (expected_base if a.epilogue != a.prologue else self.pristine)
+                label, allocations, globals_, pristine,
+                {a.name: (expected if a.epilogue != a.prologue else pristine)
                  + a.address - m.arena.base for a in allocations},
                 {g.name: bundle.blob(g.prologue) for g in globals_},
                 {g.name: bundle.blob(g.epilogue) for g in globals_},
             )
 
-        self.main = case("recorded launch", m.allocations, m.globals)
-        self.cases = [case(f"check launch ({c.label})", c.allocations, c.globals)
-                      for c in m.checks]
+        self.main = case(0)
+        self.cases = [case(k) for k in range(1, len(launches))]
         self.flush = (L2Flush(self.info.l2_bytes, self.stream)
                       if policy.l2_flush and m.working_set_bytes < 2 * self.info.l2_bytes
                       else None)
@@ -128,6 +143,17 @@ class ResidentBundle:
         ptr = int(cu.check(drv.cuMemAlloc(max(size, 256)), "cuMemAlloc"))
         self._buffers.append(ptr)
         return ptr
+
+    def _image(self, allocations: list[AllocationInfo], which: str) -> int:
+        """A device image of the whole extent holding these allocations' prologues or
+        epilogues at their offsets, zero elsewhere (gaps are restored too)."""
+        image = self._alloc(self.extent)
+        if self.extent:
+            cu.check(cu.driver().cuMemsetD8(image, 0, self.extent), "cuMemsetD8")
+        for a in allocations:
+            cu.copy_to_device(image + a.address - self.manifest.arena.base,
+                              self.bundle.blob(getattr(a, which)))
+        return image
 
     # -- candidate pieces ----------------------------------------------------------------
     def _load(self, c: Candidate) -> _Loaded:
@@ -171,11 +197,12 @@ class ResidentBundle:
         """Put the prologue back (device to device): the arena, the recorded globals and the
         module's own variables; then flush L2 if it would hold the working set."""
         drv = cu.driver()
+        case = case or self.main
         if self.extent:
-            cu.check(drv.cuMemcpyDtoDAsync(self.manifest.arena.base, self.pristine, self.extent,
+            cu.check(drv.cuMemcpyDtoDAsync(self.manifest.arena.base, case.pristine, self.extent,
                                            self.stream), "cuMemcpyDtoDAsync")
         if loaded is not None:
-            prologue = (case or self.main).global_prologue
+            prologue = case.global_prologue
             for name, (address, _size) in loaded.globals.items():
                 data = prologue[name]
                 cu.check(drv.cuMemcpyHtoDAsync(address, data, len(data), self.stream),

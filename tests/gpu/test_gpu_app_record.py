@@ -127,3 +127,47 @@ def test_device_global_is_recorded_for_its_kernel(
     bundle = Bundle.open(out / config["bundle"])
     (g,) = [g for g in bundle.manifest.globals if "g_bias" in g.name]
     assert bundle.blob(g.prologue) == bytes.fromhex("0000403f")  # 0.75f
+
+
+def test_a_configuration_launched_again_is_checked_on_its_second_launch(
+        recorded: tuple[str, Path, dict[str, Any]]) -> None:
+    """follow_pairs runs three times on the same buffers, whose contents move on: its bundle
+    holds the second launch as a check launch, and a candidate that fits the first launch
+    (y was a copy of x then, so 1.5x + y = 2.5x) passes there and fails the check launch."""
+    from r3tui.compile.base import CompileRequest, get_toolchain
+    from r3tui.record.bundle import Bundle
+    from r3tui.replay import Candidate, ReplayWorker
+    from r3tui.replay.verify import CheckPolicy
+
+    _linkage, out, data = recorded
+    (config,) = _kernel(data, "follow_pairs")["configs"]
+    assert config["check_launch"] is True, config["check_reasons"]
+    (managed,) = _kernel(data, "on_managed")["configs"]
+    assert managed["check_launch"] is False
+    path = out / config["bundle"]
+    m = Bundle.open(path).manifest
+    (check,) = m.checks
+    first = {a.address: a for a in m.allocations}
+    assert {a.address for a in check.allocations} == set(first)  # the same buffers...
+    assert any(a.prologue != first[a.address].prologue for a in check.allocations)  # ...moved on
+    assert check.arg_bytes() == m.arg_bytes()
+
+    fitted = APP.read_text().replace("p->y[i] = p->a * p->x[i] + p->y[i];",
+                                     "p->y[i] = 2.5f * p->x[i];")
+    assert fitted != APP.read_text()
+    bundle = Bundle.open(path)
+    with ReplayWorker(path, timeout_s=120) as worker, \
+            ReplayWorker(path, timeout_s=120,
+                         checks=CheckPolicy(check_launches=False)) as unchecked:
+        arch = worker.start().arch
+        compiled = get_toolchain("nvcc").compile(CompileRequest(
+            source=fitted, kernel_name=m.kernel.name, arch=arch, options=m.kernel.options,
+            defines=m.kernel.defines, include_dirs=bundle.include_dirs(),
+            source_name="record_app.cu"))
+        assert compiled.ok, compiled.log
+        candidate = Candidate.from_compiled(compiled)
+        caught = worker.evaluate(candidate, timed=False)
+        passed = unchecked.evaluate(candidate, timed=False)
+    assert caught.status is MeasurementStatus.WRONG_RESULT
+    assert "check launch (the application's second launch" in (caught.error_text or "")
+    assert passed.status is MeasurementStatus.OK and passed.verified

@@ -154,6 +154,18 @@ class Dump:
                            "layout": layout, "args": args.hex(), "allocs": entries,
                            "globals": []})
 
+    def check(self, cid: int, args: bytes, allocs: dict[int, tuple[int, bytes, bytes]],
+              rc: int = 0) -> None:
+        """The interposer's snapshot of configuration ``cid``'s second launch."""
+        entries = [[aid, addr, len(pro), self.data(f"k{cid}-a{aid}.pro", pro),
+                    self.data(f"k{cid}-a{aid}.epi", epi)] for aid, (addr, pro, epi)
+                   in allocs.items()]
+        self.lines.append({"ev": "check", "id": cid, "recorded": 1, "name": "x", "image": 0,
+                           "grid": [4, 1, 1], "block": [64, 1, 1], "shm": 0,
+                           "api": "cuLaunchKernel", "rc": rc, "sync_rc": 0, "time_s": 2e-6,
+                           "layout": [[0, 8], [8, 4]], "args": args.hex(), "allocs": entries,
+                           "globals": []})
+
     def write(self, *, cut_last: bool = False) -> None:
         text = "\n".join(json.dumps(x) for x in self.lines) + "\n"
         if cut_last:
@@ -220,6 +232,45 @@ def test_dump_becomes_bundles_with_pointer_params_and_allocations(tmp_path: Path
     assert bundle.blob(m.allocation("alloc1").epilogue) == b"\x01" * 32
     assert m.arena.base == ARENA_BASE and m.arena.size == 2 << 20
     assert m.launch.count == 5 and m.launch.total_time_s == pytest.approx(1e-5)
+
+
+def test_a_second_launch_snapshot_becomes_the_bundles_check_launch(tmp_path: Path) -> None:
+    d = _synthetic(tmp_path / "raw")
+    table = struct.pack("<QQ", A1, A2) + bytes(16)
+    d.check(0, struct.pack("<Qi", A0, 3), {0: (A0, table, table),
+                                           1: (A1, b"\x01" * 32, b"\x03" * 32),
+                                           2: (A2, b"\x02" * 32, b"\x04" * 32)})
+    d.lines.insert(-2, d.lines.pop())  # before the profile and end events
+    d.write()
+    data = _build(tmp_path)
+    kernels = {k["entry_point"]: k for k in data["kernels"]}  # type: ignore[union-attr]
+    (config,) = kernels["_Z9ptr_kernelP4Pairi"]["configs"]
+    assert config["check_launch"] is True and config["check_reasons"] == []
+    (managed,) = kernels["_Z7managedPfi"]["configs"]
+    assert managed["check_launch"] is False
+    assert managed["check_reasons"] == ["the application launched this configuration once"]
+    bundle = Bundle.open(tmp_path / "out" / config["bundle"], verify=True)
+    (check,) = bundle.manifest.checks
+    assert check.label == "the application's second launch of this configuration"
+    assert [a.address for a in check.allocations] == [A0, A1, A2]
+    assert bundle.blob(check.allocations[1].prologue) == b"\x01" * 32
+    assert bundle.blob(check.allocations[2].epilogue) == b"\x04" * 32
+    assert struct.unpack("<i", check.params[1].raw) == (3,)
+    assert check.params[0].allocation == "alloc0"
+
+
+def test_a_failed_second_launch_leaves_the_bundle_without_a_check_launch(
+        tmp_path: Path) -> None:
+    d = _synthetic(tmp_path / "raw")
+    d.check(0, struct.pack("<Qi", A0, 3), {}, rc=700)
+    d.lines.insert(-2, d.lines.pop())
+    d.write()
+    data = _build(tmp_path)
+    kernels = {k["entry_point"]: k for k in data["kernels"]}  # type: ignore[union-attr]
+    (config,) = kernels["_Z9ptr_kernelP4Pairi"]["configs"]
+    assert config["replayable"] and config["check_launch"] is False
+    assert "the launch failed in the application (CUresult 700)" in config["check_reasons"]
+    assert Bundle.open(tmp_path / "out" / config["bundle"]).manifest.checks == ()
 
 
 def test_same_args_launches_reach_recording_json_and_older_rows_still_load(

@@ -9,7 +9,8 @@
  * address r3tui/record/arena.py uses, with the same bump/alignment rules) so a replay in
  * another process maps the same addresses.  The first launch of each (function, grid, block,
  * dynamic shared memory) is snapshotted (prologue/epilogue of the live allocations, or only
- * the reachable ones); every launch is counted and timed with events read lazily, and so,
+ * the reachable ones), and so is its second launch, as a check launch that candidates must
+ * also pass (R3_RECORD_CHECKS=0: none); every launch is counted and timed with events read lazily, and so,
  * apart, are the launches whose argument bytes equal the recorded first launch's: those are
  * the launches a replay of the recording reproduces.
  * Stream capture and CUDA graphs: a launch into a capturing stream becomes a graph node, not
@@ -46,6 +47,10 @@ typedef struct { const void *data; size_t size; int dumped; } image_t;
 typedef struct { int image; char *name; uint64_t addr, size; } global_t;
 typedef struct {
     const void *func; unsigned g[3], b[3], shm; int id; int recorded;
+    /* checked: its second launch was snapshotted too, as a check launch: the same kernel on
+     * the data (and arguments) the application had moved on to, which a candidate that fits
+     * the first launch alone fails (docs/verification.md) */
+    int checked;
     unsigned long long count; double time_s; unsigned long long timed;
     /* The recorded first launch's argument bytes are the reference (ref, packed at
      * ref_offs/ref_sizes when layout_known, else the launch's `extra` buffer); the launches
@@ -68,7 +73,7 @@ typedef struct {
 static pthread_mutex_t lock_ = PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP;
 static FILE *index_;
 static char dir_[4096];
-static int reachable_, getproc_seen_, exported_seen_, arena_failed_, finished_;
+static int reachable_, checks_ = 1, getproc_seen_, exported_seen_, arena_failed_, finished_;
 static unsigned long long launches_;
 static char *only_;  /* comma-separated kernel names, or NULL for all */
 
@@ -194,6 +199,8 @@ static void open_index(void) {
     if (!index_) return;
     const char *r = getenv("R3_RECORD_REACHABLE");
     reachable_ = r && *r == '1';
+    const char *ck = getenv("R3_RECORD_CHECKS");
+    checks_ = !(ck && *ck == '0');
     const char *k = getenv("R3_RECORD_KERNELS");
     only_ = k && *k ? strdup(k) : NULL;
     fprintf(index_, "{\"ev\":\"start\",\"pid\":%d,\"reachable\":%d}\n", (int)index_pid_, reachable_);
@@ -896,7 +903,11 @@ static size_t select_blocks(const unsigned char *args, size_t nargs, long *ids, 
     return n;
 }
 
-static CUresult first_launch(const call_t *c, config_t *cfg, func_t *fi, const char *name) {
+/* Snapshot one launch of `cfg`: its first (check 0: the recorded launch, whose argument bytes
+ * become the configuration's reference) or its second (check 1: a check launch; `same` says
+ * whether its arguments equal the reference).  Files are c<id>-* and k<id>-* apart. */
+static CUresult snapshot_launch(const call_t *c, config_t *cfg, func_t *fi, const char *name,
+                                int check, int same) {
     d_sync();  /* the application's queued work belongs to the prologue */
     CUfunction fn = c->f;
     if (fi && fi->is_kernel && r_kernfunc) r_kernfunc(&fn, (CUkernel)c->f);
@@ -918,10 +929,11 @@ static CUresult first_launch(const call_t *c, config_t *cfg, func_t *fi, const c
         if (buf) { args = malloc(nargs + 1); memcpy(args, buf, nargs); }
         else nargs = 0;
     }
-    if (args || (layout_known && !np)) {
+    if (!check && (args || (layout_known && !np))) {
         keep_reference(cfg, args, nargs, layout_known, offs, sizes, np);
         cfg->same_count = 1;
     }
+    const char tag = check ? 'k' : 'c';
     int image = fi ? fi->image : -1;
     if (image < 0 && d_fmod) {
         CUmodule m = NULL;
@@ -933,7 +945,7 @@ static CUresult first_launch(const call_t *c, config_t *cfg, func_t *fi, const c
     size_t nsel = select_blocks(args ? args : (unsigned char *)"", args ? nargs : 0, ids, host);
     char file[128];
     for (size_t i = 0; i < nsel; i++) {
-        snprintf(file, sizeof file, "c%d-a%ld.pro", cfg->id, ids[i]);
+        snprintf(file, sizeof file, "%c%d-a%ld.pro", tag, cfg->id, ids[i]);
         write_file(file, host[i], blocks_[ids[i]].size);
     }
     size_t gsel[256], ng = 0;
@@ -941,7 +953,7 @@ static CUresult first_launch(const call_t *c, config_t *cfg, func_t *fi, const c
         if (globals_[i].image != image || image < 0) continue;
         unsigned char *buf = malloc(globals_[i].size + 1);
         if (d_dtoh && d_dtoh(buf, globals_[i].addr, globals_[i].size) == CUDA_SUCCESS) {
-            snprintf(file, sizeof file, "c%d-g%zu.pro", cfg->id, i);
+            snprintf(file, sizeof file, "%c%d-g%zu.pro", tag, cfg->id, i);
             write_file(file, buf, globals_[i].size);
             gsel[ng++] = i;
         }
@@ -958,12 +970,12 @@ static CUresult first_launch(const call_t *c, config_t *cfg, func_t *fi, const c
     float ms = 0;
     if (a && b && d_elapsed && d_elapsed(&ms, a, b) == CUDA_SUCCESS) {
         cfg->time_s += ms * 1e-3; cfg->timed++;
-        if (cfg->ref_known) { cfg->same_time_s += ms * 1e-3; cfg->same_timed++; }
+        if (check ? same : cfg->ref_known) { cfg->same_time_s += ms * 1e-3; cfg->same_timed++; }
     }
     give_event(a); give_event(b);
     for (size_t i = 0; i < nsel; i++) {
         if (d_dtoh && blocks_[ids[i]].size) d_dtoh(host[i], blocks_[ids[i]].addr, blocks_[ids[i]].size);
-        snprintf(file, sizeof file, "c%d-a%ld.epi", cfg->id, ids[i]);
+        snprintf(file, sizeof file, "%c%d-a%ld.epi", tag, cfg->id, ids[i]);
         write_file(file, host[i], blocks_[ids[i]].size);
         free(host[i]);
     }
@@ -971,14 +983,15 @@ static CUresult first_launch(const call_t *c, config_t *cfg, func_t *fi, const c
         global_t *g = &globals_[gsel[k]];
         unsigned char *buf = malloc(g->size + 1);
         if (d_dtoh) d_dtoh(buf, g->addr, g->size);
-        snprintf(file, sizeof file, "c%d-g%zu.epi", cfg->id, gsel[k]);
+        snprintf(file, sizeof file, "%c%d-g%zu.epi", tag, cfg->id, gsel[k]);
         write_file(file, buf, g->size);
         free(buf);
     }
     open_index();
     if (index_) {
         FILE *f = index_;
-        fprintf(f, "{\"ev\":\"config\",\"id\":%d,\"recorded\":1,\"name\":", cfg->id);
+        fprintf(f, "{\"ev\":\"%s\",\"id\":%d,\"recorded\":1,\"name\":",
+                check ? "check" : "config", cfg->id);
         emit_string(f, name);
         fprintf(f, ",\"image\":%d,\"grid\":[%u,%u,%u],\"block\":[%u,%u,%u],\"shm\":%u,"
                 "\"api\":\"%s\",\"rc\":%d,\"sync_rc\":%d,\"time_s\":%.9g,\"layout\":",
@@ -995,22 +1008,22 @@ static CUresult first_launch(const call_t *c, config_t *cfg, func_t *fi, const c
         if (args) hex(f, args, nargs);
         fputs("\",\"allocs\":[", f);
         for (size_t i = 0; i < nsel; i++)
-            fprintf(f, "%s[%ld,%llu,%llu,\"c%d-a%ld.pro\",\"c%d-a%ld.epi\"]", i ? "," : "", ids[i],
+            fprintf(f, "%s[%ld,%llu,%llu,\"%c%d-a%ld.pro\",\"%c%d-a%ld.epi\"]", i ? "," : "", ids[i],
                     (unsigned long long)blocks_[ids[i]].addr, (unsigned long long)blocks_[ids[i]].size,
-                    cfg->id, ids[i], cfg->id, ids[i]);
+                    tag, cfg->id, ids[i], tag, cfg->id, ids[i]);
         fputs("],\"globals\":[", f);
         for (size_t k = 0; k < ng; k++) {
             global_t *g = &globals_[gsel[k]];
             fprintf(f, "%s[", k ? "," : "");
             emit_string(f, g->name);
-            fprintf(f, ",%llu,%llu,\"c%d-g%zu.pro\",\"c%d-g%zu.epi\"]", (unsigned long long)g->addr,
-                    (unsigned long long)g->size, cfg->id, gsel[k], cfg->id, gsel[k]);
+            fprintf(f, ",%llu,%llu,\"%c%d-g%zu.pro\",\"%c%d-g%zu.epi\"]", (unsigned long long)g->addr,
+                    (unsigned long long)g->size, tag, cfg->id, gsel[k], tag, cfg->id, gsel[k]);
         }
         fputs("]}\n", f);
         fflush(f);
     }
     free(ids); free(host);
-    if (!cfg->ref_known) free(args);  /* else the reference holds it */
+    if (check || !cfg->ref_known) free(args);  /* else the reference holds it */
     return rc;
 }
 
@@ -1072,7 +1085,7 @@ static CUresult on_launch(const call_t *c) {
         cfg->count = 1;
         if (name_selected(name) && d_sync) {
             cfg->recorded = 1;
-            rc = first_launch(c, cfg, fi, name ? name : "unknown_kernel");
+            rc = snapshot_launch(c, cfg, fi, name ? name : "unknown_kernel", 0, 0);
         } else {
             open_index();
             if (index_) {
@@ -1088,6 +1101,15 @@ static CUresult on_launch(const call_t *c) {
         return rc;
     }
     cfg->count++;
+    if (cfg->recorded && !cfg->checked && checks_ && d_sync) {
+        cfg->checked = 1;
+        same = same_args(cfg, c);
+        if (same) cfg->same_count++;
+        func_t *fi = func_lookup(c->f);
+        rc = snapshot_launch(c, cfg, fi, fi && fi->name ? fi->name : "unknown_kernel", 1, same);
+        pthread_mutex_unlock(&lock_);
+        return rc;
+    }
 timed:
     same = same_args(cfg, c);
     if (same) cfg->same_count++;
