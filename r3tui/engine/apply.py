@@ -282,6 +282,7 @@ def apply_campaign(
     """Apply one campaign's best variant to ``tree`` in place; ``flags`` (flag -> owner text)
     and ``option_owner`` collect what goes into the flags file; ``units`` remembers which file
     held which recorded source, since an earlier campaign may already have edited it."""
+    from r3tui.analysis import check_candidate
     from r3tui.errors import KernelNotFound
     from r3tui.record.bundle import Bundle
     from r3tui.search import inject_launch_bounds
@@ -304,7 +305,13 @@ def apply_campaign(
     units[best.original] = unit
     outcome.file = str(unit.relative_to(tree))
     text = unit.read_text()
-    if best.source != best.original:
+    refusal = (check_candidate(best.original, best.source)
+               if best.source != best.original else None)
+    if refusal is not None and refusal.refused:
+        # only a kernel definition is spliced, but nothing a model wrote that could run on
+        # the host goes into a tree that is built and run (docs/verification.md)
+        outcome.not_applied.append(f"source: refused as unsafe: {refusal.reason}")
+    elif best.source != best.original:
         spliced = splice_definition(text, best.source, best.kernel)
         if spliced is None:
             outcome.not_applied.append("source: kernel definition not found uniquely")

@@ -331,11 +331,16 @@ class CampaignRun:
             )
             ok = proposal.ok and proposal.source is not None
             reason = proposal.reason
+            failed = VariantStatus.APPLY_FAILED
             if ok and proposal.source is not None:
                 # the same source twice would cost a second inner loop and say nothing new
                 twin = repo.variant_with_source(s, self.campaign_id, proposal.source)
                 if twin is not None:
                     ok, reason = False, f"duplicate of variant {twin}"
+            if ok and proposal.source is not None:
+                refusal = unsafe_reason(self.seed_source.text, proposal.source)
+                if refusal is not None:  # never compiled, never run
+                    ok, reason, failed = False, refusal, VariantStatus.UNSAFE
             vid = repo.add_variant(
                 s,
                 Variant(
@@ -345,7 +350,7 @@ class CampaignRun:
                     parent_id=request.parent.id,
                     diff=proposal.diff,
                     operator=proposal.operator,
-                    status=VariantStatus.PENDING if ok else VariantStatus.APPLY_FAILED,
+                    status=VariantStatus.PENDING if ok else failed,
                     status_reason=None if ok else reason,
                     island=request.island,
                     features={
@@ -363,8 +368,9 @@ class CampaignRun:
                     s,
                     self.campaign_id,
                     "variant",
-                    f"#{vid} {proposal.origin.value}:{proposal.operator} → apply_failed ({reason})",
-                    {"variant_id": vid, "status": VariantStatus.APPLY_FAILED.value, "best_s": None},
+                    f"#{vid} {proposal.origin.value}:{proposal.operator} → {failed.value} "
+                    f"({reason})",
+                    {"variant_id": vid, "status": failed.value, "best_s": None},
                 )
             variant = repo.get_variant(s, vid)
         assert variant is not None
@@ -381,6 +387,10 @@ class CampaignRun:
         assert variant.id is not None and self.evaluator_for is not None
         is_seed = variant.origin is VariantOrigin.SEED
         source = replace(self.seed_source, text=variant.source)
+        if not is_seed:  # a variant stored before the check existed, or by another writer
+            refusal = unsafe_reason(self.seed_source.text, variant.source)
+            if refusal is not None:
+                return self._finish(variant, VariantStatus.UNSAFE, refusal, None)
         started = time.monotonic()
         inner = self.settings.inner
         try:
@@ -596,6 +606,15 @@ class CampaignRun:
             made += 1
             self._announce(request.index, variant)
         return out
+
+
+def unsafe_reason(original: str, candidate: str) -> str | None:
+    """Why ``candidate`` must not be compiled (host code, device heap, clock reads), or None:
+    the static half of docs/verification.md, run before any compile."""
+    from r3tui.analysis import check_candidate
+
+    report = check_candidate(original, candidate)
+    return report.reason if report.refused else None
 
 
 def _warnings(log: str | None) -> str | None:

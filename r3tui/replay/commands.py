@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from r3tui.domain import Dim3, Measurement
+from r3tui.domain import Dim3, Measurement, MeasurementStatus
 from r3tui.errors import ConfigError, R3Error
 
 
@@ -61,6 +61,15 @@ def cmd_replay(args: argparse.Namespace) -> int:
         if source is None:
             raise R3Error(f"{args.bundle} stores no kernel source; pass --source FILE")
         source_name, include_dirs = m.kernel.sources[0].name, bundle.include_dirs()
+    original = bundle.source()
+    if args.source is not None and original is not None:
+        # the static half of docs/verification.md: refused candidates are never compiled
+        from r3tui.analysis import check_candidate
+
+        report = check_candidate(original, source)
+        if report.refused:
+            print_measurement(Measurement(MeasurementStatus.UNSAFE, error_text=report.reason))
+            return 1
     recorded_opts = m.kernel.options if m.kernel.toolchain == args.toolchain else ()
     options = tuple(args.options) if args.options is not None else recorded_opts
     block = None
