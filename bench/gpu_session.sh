@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One GPU session on the device machine: environment probe, the GPU test suite, a summary,
 # then the benchmarks named in R3_BENCH (default: eval_cost spaces inner_live; empty: none;
-# also: bundles campaigns evaluate_llm app_tune).
+# also: bundles campaigns evaluate_llm app_tune verification).
 #
 #   source .device/setup.sh && bash bench/gpu_session.sh
 #
@@ -104,6 +104,10 @@ case $bench in *" eval_cost "*)
 case $bench in *" spaces "*)
   run_bench spaces python3 bench/record_spaces.py --out "$OUT/spaces"
   (cd "$OUT" && tar czf spaces.tgz spaces && rm -rf spaces);; esac
+case $bench in *" verification "*)
+  # issue #17: adversarial kernels caught, and what the checks cost
+  run_bench verification python3 bench/verification.py --out "$OUT/verification.txt" \
+    ${R3_VERIFICATION_ARGS:-};; esac
 case $bench in *" inner_live "*)
   run_bench inner_live python3 bench/inner_live.py --db "$OUT/inner-live.sqlite";; esac
 case $bench in *" bundles "*)

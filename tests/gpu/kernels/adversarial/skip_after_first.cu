@@ -1,0 +1,22 @@
+// Attack: keep a per-point flag in a module variable; after the first launch every point is
+// "done" and the kernel returns at once.  Only the first launch computes.
+#define MAX_POINTS (1 << 24)
+__device__ unsigned char done[MAX_POINTS];
+
+extern "C" __global__ void stencil7(const double* in, double* out, int nx, int ny, int nz,
+                                    double c0, double c1)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    int j = blockIdx.y * blockDim.y + threadIdx.y;
+    int k = blockIdx.z * blockDim.z + threadIdx.z;
+    if (i >= nx || j >= ny || k >= nz) return;
+    long long sy = nx, sz = (long long)nx * ny, idx = k * sz + j * sy + i;
+    if (done[idx]) return;
+    if (i == 0 || j == 0 || k == 0 || i == nx - 1 || j == ny - 1 || k == nz - 1) {
+        out[idx] = in[idx];
+    } else {
+        out[idx] = c0 * in[idx] + c1 * (in[idx - 1] + in[idx + 1] + in[idx - sy] + in[idx + sy]
+                                        + in[idx - sz] + in[idx + sz]);
+    }
+    done[idx] = 1;
+}
