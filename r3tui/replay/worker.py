@@ -70,7 +70,8 @@ def _child_main(conn: Any, bundle_path: str, device: int, policy: TimingPolicy,
             break
         if message[0] == "stats":
             conn.send(("stats", {"launches": resident.launches,
-                                 "measured": resident.measured, "pid": os.getpid()}))
+                                 "measured": resident.measured, "pid": os.getpid(),
+                                 "defence_s": resident.defence_s}))
             continue
         if message[0] == "interleave":
             try:
