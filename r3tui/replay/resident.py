@@ -37,7 +37,6 @@ class _Loaded:
     # Every other variable of the module with a device copy of its load-time bytes:
     # (address, size, copy address), put back before every launch.
     state: list[tuple[int, int, int]]
-    state_names: list[str]
 
 
 @dataclass(frozen=True)
@@ -105,10 +104,9 @@ class ResidentBundle:
         # against the pristine image instead of being stored twice.
         launches = [("recorded launch", m.allocations, m.globals)] + [
             (f"check launch ({c.label})", c.allocations, c.globals) for c in m.checks]
-        groups = [[0, *range(1, len(launches))]] if _disjoint(every) else \
-            [[k] for k in range(len(launches))]
+        shared = _disjoint(every)
+        groups = [list(range(len(launches)))] if shared else [[k] for k in range(len(launches))]
         images: dict[int, tuple[int, int]] = {}
-        shared = len(groups) == 1
         for group in groups:
             members = [a for k in group for a in launches[k][1]]
             pristine = self._image(members, "prologue")
@@ -179,7 +177,7 @@ class ResidentBundle:
                 found = cu.module_global(module, g.name)
                 if found is not None and found[1] == g.size:
                     globals_[g.name] = found
-            loaded = _Loaded(module, function, cu.param_layout(function), globals_, [], [])
+            loaded = _Loaded(module, function, cu.param_layout(function), globals_, [])
             self._loaded[key] = loaded
             if self.checks.reset_module_state:
                 self._snapshot_state(c.binary, loaded)
@@ -204,7 +202,6 @@ class ResidentBundle:
             copy = self._alloc(size)
             cu.check(drv.cuMemcpyDtoD(copy, address, size), "cuMemcpyDtoD")
             loaded.state.append((address, size, copy))
-            loaded.state_names.append(name)
 
     def restore(self, loaded: _Loaded | None = None, case: _Case | None = None) -> None:
         """Put the prologue back (device to device): the arena, the recorded globals and the
