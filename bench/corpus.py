@@ -195,10 +195,12 @@ RECIPES: tuple[Recipe, ...] = (
            "Makefile's third run (32 96 256 26 26 5 100) with C=32, M=64: its CPU reference "
            "is 9.5 G MACs there, 0.8 G here"),
     Recipe("gelu", H, "src/gelu-cuda", ("main.cu", "reference.h"),
-           (Unit("main.cu", ("-Xcompiler", "-fopenmp")),), "main", ("8", "4096", "5184", "100"),
-           "Makefile's largest run", link_flags=("-Xcompiler", "-fopenmp")),
+           (Unit("main.cu", ("-Xcompiler", "-fopenmp")),), "main", ("8", "4096", "2048", "100"),
+           "Makefile's second run (the third's OpenMP CPU reference took 16.6 s on 2 cores)",
+           link_flags=("-Xcompiler", "-fopenmp")),
     Recipe("adam", H, "src/adam-cuda", ("main.cu", "reference.h"), (Unit("main.cu"),), "main",
-           ("10000", "200", "100"), "Makefile's run target exactly"),
+           ("10000", "200", "100"),
+           "Makefile's run target exactly (its CPU reference: 4.4 s on 2 cores)"),
     Recipe("rmsnorm", H, "src/rmsnorm-cuda",
            ("main.cu", "common.h", "reduce.cuh", "reference.h", "utils.cuh"),
            (Unit("main.cu"),), "main", ("1024", "12288", "1000"), "Makefile's larger run"),
@@ -214,8 +216,10 @@ RECIPES: tuple[Recipe, ...] = (
             "XSbench_header.h"),
            tuple(Unit(s) for s in ("Main.cu", "Simulation.cu", "io.cu", "GridInit.cu",
                                    "Materials.cu", "XSutils.cu")),
-           "main", ("-s", "small", "-m", "event", "-r", "10"),
-           "Makefile's run with -s small (large: a 5.7 GB unionized grid built on the host)",
+           "main", ("-s", "small", "-m", "event", "-l", "1000000", "-r", "100"),
+           "Makefile's run (-s large -m event -r 10) with -s small -l 1000000 -r 100: large "
+           "builds a 5.7 GB unionized grid, and every run repeats all lookups on the host for "
+           "verification (17M lookups: 20 s on 2 cores)",
            link_flags=("-lm",)),
     Recipe("su3", H, "src/su3-cuda",
            ("su3_nn_bench.cu", "lattice.hpp", "mat_nn_cuda.hpp", "su3.h", "su3.hpp"),
@@ -545,21 +549,31 @@ def stage_record(recipe: Recipe, state: dict[str, Any], ctx: StageContext) -> st
     return None
 
 
-def stage_tune(recipe: Recipe, state: dict[str, Any], ctx: StageContext) -> str | None:
-    steps = state["steps"]
-    if steps.get("record", {}).get("status") != "ok":
-        return "not recorded"
-    rec = Path(steps["record"]["recording"])
-    estimate = 60 + budget_seconds(ctx.args.budget) * ctx.args.top * 1.5
-    if ctx.left() < estimate:
-        return "deadline"
-    argv = r3_argv("tune-app", str(rec), "--budget", ctx.args.budget, "--top",
-                   str(ctx.args.top), "--db", str(STATE / "r3.sqlite"), *ctx.args.tune_args)
-    steps["tune"] = run_step(argv, STATE, ctx.left())
-    plan = rec / "tune-app.json"
-    if plan.is_file():
-        steps["tune"]["plan"] = json.loads(plan.read_text())
-    return None
+def _tune(step: str, extra: Sequence[str]) -> Callable[
+        [Recipe, dict[str, Any], StageContext], str | None]:
+    """`r3 tune-app` on the recording into ``steps[step]``: "tune" (the full campaign, the
+    one `apply` ships) or "tune_bo" (`--inner-only`: BO alone at the same budget, for
+    corpus_r3_over_bo_only)."""
+
+    def stage(recipe: Recipe, state: dict[str, Any], ctx: StageContext) -> str | None:
+        steps = state["steps"]
+        if steps.get("record", {}).get("status") != "ok":
+            return "not recorded"
+        rec = Path(steps["record"]["recording"])
+        estimate = 60 + budget_seconds(ctx.args.budget) * ctx.args.top * 1.5
+        if ctx.left() < estimate:
+            return "deadline"
+        argv = r3_argv("tune-app", str(rec), "--budget", ctx.args.budget, "--top",
+                       str(ctx.args.top), "--db", str(STATE / "r3.sqlite"), *extra,
+                       *ctx.args.tune_args)
+        plan = rec / "tune-app.json"
+        plan.unlink(missing_ok=True)  # what is read below is this run's plan, or none
+        steps[step] = run_step(argv, STATE, ctx.left())
+        if plan.is_file():
+            steps[step]["plan"] = json.loads(plan.read_text())
+        return None
+
+    return stage
 
 
 def stage_apply(recipe: Recipe, state: dict[str, Any], ctx: StageContext) -> str | None:
@@ -593,7 +607,8 @@ def stage_apply(recipe: Recipe, state: dict[str, Any], ctx: StageContext) -> str
 
 STAGES: dict[str, tuple[str, Callable[[Recipe, dict[str, Any], StageContext], str | None]]] = {
     "record": ("record", stage_record),
-    "tune": ("tune", stage_tune),
+    "tune": ("tune", _tune("tune", ())),
+    "tune-bo": ("tune_bo", _tune("tune_bo", ("--inner-only",))),
     "apply": ("apply", stage_apply),
 }
 
@@ -705,9 +720,9 @@ def campaign_facts(campaign_ids: Sequence[int]) -> dict[int, dict[str, Any]]:
     return facts
 
 
-def _fmt(x: float | None, ci: Sequence[float] | None = None) -> str:
-    if x is None:
-        return "-"
+def _fmt(x: float | str | None, ci: Sequence[float] | None = None) -> str:
+    if x is None or isinstance(x, str):
+        return x or "-"
     return f"{x:.3f}" + (f" [{ci[0]:.3f},{ci[1]:.3f}]" if ci else "")
 
 
@@ -730,8 +745,16 @@ def program_row(recipe: Recipe, state: dict[str, Any],
         row["fault"] = plain_ok and (recording.get("exit_code", 0) != 0 or "fault" in warnings
                                      or "captur" in warnings
                                      or ("FAIL" in rec_out and "FAIL" not in plain_out))
-    elif plain.get("status") == "ok" and record.get("status") in ("failed", "timeout"):
-        row["fault"] = True
+    elif plain.get("status") == "ok" and record.get("status") == "failed":
+        # no recording: a fault only where r3 says the application faulted under it
+        row["fault"] = "fault" in " ".join(record.get("tail", [])).lower()
+    row["wall"] = plain.get("median_wall_s")
+    for name, step in (("plain run", plain), ("record", record), ("tune-app", tune),
+                       ("apply", apply)):
+        if step.get("status") in ("failed", "timeout"):
+            last = next((ln for ln in reversed(step.get("tail", [])) if ln.strip()), "")
+            row["note"] = f"{name} {step['status']}: {last.strip()[:90]}"
+            break
     plan = tune.get("plan") or {}
     ids = [int(k["campaign_id"]) for k in plan.get("kernels", []) if k.get("campaign_id")]
     mine = [facts[c] for c in ids if c in facts]
@@ -751,12 +774,15 @@ def program_row(recipe: Recipe, state: dict[str, Any],
     if best:
         level = facts.get(int(best["campaign_id"]), {}).get("best_level")
         row["best"] = f"{_fmt(best['speedup'], best.get('ci'))} {level or '?'}"
-    row["kernel_pred"] = plan.get("predicted_app_speedup")
-    row["wall_pred"] = plan.get("predicted_wall_speedup")
+    bo = max((k["speedup"] for k in (steps.get("tune_bo", {}).get("plan") or {}).get(
+        "kernels", []) if k.get("speedup")), default=None)
+    row["r3_over_bo"] = best["speedup"] / bo if best and bo else None
+    row["kernel_pred"] = plan.get("predicted_kernel_speedup", plan.get("predicted_app_speedup"))
+    row["wall_pred"] = plan.get("predicted_wall_speedup", "n/a" if plan else None)
     summary = apply.get("summary") or {}
     measured = summary.get("measured") or {}
     row["shipped"] = any(c.get("applied") for c in summary.get("campaigns", []))
-    row["kernel_meas"] = measured.get("kernel_speedup")
+    row["kernel_meas"] = measured.get("kernel_speedup", "n/a" if measured else None)
     row["kernel_meas_ci"] = measured.get("kernel_speedup_ci")
     row["wall_meas"] = measured.get("wall_speedup")
     row["wall_meas_ci"] = measured.get("wall_speedup_ci") or bootstrap_ratio(
@@ -776,14 +802,20 @@ def report_lines() -> list[str]:
            "# levels: S source, C compiler options, L launch shape (all campaigns of the "
            "program); best: re-timed winner over the recorded configuration [95% CI] and the "
            "level it came from; wall CI: bootstrap of r3 apply's interleaved runs",
-           f"{'program':<15} {'rec':>3} {'replay':>6} {'lvl':>3}  {'yield':<22} "
-           f"{'best kernel speedup':<30} {'kernel pred/meas':<24} {'wall pred/meas':<30}"]
+           f"{'program':<15} {'wall s':>6} {'rec':>3} {'replay':>6} {'lvl':>3}  {'yield':<22} "
+           f"{'best kernel speedup':<30} {'kernel pred/meas':<24} {'wall pred/meas':<30} note"]
+    if any(r["wall_pred"] == "n/a" for r in rows):
+        out.append("# wall pred n/a: tune-app.json has no predicted_wall_speedup yet")
+    if any(r["kernel_meas"] == "n/a" for r in rows):
+        out.append("# kernel meas n/a: r3-apply.json's measured has no kernel_speedup yet")
     for r in rows:
         kernel = f"{_fmt(r['kernel_pred'])} / {_fmt(r['kernel_meas'], r['kernel_meas_ci'])}"
         wall = f"{_fmt(r['wall_pred'])} / {_fmt(r['wall_meas'], r['wall_meas_ci'])}"
-        out.append(f"{r['name']:<15} {'yes' if r['recorded'] else 'no':>3} "
+        plain_wall = f"{r['wall']:6.2f}" if r.get("wall") else f"{'-':>6}"
+        out.append(f"{r['name']:<15} {plain_wall} {'yes' if r['recorded'] else 'no':>3} "
                    f"{r.get('replayable') or '-':>6} {r['levels'] or '-':>3}  "
-                   f"{r['yield'] or '-':<22} {r.get('best') or '-':<30} {kernel:<24} {wall:<30}")
+                   f"{r['yield'] or '-':<22} {r.get('best') or '-':<30} {kernel:<24} {wall:<30} "
+                   f"{r.get('note', '')}")
     n = len(RECIPES)
     out.append(f"corpus_recorded: {sum(r['recorded'] for r in rows)}/{n}")
     out.append(f"corpus_searched_all_levels: {sum(r['levels'] == 'SCL' for r in rows)}/{n}")
@@ -797,13 +829,17 @@ def report_lines() -> list[str]:
                   "shipped; wall-time interval below 1)" if with_ci
                   else "n/a (no shipped change with measured runs yet)"))
     errors = [abs(r["kernel_meas"] / r["kernel_pred"] - 1) * 100 for r in shipped
-              if r["kernel_meas"] and r["kernel_pred"]]
+              if isinstance(r["kernel_meas"], float) and r["kernel_pred"]]
     out.append(f"corpus_prediction_error_pct: {max(errors):.1f}" if errors else
                "corpus_prediction_error_pct: n/a (r3 apply does not measure kernel time yet)"
                if shipped else "corpus_prediction_error_pct: n/a (nothing shipped yet)")
     bests = [float(r["best"].split()[0]) for r in rows if r.get("best")]
     out.append(f"corpus_median_kernel_speedup: {statistics.median(bests):.3f}" if bests else
                "corpus_median_kernel_speedup: n/a (no tuned kernel yet)")
+    ratios = [r["r3_over_bo"] for r in rows if r["r3_over_bo"]]
+    out.append(f"corpus_r3_over_bo_only: {statistics.median(ratios):.3f} (median over "
+               f"{len(ratios)} programs of best full-campaign / best BO-only kernel speedup)"
+               if ratios else "corpus_r3_over_bo_only: n/a (run --stage tune-bo as well)")
     return out
 
 
