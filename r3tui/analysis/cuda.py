@@ -271,7 +271,7 @@ class _UnitReader:
             kind=kind, name=name, scope=scope, line=_line(outer),
             text=normalize(self._text(outer)), space=space, defines_main=defines_main,
             memory_space=memory_space, prototype=prototype, dynamic_init=dynamic_init,
-            calls=calls))
+            calls=calls, start=outer.start_byte, end=outer.end_byte))
 
     def _directive(self, node: ts.Node, scope: str, in_error: bool) -> None:
         kind = node.type

@@ -83,6 +83,10 @@ class Item:
     # created, e.g. "a call to 'system'"; None when the initializers are constant
     dynamic_init: str | None = None
     calls: tuple[Call, ...] = ()
+    # byte offsets of the item's text in the parsed unit (a template's header included);
+    # -1 for conditional lines, which stand for a whole #if block
+    start: int = -1
+    end: int = -1
 
     @property
     def qualified_name(self) -> str | None:

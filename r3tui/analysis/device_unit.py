@@ -1,0 +1,445 @@
+"""The device side of an application's translation unit, as one text NVRTC can compile.
+
+A recorded kernel of an application lives in a unit that also holds host code: ``main``,
+``#include <chrono>``, ``std::vector``, a CPU reference.  NVRTC has no host headers, so the unit
+as written does not compile there, and nvcc takes about two seconds per compile of it (see
+docs/device-unit.md for the measurements that chose this path).  :func:`device_unit` makes what
+R³ compiles, edits and shows instead:
+
+1. **Flatten.** Each ``#include`` that resolves in the application's header tree (the headers
+   the bundle carries) is replaced by that header's text, once (a second include of the same
+   header is empty, as its guard would make it); the unit's own directory and the include
+   directories are searched the way the compiler would.  Other includes are *system* includes:
+   a device header of the CUDA toolkit (``cuda_fp16.h``, ``cooperative_groups.h``) is kept; a
+   C/C++ standard header is replaced by its ``cuda/std`` counterpart where device code could use
+   it (``<cstdint>``, ``<cmath>``, ``<limits>``; ``std::`` names resolve there) and dropped where
+   it is host-only (``<chrono>``, ``<vector>``, ``<iostream>``); any other is dropped.  The kept
+   and replacement includes go first, so NVRTC's automatic precompiled header covers them.
+2. **Slice.** From the kernel's definition, the items it names are kept, and the items they
+   name, and so on: device and ``__host__ __device__`` functions, ``constexpr`` functions,
+   types, aliases, ``__device__``/``__constant__`` variables (always kept: they are the module's
+   state) and ``const`` host variables.  Host functions, host prototypes, other kernels and
+   anything the kernel does not reach are left out, and so are host-only member functions of the
+   kept types.  Preprocessor lines (``#define``, ``#if``) all stay.
+3. **Origins.** Every kept piece of text remembers the file and offset it came from, so the
+   kernel's definition in the device unit maps back to the file and the span that define it
+   (a header, another file, the unit itself): that is where ``r3 apply`` writes a tuned kernel.
+
+The result is a plain text: a search edits and compiles it like a standalone kernel, and the
+same text compiles with nvcc too (the fallback when NVRTC rejects it).
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from r3tui.analysis.cuda import parse_translation_unit
+from r3tui.analysis.facts import ExecutionSpace, Item, ItemKind, words
+
+_INCLUDE_LINE = re.compile(
+    r'^[ \t]*#[ \t]*include[ \t]*(?:"(?P<quoted>[^"\n]+)"|<(?P<system>[^>\n]+)>)[^\n]*(?:\n|$)',
+    re.MULTILINE)
+
+# A C/C++ standard header, and what stands in for it in device code (empty: nothing does, the
+# header is host-only or its device part is built into the compiler, e.g. printf and sqrtf).
+STANDARD_HEADERS: Mapping[str, tuple[str, ...]] = {
+    **{h: ("cuda/std/cstdint",) for h in ("cstdint", "stdint.h", "inttypes.h", "cinttypes")},
+    **{h: ("cuda/std/cstddef",) for h in ("cstddef", "stddef.h")},
+    **{h: ("cuda/std/climits",) for h in ("climits", "limits.h")},
+    **{h: ("cuda/std/cfloat",) for h in ("cfloat", "float.h")},
+    "cmath": ("cuda/std/cmath",),
+    "limits": ("cuda/std/limits",),
+    "type_traits": ("cuda/std/type_traits",),
+    "utility": ("cuda/std/utility",),
+    "complex": ("cuda/std/complex",),
+    "array": ("cuda/std/array",),
+    "tuple": ("cuda/std/tuple",),
+    "bit": ("cuda/std/bit",),
+    "functional": ("cuda/std/functional",),
+    "algorithm": ("cuda/std/__algorithm/min.h", "cuda/std/__algorithm/max.h"),
+    **{h: ("cuda/std/cassert",) for h in ("cassert", "assert.h")},
+    **{h: () for h in (
+        "math.h", "stdio.h", "cstdio", "stdlib.h", "cstdlib", "string.h", "cstring", "iostream",
+        "fstream", "sstream", "iomanip", "ostream", "istream", "vector", "string", "map",
+        "unordered_map", "set", "unordered_set", "list", "deque", "queue", "stack", "memory",
+        "chrono", "thread", "mutex", "atomic", "random", "numeric", "iterator", "exception",
+        "stdexcept", "new", "ctime", "time.h", "sys/time.h", "unistd.h", "omp.h", "mpi.h",
+        "getopt.h", "errno.h", "cerrno", "signal.h", "csignal", "cstdarg", "stdarg.h",
+        "stdbool.h", "ctype.h", "cctype", "fcntl.h", "sys/stat.h", "sys/types.h", "filesystem",
+        "optional", "variant", "initializer_list", "cfenv", "fenv.h", "locale", "regex",
+        "bitset", "valarray", "execution", "cuda_runtime_api.h", "cuda.h", "helper_cuda.h",
+        "helper_functions.h", "helper_timer.h")},
+}
+# Math constants from <math.h> that device code uses and NVRTC does not define.
+_MATH_CONSTANTS = (("M_PI", "3.14159265358979323846"), ("M_PI_2", "1.57079632679489661923"),
+                   ("M_PI_4", "0.78539816339744830962"), ("M_E", "2.7182818284590452354"),
+                   ("M_SQRT2", "1.41421356237309504880"), ("M_1_PI", "0.31830988618379067154"),
+                   ("M_2_PI", "0.63661977236758134692"), ("M_LN2", "0.69314718055994530942"),
+                   ("M_SQRT1_2", "0.70710678118654752440"))
+_INT_TYPES = ("int8_t", "int16_t", "int32_t", "int64_t", "uint8_t", "uint16_t", "uint32_t",
+              "uint64_t", "intptr_t", "uintptr_t")
+
+_KEEP_ALWAYS = {ItemKind.DEFINE, ItemKind.CONDITIONAL, ItemKind.DIRECTIVE, ItemKind.PRAGMA}
+_NAMED = {ItemKind.FUNCTION, ItemKind.DECLARATION, ItemKind.TYPE, ItemKind.ALIAS}
+_DECLARED_NAME = re.compile(r"(\w+) (?:=|,|;|\[|\{)")
+
+
+class DeviceUnitError(ValueError):
+    """The kernel is not defined in the unit or any header it includes."""
+
+
+@dataclass(frozen=True)
+class Piece:
+    """A run of the device unit's text copied from one file: ``file`` is the header tree path,
+    or None for the unit itself."""
+
+    start: int  # in the device unit
+    end: int
+    file: str | None
+    file_start: int  # in that file
+
+
+@dataclass(frozen=True)
+class DeviceUnit:
+    text: str
+    kernel: str  # the unqualified name of the kernel
+    kernel_span: tuple[int, int]  # its definition in ``text`` (template header included)
+    file: str | None  # where it is defined: a header tree path, or None for the unit itself
+    file_span: tuple[int, int]  # its definition in that file
+    pieces: tuple[Piece, ...] = ()
+    dropped: tuple[str, ...] = ()  # what was left out, one short phrase each
+    includes: tuple[str, ...] = ()  # the system includes the text starts with
+
+    def origin_of(self, start: int, end: int) -> tuple[str | None, int, int] | None:
+        """The file and span that ``text[start:end]`` was copied from, when one piece holds it."""
+        for piece in self.pieces:
+            if piece.start <= start and end <= piece.end:
+                offset = piece.file_start - piece.start
+                return piece.file, start + offset, end + offset
+        return None
+
+
+@dataclass
+class _Flat:
+    text: list[str] = field(default_factory=list)
+    pieces: list[Piece] = field(default_factory=list)
+    length: int = 0
+    system: list[str] = field(default_factory=list)  # system includes in first-seen order
+    dropped: list[str] = field(default_factory=list)
+    seen: set[str] = field(default_factory=set)
+
+    def add(self, text: str, file: str | None, file_start: int) -> None:
+        if text:
+            self.pieces.append(Piece(self.length, self.length + len(text), file, file_start))
+            self.text.append(text)
+            self.length += len(text)
+
+
+def device_unit(unit: str, kernel: str, headers: Mapping[str, str] | None = None,
+                include_dirs: Sequence[str] = (), *, cuda_include_dirs: Sequence[str] = (),
+                scopes: Sequence[str] | None = None) -> DeviceUnit:
+    """The device-only unit of the kernel named ``kernel`` (unqualified, no template
+    arguments), defined in ``unit`` or a header it includes.
+
+    ``headers`` maps header tree paths (posix, relative) to their texts; ``include_dirs`` are
+    tree directories searched in order, the unit's own directory first.  A system include is
+    kept when it names a file under ``cuda_include_dirs`` and is no standard header.  With
+    ``scopes`` (the namespaces of the recorded entry point), only a definition inside them is
+    the kernel.  Raises :class:`DeviceUnitError` when no definition is found.
+    """
+    flat = _Flat()
+    base = include_dirs[0] if include_dirs else "."
+    _flatten(unit, None, base, headers or {}, include_dirs, cuda_include_dirs, flat, 0)
+    text = "".join(flat.text)
+    data = text.encode("utf-8")
+    parsed = parse_translation_unit(text)
+    top = _top_level(parsed.items)
+    roots = [i for i in top if i.kind is ItemKind.FUNCTION and i.space is ExecutionSpace.GLOBAL
+             and _last(i.name) == kernel and (scopes is None or _scopes(i) == tuple(scopes))]
+    if not roots:
+        where = f" in namespace {'::'.join(scopes)}" if scopes else ""
+        raise DeviceUnitError(f"no __global__ function {kernel!r}{where} is defined in the unit "
+                              "or the headers it includes")
+    kept = _closure(top, roots)
+    cut: list[tuple[int, int]] = []
+    for item in top:
+        if item.kind is ItemKind.PRAGMA and item.name == "once":
+            cut.append((item.start, item.end))  # the headers are inlined, once each
+            continue
+        if item.kind in _KEEP_ALWAYS or item.start < 0:
+            continue
+        if item.kind is ItemKind.INCLUDE:  # an include the flattening left: unresolved
+            continue
+        if id(item) not in kept:
+            cut.append((item.start, item.end))
+            if item.kind is ItemKind.FUNCTION and item.space is ExecutionSpace.HOST:
+                flat.dropped.append(f"host function {item.qualified_name}")
+            continue
+        for member in _members(parsed.items, item):
+            if member.kind is ItemKind.FUNCTION and member.space is ExecutionSpace.HOST and (
+                    not {"constexpr", "virtual"} & words(_head(member.text))):
+                cut.append((member.start, member.end))
+    pieces, body = _cut(data, flat.pieces, sorted(cut))
+    prelude = _prelude(flat.system, text)
+    shift = len(prelude)
+    pieces = [Piece(p.start + shift, p.end + shift, p.file, p.file_start) for p in pieces]
+    full = prelude + body
+    first = roots[0]
+    start = _char_in_output(data, flat.pieces, pieces, first.start)
+    end = _char_in_output(data, flat.pieces, pieces, first.end)
+    unit_out = DeviceUnit(full, kernel, (start, end), None, (0, 0), tuple(pieces),
+                          tuple(dict.fromkeys(flat.dropped)), tuple(flat.system))
+    origin = unit_out.origin_of(start, end)
+    if origin is None:
+        raise DeviceUnitError(f"the definition of {kernel!r} spans an #include")
+    file, file_start, file_end = origin
+    return DeviceUnit(full, kernel, (start, end), file, (file_start, file_end),
+                      tuple(pieces), unit_out.dropped, unit_out.includes)
+
+
+# -- flattening ------------------------------------------------------------------------------
+
+def _resolve(name: str, quoted: bool, current_dir: str, headers: Mapping[str, str],
+             include_dirs: Sequence[str]) -> str | None:
+    dirs = ([current_dir] if quoted else []) + list(include_dirs)
+    for directory in dirs:
+        path = posixpath.normpath(posixpath.join(directory, name))
+        if path in headers:
+            return path
+    return None
+
+
+def _flatten(text: str, file: str | None, directory: str, headers: Mapping[str, str],
+             include_dirs: Sequence[str], cuda_dirs: Sequence[str], flat: _Flat,
+             depth: int) -> None:
+    at = 0
+    for match in _INCLUDE_LINE.finditer(_mask_comments(text)):
+        flat.add(text[at:match.start()], file, at)
+        at = match.end()
+        quoted, system = match.group("quoted"), match.group("system")
+        name = quoted or system
+        path = _resolve(name, quoted is not None, directory, headers, include_dirs)
+        if path is not None:
+            if path not in flat.seen and depth < 64:
+                flat.seen.add(path)
+                _flatten(headers[path], path, posixpath.dirname(path) or ".", headers,
+                         include_dirs, cuda_dirs, flat, depth + 1)
+                flat.add("\n", file, match.end() - 1)
+            continue
+        if name in STANDARD_HEADERS or _in_cuda(name, cuda_dirs):
+            if name not in flat.system:
+                flat.system.append(name)
+            if STANDARD_HEADERS.get(name) == ():
+                flat.dropped.append(f"#include <{name}> (not needed by device code)")
+        else:
+            flat.dropped.append(f"#include {'<%s>' % name if system else repr(name)} "
+                                "(found neither in the application's headers nor in CUDA's)")
+    flat.add(text[at:], file, at)
+
+
+def _in_cuda(name: str, cuda_dirs: Sequence[str]) -> bool:
+    return any(Path(d, name).is_file() for d in cuda_dirs)
+
+
+def _mask_comments(text: str) -> str:
+    """``text`` with comments blanked (offsets kept), so a commented-out include is none."""
+    def blank(match: re.Match[str]) -> str:
+        return re.sub(r"[^\n]", " ", match.group(0))
+    return re.sub(r"//[^\n]*|/\*.*?\*/", blank, text, flags=re.S)
+
+
+def _prelude(system: Iterable[str], text: str) -> str:
+    lines: list[str] = []
+    standard = False
+    for name in system:
+        mapped = STANDARD_HEADERS.get(name)
+        if mapped is None:
+            lines.append(f"#include <{name}>")
+            continue
+        for header in mapped:
+            standard = True
+            line = f"#include <{header}>"
+            if line not in lines:
+                lines.append(line)
+    if standard:
+        lines.append("namespace std { using namespace cuda::std; }")
+        if "#include <cuda/std/cstdint>" in lines:
+            lines.extend(f"using cuda::std::{t};" for t in _INT_TYPES)
+    used = words(text)
+    for name, value in _MATH_CONSTANTS:
+        if name in used:
+            lines.append(f"#ifndef {name}\n#define {name} {value}\n#endif")
+    return "\n".join(lines) + "\n" if lines else ""
+
+
+# -- slicing ---------------------------------------------------------------------------------
+
+def _last(name: str | None) -> str:
+    if not name:
+        return ""
+    return re.sub(r"<.*", "", name).split("::")[-1].strip()
+
+
+def _scopes(item: Item) -> tuple[str, ...]:
+    """The namespaces of ``item`` with an out-of-line qualification (``ns::k``) added."""
+    written = [p for p in re.sub(r"<.*", "", item.name or "").split("::")[:-1] if p]
+    scope = [p for p in item.scope.split("::") if p]
+    return tuple(scope + written)
+
+
+def _head(text: str) -> str:
+    return text.split("{", 1)[0]
+
+
+def _top_level(items: Sequence[Item]) -> list[Item]:
+    """Items not inside another item (members of a type are inside it)."""
+    out: list[Item] = []
+    end = -1
+    for item in sorted((i for i in items if i.start >= 0), key=lambda i: (i.start, -i.end)):
+        if item.start < end:
+            continue
+        out.append(item)
+        end = item.end
+    return out
+
+
+def _members(items: Sequence[Item], outer: Item) -> list[Item]:
+    return [i for i in items if i.start >= 0 and outer.start <= i.start and i.end <= outer.end
+            and i is not outer]
+
+
+def _names(item: Item) -> set[str]:
+    names = {_last(item.name)} if item.name else set()
+    if item.kind is ItemKind.FUNCTION and item.name and "::" in item.name:
+        names.add(_scopes(item)[-1])  # `Foo::bar` defines part of Foo
+    if item.kind is ItemKind.DECLARATION and not item.prototype:
+        names |= set(_DECLARED_NAME.findall(_head(item.text)))
+    names.discard("")
+    return names
+
+
+def _wanted(item: Item) -> bool:
+    """Whether device code may use ``item`` at all."""
+    if item.kind is ItemKind.FUNCTION:
+        assert item.space is not None
+        return item.space.on_device or "constexpr" in words(_head(item.text))
+    if item.kind is ItemKind.DECLARATION:
+        if item.memory_space is not None:
+            return True
+        head = words(item.text.split("=", 1)[0])
+        return item.prototype or bool({"const", "constexpr"} & head)
+    return True
+
+
+def _closure(top: Sequence[Item], roots: Sequence[Item]) -> set[int]:
+    by_name: dict[str, list[Item]] = {}
+    for item in top:
+        if item.kind in _NAMED and _wanted(item):
+            for name in _names(item):
+                by_name.setdefault(name, []).append(item)
+    kept: set[int] = set()
+    pending = list(roots)
+    # module state is kept whether or not the kernel names it: other device code may
+    pending += [i for i in top if i.kind is ItemKind.DECLARATION and i.memory_space is not None]
+    seen_words: set[str] = set()
+    while pending:
+        item = pending.pop()
+        if id(item) in kept:
+            continue
+        kept.add(id(item))
+        for word in words(item.text) - seen_words:
+            seen_words.add(word)
+            pending.extend(by_name.get(word, ()))
+    # prototypes only for what is defined and kept; instantiations and statements of what is kept
+    for item in top:
+        if item.kind is ItemKind.DECLARATION and item.prototype and id(item) in kept:
+            if not any(_names(item) & _names(o) for o in top if id(o) in kept
+                       and o.kind is ItemKind.FUNCTION):
+                kept.discard(id(item))
+        elif item.kind in (ItemKind.TEMPLATE_INSTANTIATION, ItemKind.STATEMENT,
+                           ItemKind.STATIC_ASSERT, ItemKind.ERROR):
+            mentioned = words(item.text)
+            if any(mentioned & _names(o) for o in top if id(o) in kept):
+                kept.add(id(item))
+    return kept
+
+
+def _cut(data: bytes, flat_pieces: Sequence[Piece], cut: Sequence[tuple[int, int]]
+         ) -> tuple[list[Piece], str]:
+    """The text without the byte ranges in ``cut`` (and the blank lines they leave), and the
+    pieces of its origins (character offsets)."""
+    ranges = _widen(data, _merge(cut))
+    kept: list[tuple[int, int]] = []
+    at = 0
+    for start, end in ranges:
+        if start > at:
+            kept.append((at, start))
+        at = max(at, end)
+    if at < len(data):
+        kept.append((at, len(data)))
+    text = data.decode("utf-8")
+    to_char = _char_index(data)
+    pieces: list[Piece] = []
+    out: list[str] = []
+    length = 0
+    for start, end in kept:
+        cs, ce = to_char(start), to_char(end)
+        for piece in flat_pieces:
+            lo, hi = max(cs, piece.start), min(ce, piece.end)
+            if lo < hi:
+                pieces.append(Piece(length + lo - cs, length + hi - cs, piece.file,
+                                    piece.file_start + lo - piece.start))
+        out.append(text[cs:ce])
+        length += ce - cs
+    return pieces, "".join(out)
+
+
+def _merge(ranges: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
+    merged: list[tuple[int, int]] = []
+    for start, end in ranges:
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(end, merged[-1][1]))
+        else:
+            merged.append((start, end))
+    return merged
+
+
+def _widen(data: bytes, ranges: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Each range with the rest of its last line when only blanks follow it, so that leaving
+    an item out leaves no empty line behind."""
+    out: list[tuple[int, int]] = []
+    for start, end in ranges:
+        line_start = data.rfind(b"\n", 0, start) + 1
+        newline = data.find(b"\n", end)
+        stop = len(data) if newline < 0 else newline + 1
+        if not data[end:stop].strip() and not data[line_start:start].strip():
+            start, end = line_start, stop
+        out.append((start, end))
+    return _merge(out)
+
+
+def _char_index(data: bytes):  # type: ignore[no-untyped-def]
+    if data.isascii():
+        return lambda offset: offset
+    starts = [i for i, byte in enumerate(data) if byte & 0xC0 != 0x80]
+    import bisect
+
+    return lambda offset: bisect.bisect_left(starts, offset)
+
+
+def _char_in_output(data: bytes, flat_pieces: Sequence[Piece], pieces: Sequence[Piece],
+                    byte_offset: int) -> int:
+    """Where the flat text's ``byte_offset`` landed in the output (it must be kept)."""
+    char = _char_index(data)(byte_offset)
+    for flat_piece in flat_pieces:
+        if flat_piece.start <= char <= flat_piece.end:
+            file_offset = flat_piece.file_start + char - flat_piece.start
+            for piece in pieces:
+                if piece.file == flat_piece.file and \
+                        piece.file_start <= file_offset <= piece.file_start + piece.end - piece.start:
+                    return piece.start + file_offset - piece.file_start
+    raise DeviceUnitError("the kernel's definition was cut from the device unit")
