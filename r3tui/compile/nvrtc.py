@@ -187,6 +187,10 @@ class NvrtcToolchain(Toolchain):
             f"--gpu-architecture={req.arch}",
             *render(self.name, canonical),
             "--ptxas-options=-v",
+            # automatic precompiled headers: a unit that starts with heavy includes (libcu++,
+            # cooperative groups) compiles ~10x faster from the second time on in a process;
+            # the cubin is the same.  A PCH made under other -D values is not used (629).
+            "-pch", "--pch-messages=false", "--diag-suppress=629",
             *(f"--define-macro={name}={value}" for name, value in req.defines),
             *(f"--include-path={d}" for d in (*req.include_dirs, *default_include_dirs())),
         ]
