@@ -8,6 +8,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from r3tui.domain import Dim3, TrialConfig
+from r3tui.search.block import AXES, BlockFacts, BlockTie, axis_ladder, ladder_note
 from r3tui.search.expressions import Relation
 from r3tui.search.parts import (
     BLOCK_NAMES,
@@ -32,6 +33,7 @@ def build(space: SearchSpace, max_block_shapes: int) -> None:
     _tunables(space, block_dims)
     _shared(space, block_dims)
     _launch_bounds(space, block_dims)
+    _launch_bounds_cap(space, block_dims)
     if space.pipelines:
         choices: tuple[Any, ...] = (None, *space.pipelines)
         space.dims.append(_Dim("pipeline", "pipeline", choices, False, 0, (NONE, *space.pipelines)))
@@ -79,22 +81,54 @@ def _pow2_upto(limit: int, low: int = 1) -> list[int]:
 
 
 def _axis_values(space: SearchSpace) -> list[list[int]]:
+    """Each axis's candidate extents (one value: the axis keeps its recorded extent)."""
     launch, limits = space.launch, space.limits
     assert launch.work is not None
+    facts = launch.facts or BlockFacts()
     out = []
     for axis, (work, recorded) in enumerate(
         zip(launch.work.as_tuple(), launch.block.as_tuple(), strict=True)
     ):
-        top = min(limits.max_block_dims[axis], limits.max_threads_per_block,
-                  2 ** math.ceil(math.log2(max(work, 1))))
+        limit = min(limits.max_block_dims[axis], limits.max_threads_per_block)
         low = 4 if axis == 0 and work >= limits.warp_size else 1
-        out.append(sorted({*_pow2_upto(top, low), recorded}))
+        if launch.ladder == "pow2":
+            top = min(limit, 2 ** math.ceil(math.log2(max(work, 1))))
+            out.append(sorted({*_pow2_upto(top, low), recorded}))
+        elif facts.fixed_reason(axis) is not None or facts.tie_of(axis) is not None:
+            out.append([recorded])
+        else:
+            out.append(list(axis_ladder(recorded, work, _capped(space, limit), low=low,
+                                        axis=axis, pow2_only=axis in facts.pow2)))
     return out
+
+
+def _capped(space: SearchSpace, limit: int) -> int:
+    """``limit`` within the source's own ``__launch_bounds__`` where the search keeps it."""
+    bound = space.launch.facts.max_threads if space.launch.facts else None
+    return limit if bound is None or space.include_launch_bounds else min(limit, bound)
+
+
+def _tie_values(space: SearchSpace, tie: BlockTie) -> tuple[int, ...]:
+    launch, limits = space.launch, space.limits
+    assert launch.work is not None
+    recorded = launch.block.as_tuple()[tie.axes[0]]
+    if tie.values:
+        return tuple(sorted({*tie.values, recorded}))
+    works = [launch.work.as_tuple()[a] for a in tie.axes]
+    # n axes of v threads each: v ** n threads per block at most
+    root = int(_capped(space, limits.max_threads_per_block) ** (1 / len(tie.axes)) + 1e-9)
+    limit = min(root, *(limits.max_block_dims[a] for a in tie.axes))
+    low = 4 if min(works) >= limits.warp_size else 1
+    return axis_ladder(recorded, min(works), limit, low=low, axis=max(tie.axes),
+                       exact=math.gcd(*works))
 
 
 def _block(space: SearchSpace, max_block_shapes: int) -> list[int]:
     launch, limits = space.launch, space.limits
     recorded = launch.block
+    facts = launch.facts or BlockFacts()
+    warp = limits.warp_size
+    full_warps = launch.ladder == "pow2" or facts.full_warps is not None
 
     def shape_ok(block: Dim3) -> bool:
         volume = block.volume
@@ -102,32 +136,96 @@ def _block(space: SearchSpace, max_block_shapes: int) -> list[int]:
             return False
         if any(a > m for a, m in zip(block.as_tuple(), limits.max_block_dims, strict=True)):
             return False
-        warp = limits.warp_size
-        return block == recorded or (volume >= warp and volume % warp == 0)
+        if block == recorded:
+            return True
+        if full_warps:
+            return volume >= warp and volume % warp == 0
+        # at least a warp (or as many threads as the recording had): a smaller block leaves
+        # most of each warp's lanes idle
+        return volume >= min(warp, recorded.volume)
 
     dims: list[int] = []
-    if launch.tunes_block:
-        if launch.block_shapes is not None or space.block_encoding == "shapes":
-            shapes = list(launch.block_shapes or _shapes(space, shape_ok, max_block_shapes))
-            if recorded not in shapes:
-                shapes.insert(0, recorded)
-            labels = tuple("x".join(map(str, s.as_tuple())) for s in shapes)
-            dims.append(len(space.dims))
-            space.dims.append(_Dim("block", "block", tuple(shapes), False,
-                                   shapes.index(recorded), labels))
-        else:
-            for axis, values in enumerate(_axis_values(space)):
-                if len(values) > 1:
-                    dims.append(len(space.dims))
-                    rec = recorded.as_tuple()[axis]
-                    space.dims.append(_Dim(f"block.{'xyz'[axis]}", f"block_{'xyz'[axis]}",
-                                           tuple(values), True, values.index(rec)))
+    notes = space._launch_notes
+    if not launch.tunes_block:
+        notes.append(f"block fixed at {_shape(recorded)}: {launch.block_fixed}")
+    elif launch.block_shapes is not None or space.block_encoding == "shapes":
+        shapes = list(launch.block_shapes or _shapes(space, shape_ok, max_block_shapes))
+        if recorded not in shapes:
+            shapes.insert(0, recorded)
+        labels = tuple(_shape(s) for s in shapes)
+        dims.append(len(space.dims))
+        space.dims.append(_Dim("block", "block", tuple(shapes), False,
+                               shapes.index(recorded), labels))
+        notes.append(f"block: {len(shapes)} shapes, " + " ".join(labels))
+    else:
+        dims = _block_dims(space, facts)
+    if launch.tunes_block and facts.max_threads is not None:
+        notes.append(f"block volume at most {facts.max_threads}: the kernel declares "
+                     f"__launch_bounds__({facts.max_threads})"
+                     + (" (unless the search injects its own)" if space.include_launch_bounds
+                        else ""))
+    if dims and facts.full_warps is not None:
+        notes.append(f"block volume a multiple of {warp}: {facts.full_warps}")
     space.constraints.append(_Constraint(
         frozenset(dims),
-        f"block must have a multiple of {limits.warp_size} threads, at most "
-        f"{limits.max_threads_per_block} (device limit)",
+        (f"block must have a multiple of {warp} threads, at most " if full_warps
+         else f"block must have at least {min(warp, recorded.volume)} threads, at most ")
+        + f"{limits.max_threads_per_block} (device limit)",
         lambda view: shape_ok(view.block), device=True))
     return dims
+
+
+def _block_dims(space: SearchSpace, facts: BlockFacts) -> list[int]:
+    """One ordinal dimension per free axis and per block macro; notes on each axis."""
+    launch, notes = space.launch, space._launch_notes
+    assert launch.work is not None
+    dims: list[int] = []
+    fixed: list[str] = []
+    for axis, values in enumerate(_axis_values(space)):
+        rec = launch.block.as_tuple()[axis]
+        why = facts.fixed_reason(axis)
+        if why is not None and (rec > 1 or launch.work.as_tuple()[axis] > 1):
+            fixed.append(f"block.{AXES[axis]} fixed at {rec}: {why}")
+        if len(values) > 1:
+            dims.append(len(space.dims))
+            space.dims.append(_Dim(f"block.{AXES[axis]}", f"block_{AXES[axis]}",
+                                   tuple(values), True, values.index(rec)))
+            notes.append(ladder_note(f"block.{AXES[axis]}", values, rec))
+    if launch.ladder == "derived":
+        for tie in facts.ties:
+            tie_values = _tie_values(space, tie)
+            rec = launch.block.as_tuple()[tie.axes[0]]
+            if len(tie_values) > 1:
+                dims.append(len(space.dims))
+                space.dims.append(_Dim(f"block.{tie.macro}", "tie", tie_values, True,
+                                       tie_values.index(rec), tie=tie))
+            notes.append(ladder_note(tie.describe(), tie_values, rec) + f" (-D{tie.macro}=value"
+                         + ("" if tie.guarded else "; its #define has no #ifndef guard, so "
+                            "shipping a new value needs one") + ")")
+    if not dims:
+        notes.insert(0, f"block fixed at {_shape(launch.block)}: "
+                     + ("; ".join(fixed) or "no other extent fits the work and the device"))
+    else:
+        notes.extend(fixed)
+    notes.extend(f"block.{AXES[a]}: powers of two only, the kernel halves blockDim.{AXES[a]}"
+                 for a in facts.pow2 if facts.fixed_reason(a) is None)
+    return dims
+
+
+def _shape(block: Dim3) -> str:
+    return "x".join(map(str, block.as_tuple()))
+
+
+def _launch_bounds_cap(space: SearchSpace, block_dims: list[int]) -> None:
+    """The source's own ``__launch_bounds__(N)``: the block volume may not exceed N unless
+    the point injects its own bounds (which replace it)."""
+    bound = space.launch.facts.max_threads if space.launch.facts else None
+    if bound is None or not block_dims:
+        return
+    dims = {*block_dims, *(i for i, d in enumerate(space.dims) if d.role == "lb_threads")}
+    space.constraints.append(_Constraint(
+        frozenset(dims), f"block volume above the kernel's own __launch_bounds__({bound})",
+        lambda view: view.bounds is not None or view.block.volume <= bound))
 
 
 def _shared(space: SearchSpace, block_dims: list[int]) -> None:
@@ -137,7 +235,8 @@ def _shared(space: SearchSpace, block_dims: list[int]) -> None:
     expression = space.shared_expression()
     dims: set[int] = set()
     if expression is not None:
-        numeric = {t.name for t in space.tunables if t.numeric}
+        ties = {t.macro for t in space.ties()}
+        numeric = {t.name for t in space.tunables if t.numeric} | ties
         unknown = expression.names - numeric - set(BLOCK_NAMES)
         if unknown:
             raise SpaceError(
@@ -146,7 +245,7 @@ def _shared(space: SearchSpace, block_dims: list[int]) -> None:
                 f" and {', '.join(BLOCK_NAMES)}")
         dims = {i for i, d in enumerate(space.dims)
                 if d.role == "tunable" and d.name.split(".", 1)[1] in expression.names}
-        if expression.names & set(BLOCK_NAMES):
+        if expression.names & (set(BLOCK_NAMES) | ties):
             dims |= set(block_dims)
 
     def shared_ok(view: _View) -> bool:
@@ -173,20 +272,21 @@ def _shapes(space: SearchSpace, shape_ok: Any, limit: int) -> list[Dim3]:
 
 def _tunables(space: SearchSpace, block_dims: list[int]) -> None:
     by_name: dict[str, int] = {}
+    ties = {t.macro for t in space.ties()}
     for tunable in space.tunables:
         if tunable.name in by_name:
             raise SpaceError(f"tunable {tunable.name} is declared twice")
         if tunable.name in BLOCK_NAMES:
             raise SpaceError(f"tunable name {tunable.name} is reserved for the block shape")
         by_name[tunable.name] = -1
-        if len(tunable.values) < 2:
+        if len(tunable.values) < 2 or tunable.name in ties:  # a block macro is its own dim
             continue
         values = tunable.values
         baseline = values.index(tunable.default) if tunable.default in values else 0
         by_name[tunable.name] = len(space.dims)
         space.dims.append(_Dim(f"tune.{tunable.name}", "tunable", values, tunable.numeric,
                                baseline, tuple(str(v) for v in values)))
-    numeric = {t.name for t in space.tunables if t.numeric}
+    numeric = {t.name for t in space.tunables if t.numeric} | ties
     for relation in space.relations:
         unknown = relation.names - numeric - set(BLOCK_NAMES)
         if unknown:
@@ -195,7 +295,7 @@ def _tunables(space: SearchSpace, block_dims: list[int]) -> None:
                 hint=f"it may use the numeric tunables ({', '.join(sorted(numeric)) or 'none'})"
                 f" and {', '.join(BLOCK_NAMES)}")
         dims = {by_name[n] for n in relation.names if by_name.get(n, -1) >= 0}
-        if relation.names & set(BLOCK_NAMES):
+        if relation.names & (set(BLOCK_NAMES) | ties):
             dims |= set(block_dims)
         space.constraints.append(_Constraint(
             frozenset(dims), f"relation {relation.text!r} does not hold", _holds(relation)))
@@ -270,7 +370,8 @@ def indices_of(space: SearchSpace, config: TrialConfig) -> tuple[int, ...] | Non
     block = config.block or space.launch.block
     if not space.launch.tunes_block and block != space.launch.block:
         return None
-    if set(config.tunables) - {t.name for t in space.tunables}:
+    ties = space.ties()
+    if set(config.tunables) - {t.name for t in space.tunables} - {t.macro for t in ties}:
         return None
     if config.launch_bounds is not None and not space.include_launch_bounds:
         return None
@@ -285,6 +386,8 @@ def indices_of(space: SearchSpace, config: TrialConfig) -> tuple[int, ...] | Non
             index = _choice_index(dim.choices, block)
         elif dim.role.startswith("block_"):
             index = _choice_index(dim.choices, block.as_tuple()["xyz".index(dim.role[-1])])
+        elif dim.tie is not None:
+            index = _choice_index(dim.choices, block.as_tuple()[dim.tie.axes[0]])
         elif dim.role == "tunable":
             name = dim.name.split(".", 1)[1]
             tunable = space._tunable(name)
@@ -310,6 +413,10 @@ def indices_of(space: SearchSpace, config: TrialConfig) -> tuple[int, ...] | Non
     for tunable in space.tunables:
         given = config.tunables.get(tunable.name, tunable.default)
         if given is None or str(view.tunables[tunable.name]) != str(given):
+            return None
+    for tie in ties:  # the macro's -D and the block it gives must agree
+        recorded = space.launch.block.as_tuple()[tie.axes[0]]
+        if str(config.tunables.get(tie.macro, recorded)) != str(view.tunables[tie.macro]):
             return None
     recorded = space.launch.shared_mem_bytes
     wanted = recorded if config.shared_mem_bytes is None else config.shared_mem_bytes

@@ -13,9 +13,13 @@ from typing import Any, Literal, Protocol
 
 from r3tui.domain import Dim3, TrialConfig
 from r3tui.errors import ConfigError
+from r3tui.search.block import BlockFacts
 
 OptionKind = Literal["flag", "choice", "int"]
 BlockEncoding = Literal["axes", "shapes"]
+# "derived": the ladders of r3tui.search.block; "pow2": powers of two with a volume that is a
+# multiple of 32, the rule of spaces described before the derived ladders (recorded tables)
+BlockLadder = Literal["derived", "pow2"]
 DEFAULT = "default"  # an option's label when it is not sent
 ON = "on"  # a flag's label when it is sent
 NONE = "none"  # no launch bounds / the toolchain's own pipeline
@@ -182,7 +186,10 @@ class LaunchSpec:
     the kernel sizes its dynamic shared memory by the block volume (bytes = it x threads);
     otherwise the recorded ``shared_mem_bytes`` is launched.  ``static_shared_bytes`` (from the
     baseline's resource report, when known) counts toward the per-block limit.
-    ``block_shapes`` replaces the generated block candidates.
+    ``block_shapes`` replaces the generated block candidates.  ``facts``: what the kernel's
+    source says about its block (:func:`r3tui.search.block_source.block_facts`: fixed axes,
+    macros tied to axes, its own launch bounds); None: every axis may change.  ``ladder``:
+    how axis candidates are drawn (:data:`BlockLadder`).
     """
 
     block: Dim3
@@ -192,6 +199,8 @@ class LaunchSpec:
     shared_mem_per_thread: int = 0
     static_shared_bytes: int = 0
     block_shapes: tuple[Dim3, ...] | None = None
+    facts: BlockFacts | None = None
+    ladder: BlockLadder = "derived"
 
     @classmethod
     def of(cls, info: LaunchInfoLike, **extra: Any) -> LaunchSpec:
@@ -202,6 +211,16 @@ class LaunchSpec:
     def tunes_block(self) -> bool:
         return self.block_tunable and self.work is not None
 
+    @property
+    def block_fixed(self) -> str | None:
+        """Why the recording alone keeps the block as recorded (None: the source decides)."""
+        if not self.block_tunable:
+            return "the recording says the kernel hard-codes its block size"
+        if self.work is None:
+            return "no work size recorded, so no grid can be derived for another block " \
+                   "(record the program again)"
+        return None
+
     def to_json(self) -> dict[str, Any]:
         return {"block": list(self.block.as_tuple()),
                 "work": list(self.work.as_tuple()) if self.work else None,
@@ -209,7 +228,9 @@ class LaunchSpec:
                 "shared_mem_per_thread": self.shared_mem_per_thread,
                 "static_shared_bytes": self.static_shared_bytes,
                 "block_shapes": None if self.block_shapes is None
-                else [list(b.as_tuple()) for b in self.block_shapes]}
+                else [list(b.as_tuple()) for b in self.block_shapes],
+                "facts": None if self.facts is None else self.facts.to_json(),
+                "ladder": self.ladder}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> LaunchSpec:
@@ -220,7 +241,10 @@ class LaunchSpec:
                    shared_mem_bytes=int(data.get("shared_mem_bytes", 0)),
                    shared_mem_per_thread=int(data.get("shared_mem_per_thread", 0)),
                    static_shared_bytes=int(data.get("static_shared_bytes", 0)),
-                   block_shapes=None if shapes is None else tuple(Dim3.of(s) for s in shapes))
+                   block_shapes=None if shapes is None else tuple(Dim3.of(s) for s in shapes),
+                   facts=BlockFacts.from_json(data["facts"]) if data.get("facts") else None,
+                   # a description without the key was written with powers-of-two ladders
+                   ladder="derived" if data.get("ladder") == "derived" else "pow2")
 
 
 def config_key(config: TrialConfig) -> str:

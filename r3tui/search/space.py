@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from r3tui.domain import Dim3, TrialConfig
+from r3tui.search.block import BlockFacts, BlockTie
 from r3tui.search.expressions import Relation
 from r3tui.search.parts import (
     BLOCK_NAMES,
@@ -40,6 +41,7 @@ from r3tui.search.parts import (
     ON,
     STANDARD_PIPELINES,
     BlockEncoding,
+    BlockLadder,
     DeviceLimits,
     LaunchInfoLike,
     LaunchSpec,
@@ -56,7 +58,8 @@ from r3tui.search.source import Tunable, TunableValue
 __all__ = [
     "BLOCK_NAMES", "DEFAULT", "FAST_MATH", "INT_LADDERS", "KNOWN_DEFAULTS",
     "LAUNCH_BOUNDS_MIN_BLOCKS", "MATH_PARTS", "NONE", "ON", "STANDARD_PIPELINES",
-    "BlockEncoding", "DeviceLimits", "LaunchInfoLike", "LaunchSpec", "OptionDim", "OptionKind",
+    "BlockEncoding", "BlockFacts", "BlockLadder", "BlockTie", "DeviceLimits",
+    "LaunchInfoLike", "LaunchSpec", "OptionDim", "OptionKind",
     "OptionSpecLike", "SearchSpace", "SpaceError", "config_key", "defines_for", "option_dims",
 ]
 
@@ -66,12 +69,13 @@ class _Dim:
     """One search dimension: ``choices`` are the semantic values, indexed by position."""
 
     name: str
-    role: str  # "option", "fast", "part", "block_x|y|z", "block", "tunable", "lb_threads", ...
+    role: str  # "option", "fast", "part", "block_x|y|z", "block", "tie", "tunable", ...
     choices: tuple[Any, ...]
     ordinal: bool
     baseline: int  # index of the recorded / not-sent choice
     labels: tuple[str, ...] = ()  # categorical labels (str)
     option: OptionDim | None = None
+    tie: BlockTie | None = None  # role "tie": the macro that gives block axes
 
     def label_index(self) -> dict[str, int]:
         return {label: i for i, label in enumerate(self.labels)}
@@ -125,6 +129,7 @@ class SearchSpace:
     _checks: list[tuple[tuple[int, ...], set[tuple[int, ...]] | None, list[_Constraint]]] | None \
         = field(default=None, repr=False)
     _shared_expression: Relation | None = field(default=None, repr=False)
+    _launch_notes: list[str] = field(default_factory=list, repr=False)
 
     # -- construction --------------------------------------------------------------------
     @classmethod
@@ -176,6 +181,15 @@ class SearchSpace:
                 f"{launch.shared_mem_bytes}",
                 hint="the expression must reproduce the recorded launch's dynamic shared memory")
         return space
+
+    def launch_notes(self) -> tuple[str, ...]:
+        """What the space does with the block, one line each: why shapes are fixed, which
+        macros give axes, the ladders (``block.x: 32 64 [80] ...``)."""
+        return tuple(self._launch_notes)
+
+    def ties(self) -> tuple[BlockTie, ...]:
+        """The block macros that are search dimensions."""
+        return tuple(d.tie for d in self.dims if d.tie is not None)
 
     def shared_expression(self) -> Relation | None:
         """What sizes the dynamic shared memory: the declared expression, or the launch's
@@ -248,6 +262,10 @@ class SearchSpace:
                 axes = list(value.as_tuple())
             elif dim.role.startswith("block_"):
                 axes["xyz".index(dim.role[-1])] = value
+            elif dim.tie is not None:
+                for axis in dim.tie.axes:
+                    axes[axis] = value
+                tunables[dim.tie.macro] = value
             elif dim.role == "tunable":
                 tunables[dim.name.split(".", 1)[1]] = value
             elif dim.role == "lb_threads":
@@ -326,6 +344,8 @@ class SearchSpace:
                 name = dim.name.split(".", 1)[1]
                 if dim.choices[i] != self._tunable(name).default:
                     tunables[name] = dim.choices[i]
+            elif dim.tie is not None and i != dim.baseline:
+                tunables[dim.tie.macro] = dim.choices[i]
             elif dim.role == "pipeline" and dim.choices[i] is not None:
                 pipeline = str(dim.choices[i])
         for tunable in self.tunables:  # without a default the source needs a -D

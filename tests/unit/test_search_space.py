@@ -11,6 +11,7 @@ import pytest
 
 from r3tui.compile.options import accepted_options, canonicalize, render
 from r3tui.domain import Dim3, TrialConfig
+from r3tui.search.block import axis_ladder
 from r3tui.search.source import Tunable
 from r3tui.search.space import (
     STANDARD_PIPELINES,
@@ -65,7 +66,7 @@ def test_sampled_configs_are_valid_and_accepted_by_the_toolchain(full_space) -> 
         if "--use_fast_math" in config.options:
             assert not any(o.startswith(MATH_PARTS) for o in config.options)
         block = config.block or Dim3(8, 8, 8)
-        assert block.volume <= 1024 and block.volume % 32 == 0
+        assert 32 <= block.volume <= 1024  # at least a warp, as the recorded 8x8x8 has
         grid = full_space.grid_for(config) or Dim3(32, 32, 32)
         assert all(g * b >= w for g, b, w in zip(grid.as_tuple(), block.as_tuple(),
                                                  (256, 256, 256), strict=True))
@@ -102,7 +103,7 @@ def test_baseline_is_the_recorded_configuration(full_space) -> None:
         TrialConfig(options=("--ftz=false",)),  # restates the default: not a point
         TrialConfig(options=("-lineinfo",)),  # not a search dimension
         TrialConfig(block=Dim3(1024, 2, 1)),  # 2048 threads
-        TrialConfig(block=Dim3(24, 1, 1)),  # not a multiple of the warp size
+        TrialConfig(block=Dim3(24, 1, 1)),  # 24 is on no ladder, and less than a warp
         TrialConfig(tunables={"TILE": 32, "VEC": 4}),  # relation TILE * VEC <= 64
         TrialConfig(tunables={"VEC": 3}),
         TrialConfig(tunables={"VEC": 1, "OTHER": 2}),
@@ -122,15 +123,16 @@ def test_size_and_enumerate_agree_on_a_small_space() -> None:
         specs, LaunchSpec(block=Dim3(128), work=Dim3(100_000), block_tunable=True),
         include_launch_bounds=True)
     configs = list(space.enumerate())
-    # fast-math x ftz: 3 consistent settings; -O: 4; block.x 32..1024 (6) with bounds
-    # none or 32..1024 >= volume and 1..8 blocks with at most 2048 threads per SM.
+    # fast-math x ftz: 3 consistent settings; -O: 4; block.x on its ladder (at least a warp)
+    # with bounds none or 32..1024 >= volume and 1..8 blocks with at most 2048 threads per SM.
     assert len(configs) == space.size()
     assert len({config_key(c) for c in configs}) == len(configs)
     assert all(space.from_config(c) is not None for c in configs)
+    xs = [x for x in axis_ladder(128, 100_000, 1024, low=4) if x >= 32]
     assert space.size() == 3 * 4 * sum(
         1 + sum(1 for t in (32, 64, 128, 256, 512, 1024) if t >= x
                 for m in (1, 2, 4, 8) if t * m <= 2048)
-        for x in (32, 64, 128, 256, 512, 1024))
+        for x in xs)
 
 
 def test_describe_rebuilds_the_same_space(full_space) -> None:
@@ -149,9 +151,11 @@ def test_block_shapes_as_a_categorical_and_as_axes() -> None:
     assert Dim3(8, 8, 8) in {c.block or Dim3(8, 8, 8) for c in shapes.enumerate()}
     axes = SearchSpace.from_parts([], stencil_launch())
     assert axes.names == ["block.x", "block.y", "block.z"]
-    assert {c.block.volume for c in axes.enumerate() if c.block} <= {32, 64, 128, 256, 512, 1024}
+    assert all(32 <= c.block.volume <= 1024 for c in axes.enumerate() if c.block)
     one_d = SearchSpace.from_parts([], LaunchSpec(Dim3(256), Dim3(1 << 20), True))
-    assert one_d.names == ["block.x"] and one_d.size() == 6
+    assert one_d.names == ["block.x"] and one_d.size() == 11  # the 12-rung ladder less 16
+    assert one_d.launch_notes() == (
+        "block.x: 16 32 64 128 [256] 320 384 512 640 768 896 1024",)
     fixed = SearchSpace.from_parts([], LaunchSpec(Dim3(256), Dim3(1 << 20), False))
     assert fixed.names == [] and fixed.size() == 1 and fixed.baseline_config().block is None
 
@@ -165,7 +169,7 @@ def test_device_limits_and_shared_memory() -> None:
     space = SearchSpace.from_parts([], LaunchSpec(Dim3(256), Dim3(1 << 20), True,
                                                   shared_mem_per_thread=64))
     assert {space.dynamic_shared_bytes(c) for c in space.enumerate()} == {
-        64 * 32, 64 * 64, 64 * 128, 64 * 256, 64 * 512}
+        64 * t for t in (32, 64, 128, 256, 320, 384, 512, 640, 768)}
     small = SearchSpace.from_parts([], LaunchSpec(Dim3(4, 8, 8), Dim3(256, 256, 256), True),
                                    limits=DeviceLimits(max_threads_per_block=256))
     assert max((c.block or Dim3(4, 8, 8)).volume for c in small.enumerate()) == 256
