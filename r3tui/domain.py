@@ -59,6 +59,7 @@ class CampaignStatus(StrEnum):
     FINISHED = "finished"
     STOPPED = "stopped"  # stopped by the user before its budget ran out
     CRASHED = "crashed"  # the engine died; resumable
+    FAILED = "failed"  # the original does not compile or replay: nothing to search
 
 
 class Norm(StrEnum):

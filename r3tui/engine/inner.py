@@ -351,20 +351,11 @@ class InnerCampaign:
 
 
 def seed_source(bundle: Bundle) -> KernelSource:
-    """The recorded kernel's own source, as the bundle stores it."""
-    from r3tui.errors import RecordingError
+    """What a search on ``bundle`` starts from: the recorded source, or the device unit of an
+    application's kernel (:mod:`r3tui.engine.unit_source`)."""
+    from r3tui.engine.unit_source import seed_unit
 
-    manifest = bundle.manifest
-    text = bundle.source()
-    if text is None:
-        raise RecordingError(f"{bundle.path} holds no kernel source: nothing to compile")
-    return KernelSource(
-        text,
-        manifest.kernel.name,
-        manifest.kernel.sources[0].name if manifest.kernel.sources else "kernel.cu",
-        defines=manifest.kernel.defines,
-        include_dirs=bundle.include_dirs(),  # the application headers the bundle carries
-    )
+    return seed_unit(bundle).source
 
 
 def provenance(info: WorkerInfo, toolchain: str) -> dict[str, object]:
@@ -396,6 +387,7 @@ def run_inner_campaign(job: InnerCampaign, progress: Progress | None = None) -> 
     from r3tui.compile.cache import CompileCache, default_cache_dir
     from r3tui.compile.pool import CompilePool
     from r3tui.domain import Campaign, CampaignStatus, Variant, VariantOrigin
+    from r3tui.engine.unit_source import preflight
     from r3tui.errors import R3Error
     from r3tui.record.bundle import Bundle
     from r3tui.record.commands import recording_of
@@ -410,6 +402,9 @@ def run_inner_campaign(job: InnerCampaign, progress: Progress | None = None) -> 
     database = open_database(job.db_path, create=True, upgrade=True)
     with ReplayWorker(job.bundle_path, timeout_s=job.timeout_s) as worker:
         info = worker.start()
+        # before any campaign row: an original that does not compile ends here, in one line
+        checked = preflight(source, settings.toolchain, info.arch)
+        settings = replace(settings, toolchain=checked.toolchain)
         with database.session_scope() as s:
             if job.resume_campaign is None:
                 recording_id = repo.add_recording(s, recording_of(bundle), manifest.to_json())
@@ -452,7 +447,8 @@ def run_inner_campaign(job: InnerCampaign, progress: Progress | None = None) -> 
                 s,
                 campaign_id,
                 "start" if not history else "resume",
-                f"inner search on {info.gpu}, {len(history)} trials already stored",
+                f"inner search on {info.gpu}, {len(history)} trials already stored"
+                + (f"; {checked.note}" if checked.note else ""),
             )
         space = build_space(manifest.launch, source, settings, device_limits(info))
         search = make_strategy(space, settings)

@@ -22,6 +22,7 @@ from r3tui.engine.inner import (
     provenance,
     seed_source,
 )
+from r3tui.engine.unit_source import OriginalUnusable, preflight
 
 if TYPE_CHECKING:
     from db.session import Database
@@ -162,7 +163,18 @@ def run_campaign(
             _gpu(bundle_path, job.timeout_s) if needs_gpu else nullcontext(None) as gpu,
         ):
             evaluator_for = None
+            checked = None
+            if gpu is not None:
+                try:  # the original must compile before anything is searched
+                    checked = preflight(source, settings.inner.toolchain, gpu[2].arch)
+                except OriginalUnusable as exc:
+                    _fail(database, campaign_id, exc)
+                    raise
+                settings = replace(settings, inner=replace(settings.inner,
+                                                           toolchain=checked.toolchain))
             with database.session_scope() as s:
+                if checked is not None and checked.note:
+                    repo.add_event(s, campaign_id, "toolchain", checked.note)
                 if gpu is not None:
                     worker, pool, info = gpu
                     arch = info.arch
@@ -199,6 +211,9 @@ def run_campaign(
                     made = run.evaluate_pending()
                 else:
                     made = run.run()
+            except OriginalUnusable as exc:
+                _fail(database, campaign_id, exc)
+                raise
             except BaseException as exc:
                 with database.session_scope() as s:
                     repo.set_campaign_status(s, campaign_id, CampaignStatus.CRASHED)
@@ -225,12 +240,22 @@ def run_campaign(
                 campaign_id,
                 "stop" if stopped else "finish",
                 f"{made} variant(s) {'written' if generate_only is not None else 'done'}; "
-                + ("stopped by request" if stopped else "budget spent"),
+                + ("stopped by request" if stopped else run.stop_reason or "budget spent"),
                 timing,
             )
         return CampaignOutcome(campaign_id, made, status.value, timing)
     finally:
         database.close()
+
+
+def _fail(database: Database, campaign_id: int, exc: OriginalUnusable) -> None:
+    """Mark the campaign failed: its original cannot be compiled or replayed."""
+    from db import repository as repo
+    from r3tui.domain import CampaignStatus
+
+    with database.session_scope() as s:
+        repo.set_campaign_status(s, campaign_id, CampaignStatus.FAILED, finished=True)
+        repo.add_event(s, campaign_id, "abort", exc.one_line()[:500])
 
 
 def _start_message(generate_only: int | None, evaluate_only: bool) -> str:

@@ -210,6 +210,11 @@ class Bundle:
             return None
         return self.blob(self.manifest.kernel.sources[0].sha256).decode("utf-8")
 
+    def header_texts(self) -> dict[str, str]:
+        """The application headers the bundle carries, by their path in its header tree."""
+        return {h.name: self.blob(h.sha256).decode("utf-8", errors="replace")
+                for h in self.manifest.kernel.headers}
+
     def binary(self) -> bytes | None:
         b = self.manifest.kernel.binary
         return None if b is None else self.blob(b.sha256)

@@ -22,6 +22,7 @@ STATUS_STYLES = {
     CampaignStatus.FINISHED: "bold",
     CampaignStatus.STOPPED: "bold yellow",
     CampaignStatus.CRASHED: "bold red",
+    CampaignStatus.FAILED: "bold red",
     CampaignStatus.CREATED: "dim",
 }
 

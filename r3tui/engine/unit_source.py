@@ -1,0 +1,133 @@
+"""What a campaign compiles and edits for a recorded kernel, and the check that it works.
+
+A kernel recorded from a standalone source (``r3 record kernel``) is searched on that source.
+A kernel recorded inside an application sits in a unit with host code and application headers;
+it is searched on its *device unit* (:func:`r3tui.analysis.device_unit.device_unit`): the
+kernel and the device code it reaches, headers inlined, host code left out, so NVRTC compiles it
+in tens of milliseconds where nvcc takes seconds for the whole unit (docs/device-unit.md).
+
+:func:`preflight` compiles the original once before a search starts and picks the toolchain:
+the one asked for when it compiles the original, else nvcc when NVRTC cannot (said in one
+line); when neither can, the campaign must not start (:class:`OriginalUnusable`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+from r3tui.errors import R3Error
+
+if TYPE_CHECKING:
+    from r3tui.analysis.device_unit import DeviceUnit
+    from r3tui.domain import TrialConfig
+    from r3tui.engine.inner import KernelSource
+    from r3tui.record.bundle import Bundle
+
+
+class OriginalUnusable(R3Error):
+    """The recorded kernel's own source does not compile or replay: nothing to search from."""
+
+
+@dataclass(frozen=True)
+class SeedUnit:
+    source: KernelSource  # what the search edits and compiles
+    unit: DeviceUnit | None  # None: the recorded source as it is
+    recorded_text: str  # the recorded unit as the bundle stores it
+
+    def describe(self) -> str:
+        if self.unit is None:
+            return "the recorded source as it is"
+        where = self.unit.file or "the recorded unit"
+        left = len([d for d in self.unit.dropped if d.startswith("host function")])
+        return (f"the device unit of {self.unit.kernel} (defined in {where}; "
+                f"{left} host function(s) and {len(self.unit.dropped) - left} include(s) "
+                "left out)")
+
+
+def needs_device_unit(text: str, has_headers: bool) -> bool:
+    """Whether ``text`` holds more than device code NVRTC compiles as it is: host functions,
+    includes that are not device headers, or application headers."""
+    from r3tui.analysis import ExecutionSpace, ItemKind, parse_translation_unit
+    from r3tui.analysis.safety import is_device_header
+
+    if has_headers:
+        return True
+    unit = parse_translation_unit(text)
+    if any(i.kind is ItemKind.FUNCTION and i.space is ExecutionSpace.HOST for i in unit.items):
+        return True
+    return any(not is_device_header(i.target) for i in unit.includes)
+
+
+def seed_unit(bundle: Bundle) -> SeedUnit:
+    """The source a campaign on ``bundle`` starts from."""
+    from pathlib import PurePosixPath
+
+    from r3tui.analysis.device_unit import DeviceUnitError, device_unit
+    from r3tui.compile.nvrtc import default_include_dirs
+    from r3tui.engine.inner import KernelSource
+    from r3tui.errors import RecordingError
+    from r3tui.record.sources import qualified_name
+
+    manifest = bundle.manifest
+    text = bundle.source()
+    if text is None:
+        raise RecordingError(f"{bundle.path} holds no kernel source: nothing to compile")
+    source = KernelSource(
+        text,
+        manifest.kernel.name,
+        manifest.kernel.sources[0].name if manifest.kernel.sources else "kernel.cu",
+        defines=manifest.kernel.defines,
+        include_dirs=bundle.include_dirs(),  # the application headers the bundle carries
+    )
+    headers = bundle.header_texts()
+    if not needs_device_unit(text, bool(headers)):
+        return SeedUnit(source, None, text)
+    wanted = qualified_name(manifest.kernel.entry_point)
+    base = wanted.name if wanted is not None else manifest.kernel.name.split("<")[0]
+    scopes = None
+    if wanted is not None and manifest.kernel.entry_point.startswith("_Z"):
+        scopes = [s.replace("(anonymous namespace)", "(anonymous)") for s in wanted.scopes]
+    include_dirs = [str(PurePosixPath(d)) for d in manifest.kernel.include_dirs] or ["."]
+    try:
+        unit = device_unit(text, base, headers, include_dirs,
+                           cuda_include_dirs=default_include_dirs(), scopes=scopes)
+    except DeviceUnitError as exc:
+        raise RecordingError(f"{bundle.path}: {exc}") from exc
+    return SeedUnit(replace(source, text=unit.text), unit, text)
+
+
+@dataclass(frozen=True)
+class Preflight:
+    toolchain: str
+    note: str | None  # why the toolchain differs from the one asked for
+    seconds: float  # the compile that decided it
+
+
+def preflight(source: KernelSource, toolchain: str, arch: str,
+              config: TrialConfig | None = None) -> Preflight:
+    """Compile the original once with ``toolchain``, else with nvcc; raises
+    :class:`OriginalUnusable` with the compiler's first error when neither compiles it."""
+    from r3tui.compile.base import first_error_line, get_toolchain
+    from r3tui.domain import TrialConfig
+    from r3tui.engine.inner import compile_request
+
+    tried: list[str] = []
+    for name in dict.fromkeys((toolchain, "nvcc")):
+        chain = get_toolchain(name)
+        ok, why = chain.available()
+        if not ok:
+            tried.append(f"{name}: not available ({why})")
+            continue
+        request = compile_request(source, replace(config or TrialConfig(), toolchain=name,
+                                                  options=()), arch)
+        compiled = chain.compile(request)
+        if compiled.ok:
+            note = None if name == toolchain else (
+                f"{toolchain} cannot compile the original ({tried[0].split(': ', 1)[1]}); "
+                f"searching with {name}")
+            return Preflight(name, note, compiled.seconds)
+        tried.append(f"{name}: {first_error_line(compiled.log)}")
+    raise OriginalUnusable(
+        "the original kernel does not compile, so there is nothing to search from: "
+        + "; ".join(tried))

@@ -1,0 +1,110 @@
+"""Before any search: the original must compile (the toolchain chosen by trying it) and replay
+to its recorded result; proposals that give nothing to evaluate are counted, and a campaign
+that keeps getting them stops with the reason.
+
+Compiles are real (NVRTC in process, nvcc as a subprocess); the GPU replay is the named fake
+of tests/unit/campaign_fakes.py, and the real path runs in tests/gpu on the device.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from db import repository as repo
+from db.session import open_database
+from r3tui.domain import Measurement, MeasurementStatus, TrialConfig, VariantStatus
+from r3tui.engine import KernelSource
+from r3tui.engine.campaign import STREAK_LIMIT, CampaignRun
+from r3tui.engine.tune import make_mutator_from
+from r3tui.engine.unit_source import OriginalUnusable, preflight
+from r3tui.report import build_report
+from r3tui.search import DeviceLimits
+from tests.unit.campaign_fakes import CompiledCostEvaluator
+from tests.unit.test_engine_campaign import LAUNCH, SETTINGS, SOURCE, new_campaign
+
+
+def test_the_original_is_compiled_with_the_toolchain_asked_for_when_it_can() -> None:
+    checked = preflight(SOURCE, "nvrtc", "sm_90")
+    assert checked.toolchain == "nvrtc" and checked.note is None
+
+
+def test_nvcc_takes_over_when_nvrtc_cannot_compile_the_original() -> None:
+    # thrust's complex needs <cmath>, which NVRTC does not have; nvcc has the host headers
+    source = KernelSource(
+        "#include <thrust/complex.h>\n"
+        'extern "C" __global__ void k(float* x) {\n'
+        "  thrust::complex<float> c(x[0], 2.0f);\n  x[0] = abs(c);\n}\n", "k")
+    checked = preflight(source, "nvrtc", "sm_90")
+    assert checked.toolchain == "nvcc"
+    assert checked.note is not None and checked.note.startswith("nvrtc cannot compile the original")
+    assert "cmath" in checked.note and checked.note.endswith("searching with nvcc")
+
+
+def test_an_original_that_no_toolchain_compiles_ends_the_search_in_one_line() -> None:
+    broken = KernelSource('extern "C" __global__ void k(float* x) { x[0] = undefined_name; }\n',
+                          "k")
+    with pytest.raises(OriginalUnusable) as caught:
+        preflight(broken, "nvrtc", "sm_90")
+    line = caught.value.one_line()
+    assert "\n" not in line and line.startswith("the original kernel does not compile")
+    assert "nvrtc:" in line and "nvcc:" in line and "undefined_name" in line
+
+
+class WrongResults(CompiledCostEvaluator):
+    """FAKE replay whose every result differs from the recording (no GPU here)."""
+
+    def evaluate(self, configs: Sequence[TrialConfig]) -> list[Measurement]:
+        self.compiles += len(configs)
+        return [Measurement(MeasurementStatus.WRONG_RESULT,
+                            error_text="out: 4096 of 262144 elements differ") for _ in configs]
+
+    def with_source(self, source: KernelSource) -> WrongResults:
+        return WrongResults(source)
+
+
+def test_an_original_that_does_not_replay_stops_the_campaign_before_any_search(
+        tmp_path: Path) -> None:
+    database = open_database(tmp_path / "r3.sqlite")
+    try:
+        cid = new_campaign(database)
+        run = CampaignRun(database, cid, SETTINGS, SOURCE, LAUNCH, DeviceLimits(),
+                          make_mutator_from(SETTINGS, None), WrongResults)
+        with pytest.raises(OriginalUnusable, match=r"does not replay \(wrong_result\): out: 4096"):
+            run.run()
+        with database.session_scope() as s:
+            variants = repo.campaign_variants(s, cid)
+            assert len(variants) == 1  # the seed, never searched
+            assert repo.finished_trials(s, cid) == []
+    finally:
+        database.close()
+
+
+BARE = KernelSource('extern "C" __global__ void nothing_to_rewrite() {}\n',
+                    "nothing_to_rewrite")
+
+
+def test_rules_that_never_apply_are_counted_and_the_campaign_stops_after_a_streak(
+        tmp_path: Path) -> None:
+    settings = replace(SETTINGS, variants=STREAK_LIMIT * 3)
+    database = open_database(tmp_path / "r3.sqlite")
+    try:
+        cid = new_campaign(database, settings)
+        run = CampaignRun(database, cid, settings, BARE, LAUNCH, DeviceLimits(),
+                          make_mutator_from(settings, None), CompiledCostEvaluator)
+        assert run.run() == STREAK_LIMIT
+        assert run.stop_reason is not None and "in a row" in run.stop_reason
+        with database.session_scope() as s:
+            variants = repo.campaign_variants(s, cid)
+            events = repo.events(s, cid)
+            report = build_report(s, cid)
+        assert [v.status for v in variants] == [VariantStatus.VERIFIED]  # the seed alone
+        assert [e.kind for e in events if e.kind in ("skipped", "give_up")] == [
+            "give_up", "skipped"]
+        assert report.skipped == {"declined": STREAK_LIMIT}
+        assert sum(report.skipped_by_operator.values()) == STREAK_LIMIT
+    finally:
+        database.close()
