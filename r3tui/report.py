@@ -82,6 +82,10 @@ class CampaignReport:
     time_split: dict[str, float] = field(default_factory=dict)
     yields: dict[str, SourceYield] = field(default_factory=dict)
     final: dict[str, Any] | None = None  # the best re-timed interleaved with the original
+    # proposals counted and not stored: "declined" (a rule that does not apply to the parent),
+    # "duplicate" (a source the campaign has); and the same by "why:operator"
+    skipped: dict[str, int] = field(default_factory=dict)
+    skipped_by_operator: dict[str, int] = field(default_factory=dict)
 
     @property
     def speedup(self) -> float | None:
@@ -149,9 +153,14 @@ def build_report(s: Session, campaign_id: int) -> CampaignReport:
                 if ci:
                     spread = (float(ci[0]), float(ci[1]))
     final = None
+    skipped: Counter[str] = Counter()
+    skipped_by_operator: Counter[str] = Counter()
     for e in repo.events(s, campaign_id, limit=1_000_000):
         if e.kind == "final" and e.data and e.data.get("ci"):
             final = e.data
+        elif e.kind == "skipped" and e.data:
+            skipped.update(e.data.get("counts", {}))
+            skipped_by_operator.update(e.data.get("by_operator", {}))
     all_trials = [t for ts in trials.values() for t in ts]
     llm_s = sum(c.latency_s for _, c in repo.campaign_llm_calls(s, campaign_id))
     compile_s = sum(t.measurement.compile_time_s or 0.0 for t in all_trials)
@@ -182,6 +191,8 @@ def build_report(s: Session, campaign_id: int) -> CampaignReport:
         split,
         _yields(variants),
         final,
+        dict(skipped),
+        dict(skipped_by_operator),
     )
 
 
@@ -233,7 +244,16 @@ def render(report: CampaignReport) -> list[str]:
             f"yield {origin}: {y.proposals} proposed, {y.applied} applied, {y.compiled} "
             f"compiled, {y.verified} verified ({y.valid_fraction:.0%}), {y.improved} improved"
         )
+    if report.skipped:
+        lines.append(
+            "not stored: " + ", ".join(
+                f"{n} {_SKIPPED_WHY.get(why, why)}" for why, n in sorted(report.skipped.items()))
+        )
     return lines
+
+
+_SKIPPED_WHY = {"declined": "declined (no rule applies to the parent)",
+                "duplicate": "duplicate(s) of a variant the campaign has"}
 
 
 def _cmd_report(args: argparse.Namespace) -> int:

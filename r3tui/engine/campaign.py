@@ -171,6 +171,11 @@ class CampaignRun:
         self.progress = progress
         self.timing = Timing()
         self.state = self._load_state()
+        # proposals counted instead of stored, since the last "skipped" event
+        self.skipped: dict[str, int] = {}
+        self.skipped_by_operator: dict[str, int] = {}
+        self.streak = 0  # proposals in a row that gave nothing to evaluate
+        self.stop_reason: str | None = None
 
     # -- state from the database ---------------------------------------------------------
     def _variants(self) -> list[Variant]:
@@ -215,7 +220,11 @@ class CampaignRun:
         return variant
 
     def n_children(self) -> int:
-        return sum(1 for v in self._variants() if v.origin is not VariantOrigin.SEED)
+        """Proposals made so far: the next proposal's index.  Proposals that were counted and
+        not stored leave gaps in the stored indices, so this is one past the largest."""
+        indices = [int(v.features.get("index", -1)) for v in self._variants()
+                   if v.origin is not VariantOrigin.SEED]
+        return max([len(indices) - 1, *indices]) + 1
 
     def _fitness_s(self, variant_id: int | None) -> float | None:
         from db import repository as repo
@@ -319,8 +328,10 @@ class CampaignRun:
         with self.database.session_scope() as s:
             return repo.variant_with_source(s, self.campaign_id, source) is not None
 
-    def store_proposal(self, request: _Request, proposal: Proposal) -> Variant:
-        """The proposal as a variant row (pending, or apply_failed with the reason)."""
+    def store_proposal(self, request: _Request, proposal: Proposal) -> Variant | None:
+        """The proposal as a variant row (pending, or apply_failed/unsafe with the reason); None
+        for a proposal that is no candidate -- a rule that does not apply to the parent, or a
+        source the campaign already has -- which is counted (:attr:`skipped`), not stored."""
         from db import repository as repo
 
         with self.database.session_scope() as s:
@@ -332,11 +343,14 @@ class CampaignRun:
             ok = proposal.ok and proposal.source is not None
             reason = proposal.reason
             failed = VariantStatus.APPLY_FAILED
-            if ok and proposal.source is not None:
-                # the same source twice would cost a second inner loop and say nothing new
-                twin = repo.variant_with_source(s, self.campaign_id, proposal.source)
-                if twin is not None:
-                    ok, reason = False, f"duplicate of variant {twin}"
+            if not ok and proposal.llm_call is None:
+                self._skip("declined", proposal.operator)
+                return None
+            # the same source twice would cost a second inner loop and say nothing new
+            if ok and proposal.source is not None and repo.variant_with_source(
+                    s, self.campaign_id, proposal.source) is not None:
+                self._skip("duplicate", proposal.operator)
+                return None
             if ok and proposal.source is not None:
                 refusal = unsafe_reason(self.seed_source.text, proposal.source)
                 if refusal is not None:  # never compiled, never run
@@ -376,6 +390,53 @@ class CampaignRun:
         assert variant is not None
         return variant
 
+    def _skip(self, why: str, operator: str) -> None:
+        self.skipped[why] = self.skipped.get(why, 0) + 1
+        key = f"{why}:{operator}"
+        self.skipped_by_operator[key] = self.skipped_by_operator.get(key, 0) + 1
+
+    def record_skipped(self) -> None:
+        """One event with the proposals that were counted instead of stored since the last."""
+        from db import repository as repo
+
+        if not self.skipped:
+            return
+        with self.database.session_scope() as s:
+            repo.add_event(
+                s, self.campaign_id, "skipped",
+                ", ".join(f"{n} {why}" for why, n in sorted(self.skipped.items()))
+                + " proposal(s) not stored (a rule that does not apply, or a source the "
+                "campaign has)",
+                {"counts": dict(self.skipped), "by_operator": dict(self.skipped_by_operator)})
+        self.skipped.clear()
+        self.skipped_by_operator.clear()
+
+    def _unproductive(self, variant: Variant | None) -> bool:
+        """Count a proposal that gave nothing to evaluate; at :data:`STREAK_LIMIT` in a row,
+        change the mix (all proposals to the model) once, then stop with the reason."""
+        if variant is not None and variant.status is VariantStatus.PENDING:
+            self.streak = 0
+            return False
+        self.streak += 1
+        if self.streak < STREAK_LIMIT:
+            return False
+        from db import repository as repo
+
+        self.streak = 0
+        mutator = self.mutator
+        share = mutator.settings.llm_share if mutator is not None else 1.0
+        with self.database.session_scope() as s:
+            if mutator is not None and mutator.backend is not None and share < 1.0:
+                mutator.settings = replace(mutator.settings, llm_share=1.0)
+                repo.add_event(s, self.campaign_id, "mix",
+                               f"{STREAK_LIMIT} proposals in a row gave nothing to evaluate: "
+                               "every proposal now goes to the model")
+                return False
+            self.stop_reason = (f"{STREAK_LIMIT} proposals in a row gave nothing to evaluate "
+                                "(rules that do not apply, duplicates or failed edits)")
+            repo.add_event(s, self.campaign_id, "give_up", self.stop_reason)
+        return True
+
     # -- evaluation -----------------------------------------------------------------------
     def evaluate(self, variant: Variant) -> StepReport:
         """Tune one pending variant and put it where it belongs in the funnel and archive."""
@@ -387,7 +448,9 @@ class CampaignRun:
         assert variant.id is not None and self.evaluator_for is not None
         is_seed = variant.origin is VariantOrigin.SEED
         source = replace(self.seed_source, text=variant.source)
-        if not is_seed:  # a variant stored before the check existed, or by another writer
+        if is_seed:
+            self.check_original()
+        else:  # a variant stored before the check existed, or by another writer
             refusal = unsafe_reason(self.seed_source.text, variant.source)
             if refusal is not None:
                 return self._finish(variant, VariantStatus.UNSAFE, refusal, None)
@@ -523,6 +586,19 @@ class CampaignRun:
             done += 1
         return done
 
+    def check_original(self) -> None:
+        """Replay the original once, as recorded, before any search: it must reproduce the
+        recorded result, or there is nothing to search from (:class:`OriginalUnusable`)."""
+        from r3tui.engine.unit_source import OriginalUnusable
+
+        assert self.evaluator_for is not None
+        space = build_space(self.launch, self.seed_source, self.settings.inner, self.limits)
+        (measured,) = self.evaluator_for(self.seed_source).evaluate([space.baseline_config()])
+        if not measured.ok:
+            raise OriginalUnusable(
+                f"the original kernel does not replay ({measured.status.value}): "
+                f"{measured.error_text or 'no detail'}; nothing to search from")
+
     def run(self) -> int:
         """Propose and evaluate until the budget is spent or a stop is requested."""
         seed = self.seed_variant()
@@ -549,13 +625,15 @@ class CampaignRun:
                 variant = self.store_proposal(request, proposal)
                 made += 1
                 ahead = None
+                if self._unproductive(variant):
+                    break
                 if self.settings.prefetch and self._budget_left(made):
                     # from the archive before this evaluation: overlap costs one step of lag
                     nxt = self._request(made)
                     ahead = (nxt, llm.submit(self.generate_proposal, nxt))
-                if variant.status is VariantStatus.PENDING:
+                if variant is not None and variant.status is VariantStatus.PENDING:
                     self.evaluate(variant)
-                else:
+                elif variant is not None:
                     self._announce(request.index, variant)
             if ahead is not None:
                 # a stop or the budget arrived with a proposal in flight: keep it for resume
@@ -565,6 +643,7 @@ class CampaignRun:
                 if self.control.stop_requested:
                     self.store_proposal(request, proposal)
                     made += 1
+        self.record_skipped()
         if not self.control.stop_requested:
             self.compare_with_original()
         return made
@@ -602,10 +681,16 @@ class CampaignRun:
             proposal, llm_s = self.generate_proposal(request)
             self.timing.llm_s += llm_s
             variant = self.store_proposal(request, proposal)
-            out.append(variant)
             made += 1
-            self._announce(request.index, variant)
+            if variant is not None:
+                out.append(variant)
+                self._announce(request.index, variant)
+        self.record_skipped()
         return out
+
+
+# proposals in a row that give nothing to evaluate before the campaign changes its mix or stops
+STREAK_LIMIT = 20
 
 
 def unsafe_reason(original: str, candidate: str) -> str | None:

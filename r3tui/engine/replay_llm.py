@@ -46,10 +46,12 @@ def replay_tree(run: CampaignRun, old_campaign_id: int) -> int:
         proposal, _ = run.generate_proposal(request)
         variant = run.store_proposal(request, proposal)
         failed = VariantStatus.APPLY_FAILED
-        if variant.source != ov.source or (variant.status is failed) != (ov.status is failed):
+        if variant is None or variant.source != ov.source or (
+                (variant.status is failed) != (ov.status is failed)):
             raise ReplayDiverged(
                 f"variant {ov.id} ({ov.origin.value}:{ov.operator}) came out differently "
-                f"from its recorded answer (re-made as variant {variant.id})"
+                f"from its recorded answer ("
+                + ("not stored)" if variant is None else f"re-made as variant {variant.id})")
             )
         mapping[ov.id] = variant
         made += 1

@@ -42,30 +42,35 @@ def test_a_source_already_in_the_campaign_is_a_duplicate_and_only_in_that_campai
         child_source = SOURCE.text.replace("__global__", "__global__ /* a */", 1)
 
         first = run.store_proposal(request, proposal(child_source))
-        assert first.status is VariantStatus.PENDING
+        assert first is not None and first.status is VariantStatus.PENDING
 
-        again = run.store_proposal(request, proposal(child_source))
-        assert again.status is VariantStatus.APPLY_FAILED
-        assert again.status_reason == f"duplicate of variant {first.id}"
+        # the same source again is counted, not stored: it would say nothing new
+        assert run.store_proposal(request, proposal(child_source)) is None
+        # the parent's own text is a duplicate of the parent
+        assert run.store_proposal(request, proposal(SOURCE.text)) is None
+        assert run.skipped == {"duplicate": 2}
 
-        # the parent's own text is a duplicate of the parent (the first row with that text)
-        same = run.store_proposal(request, proposal(SOURCE.text))
-        assert same.status_reason == f"duplicate of variant {seed.id}"
-
-        # a failed proposal is stored with the parent's text and is never called a duplicate
-        failed = run.store_proposal(request, proposal(None, ok=False))
-        assert failed.status is VariantStatus.APPLY_FAILED and failed.status_reason == "no match"
+        # a rule that does not apply is counted as declined, never a node of the tree
+        assert run.store_proposal(request, proposal(None, ok=False)) is None
+        assert run.skipped == {"duplicate": 2, "declined": 1}
+        run.record_skipped()
+        with database.session_scope() as s:
+            (event,) = [e for e in repo.events(s, cid) if e.kind == "skipped"]
+            assert event.data is not None and event.data["counts"] == {
+                "duplicate": 2, "declined": 1}
+            assert len(repo.campaign_variants(s, cid)) == 2  # the seed and the first child
+        assert run.skipped == {}
 
         # one character more is a different source; another campaign's rows do not count
         longer = run.store_proposal(request, proposal(child_source + "\n"))
-        assert longer.status is VariantStatus.PENDING
+        assert longer is not None and longer.status is VariantStatus.PENDING
         other = make_run(database, other_cid)
         other_seed = other.seed_variant()
         elsewhere = other.store_proposal(
             _Request(index=1, island=0, parent=other_seed, profile=None, inspirations=()),
             proposal(child_source),
         )
-        assert elsewhere.status is VariantStatus.PENDING
+        assert elsewhere is not None and elsewhere.status is VariantStatus.PENDING
 
         with database.session_scope() as s:
             assert repo.variant_with_source(s, cid, child_source) == first.id
