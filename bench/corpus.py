@@ -2,7 +2,7 @@
 recorded, tuned (`r3 tune-app`) and patched (`r3 apply`) as a user would, resumably.
 
     python bench/corpus.py prepare [--only P,...] [--build-only] [--all-inputs] [-j N]
-    python bench/corpus.py run --stage record|tune|apply [--only ...] [--deadline-s 540]
+    python bench/corpus.py run --stage record|tune|apply|tune-bo [--only ...] [--deadline-s 540]
     python bench/corpus.py report [--out FILE]
     python bench/corpus.py clean [--only ...]
 
@@ -32,6 +32,7 @@ import platform
 import random
 import shlex
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -467,15 +468,17 @@ def run_step(argv: Sequence[str], cwd: Path, timeout_s: float) -> dict[str, Any]
     path = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
     env.update({"NO_COLOR": "1", "COLUMNS": "200", "PYTHONPATH": path})
     started = time.perf_counter()
+    # its own process group: on timeout the application under r3 goes too, not only r3
+    proc = subprocess.Popen(list(argv), cwd=cwd, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    rc: int | None
     try:
-        run = subprocess.run(list(argv), cwd=cwd, env=env, capture_output=True, text=True,
-                             timeout=max(1.0, timeout_s), check=False)
-        rc: int | None = run.returncode
-        output = run.stdout + run.stderr
-    except subprocess.TimeoutExpired as exc:
+        output, _ = proc.communicate(timeout=max(1.0, timeout_s))
+        rc = proc.returncode
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        output, _ = proc.communicate()
         rc = None
-        output = "".join(x.decode(errors="replace") if isinstance(x, bytes) else (x or "")
-                         for x in (exc.stdout, exc.stderr))
     wall = time.perf_counter() - started
     status = "timeout" if rc is None else ("ok" if rc == 0 else "failed")
     return {"status": status, "rc": rc, "wall_s": round(wall, 4), "command": shlex.join(argv),
@@ -542,7 +545,8 @@ def stage_record(recipe: Recipe, state: dict[str, Any], ctx: StageContext) -> st
         return "deadline"
     rec = work / "rec"
     argv = r3_argv("record", "app", "--out", str(rec), "--compile-db",
-                   str(root / "compile_commands.json"), "--force", *ctx.args.record_args,
+                   str(root / "compile_commands.json"), "--force", "--db",
+                   str(STATE / "r3.sqlite"), *ctx.args.record_args,
                    "--", *app_argv(recipe))
     steps["record"] = run_step(argv, root, ctx.left())
     steps["record"]["recording"] = str(rec)
