@@ -92,6 +92,8 @@ def _tune_inner_only(args: argparse.Namespace) -> int:
 
         result = run_inner_campaign(job, show)
     out = Console(highlight=False)
+    for note in result.launch_notes:  # which block shapes were searched, or why none
+        out.print(note, markup=False)
     failures = ", ".join(f"{n} {k}" for k, n in sorted(result.failures.items()))
     out.print(f"trials: {result.trials}" + (f" ({failures})" if failures else ""))
     if result.winner is None:

@@ -24,6 +24,8 @@ if TYPE_CHECKING:
     from r3tui.replay.candidate import Candidate
     from r3tui.replay.worker import ReplayWorker, WorkerInfo
     from r3tui.search import BayesSettings, Budget, DeviceLimits, InnerSearch, SearchSpace, Winner
+    from r3tui.search.block import BlockFacts
+    from r3tui.search.source import Tunable
 
 
 @dataclass(frozen=True)
@@ -171,6 +173,8 @@ class InnerResult:
     best: TrialConfig | None
     best_s: float | None
     winner: Winner | None
+    # what the space did with the block (SearchSpace.launch_notes): fixed shapes and why
+    launch_notes: tuple[str, ...] = ()
 
 
 def build_space(
@@ -189,10 +193,11 @@ def build_space(
     )
 
     specs = [s for s in accepted_options(settings.toolchain) if s.name != "passes"]
+    tunables = parse_tunables(source.text)
     return SearchSpace.from_parts(
         option_dims(specs),
-        LaunchSpec.of(launch),
-        parse_tunables(source.text),
+        LaunchSpec.of(launch, facts=launch_facts(launch, source, tunables)),
+        tunables,
         parse_relations(source.text),
         limits,
         include_launch_bounds=settings.launch_bounds,
@@ -200,6 +205,27 @@ def build_space(
         toolchain=settings.toolchain,
         shared=parse_shared(source.text),
     )
+
+
+def launch_facts(
+    launch: LaunchInfo, source: KernelSource, tunables: Sequence[Tunable] = ()
+) -> BlockFacts | None:
+    """What the variant's source says about the kernel's block (fixed axes and why, macros
+    tied to the block, its own launch bounds); None where the recording already keeps the
+    block as it is."""
+    from r3tui.search.block_source import block_facts
+
+    if not launch.block_tunable or launch.work is None:
+        return None
+    name = source.kernel_name
+    if name.startswith("_Z"):  # a mangled symbol: the parser knows the plain name
+        from r3tui.record.sources import qualified_name
+
+        demangled = qualified_name(name)
+        name = demangled.name if demangled is not None else name
+    declared = {t.name: [v for v in t.values if isinstance(v, int)] for t in tunables
+                if t.numeric}
+    return block_facts(source.text, name, launch.block, source.defines, declared)
 
 
 def make_strategy(space: SearchSpace, settings: InnerSettings) -> InnerSearch:
@@ -451,6 +477,9 @@ def run_inner_campaign(job: InnerCampaign, progress: Progress | None = None) -> 
                 + (f"; {checked.note}" if checked.note else ""),
             )
         space = build_space(manifest.launch, source, settings, device_limits(info))
+        if space.launch_notes():
+            with database.session_scope() as s:
+                repo.add_event(s, campaign_id, "launch", "; ".join(space.launch_notes()))
         search = make_strategy(space, settings)
         search.resume(history)
         budget = Budget(max_trials=job.budget_trials, max_seconds=job.budget_seconds)
@@ -467,4 +496,4 @@ def run_inner_campaign(job: InnerCampaign, progress: Progress | None = None) -> 
         with database.session_scope() as s:
             repo.set_campaign_status(s, campaign_id, CampaignStatus.FINISHED, finished=True)
     database.close()
-    return result
+    return replace(result, launch_notes=space.launch_notes())

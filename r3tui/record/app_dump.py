@@ -283,6 +283,15 @@ def _image_kind(image: bytes) -> str:
     return "ptx"
 
 
+def launched_threads(grid: Dim3, block: Dim3) -> Dim3:
+    """An application launch's work size as the recording knows it: the threads it ran along
+    each axis.  The program's own bound may be smaller: a kernel that checks it then covers it
+    with any block; one that does not stays exact with blocks that divide it, which the
+    search's ladders offer first.  Whether the kernel lets its block change at all is for its
+    source to say (:func:`r3tui.search.block_source.block_facts`)."""
+    return Dim3(grid.x * block.x, grid.y * block.y, grid.z * block.z)
+
+
 def write_bundle(proc: RawProcess, cfg: RawConfig, dest: Path, *, entry_point: str,
                  name: str, source: SourceChoice | None, provenance: dict[str, Any]) -> str:
     """Write the configuration's bundle at ``dest``; returns the bundle's sha256."""
@@ -296,7 +305,8 @@ def write_bundle(proc: RawProcess, cfg: RawConfig, dest: Path, *, entry_point: s
             c_allocations, c_globals, c_params = _snapshot_state(proc, cfg.check, w)
             checks = (CheckLaunch(
                 "the application's second launch of this configuration",
-                LaunchInfo(grid=cfg.grid, block=cfg.block, shared_mem_bytes=cfg.shared),
+                LaunchInfo(grid=cfg.grid, block=cfg.block, shared_mem_bytes=cfg.shared,
+                           work=launched_threads(cfg.grid, cfg.block), block_tunable=True),
                 c_params, tuple(c_allocations), tuple(c_globals)),)
         image_file = proc.images.get(int(ev.get("image", -1)))
         binary = None
@@ -321,6 +331,7 @@ def write_bundle(proc: RawProcess, cfg: RawConfig, dest: Path, *, entry_point: s
                 defines=source.defines if source else (), binary=binary, headers=headers,
                 include_dirs=source.include_dirs if source and headers else ()),
             launch=LaunchInfo(grid=cfg.grid, block=cfg.block, shared_mem_bytes=cfg.shared,
+                              work=launched_threads(cfg.grid, cfg.block), block_tunable=True,
                               count=max(cfg.count, 1), total_time_s=cfg.time_s),
             params=params,
             allocations=tuple(allocations),
