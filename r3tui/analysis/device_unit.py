@@ -236,7 +236,8 @@ def _flatten(text: str, file: str | None, directory: str, headers: Mapping[str, 
             if STANDARD_HEADERS.get(name) == ():
                 flat.dropped.append(f"#include <{name}> (not needed by device code)")
         else:
-            flat.dropped.append(f"#include {'<%s>' % name if system else repr(name)} "
+            shown = f"<{name}>" if system else repr(name)
+            flat.dropped.append(f"#include {shown} "
                                 "(found neither in the application's headers nor in CUDA's)")
     flat.add(text[at:], file, at)
 
@@ -338,6 +339,10 @@ def _wanted(item: Item) -> bool:
 def _closure(top: Sequence[Item], roots: Sequence[Item]) -> set[int]:
     by_name: dict[str, list[Item]] = {}
     for item in top:
+        # another kernel is never called from device code (a same-named one elsewhere is not
+        # the recorded one)
+        if item.kind is ItemKind.FUNCTION and item.space is ExecutionSpace.GLOBAL:
+            continue
         if item.kind in _NAMED and _wanted(item):
             for name in _names(item):
                 by_name.setdefault(name, []).append(item)
@@ -439,7 +444,76 @@ def _char_in_output(data: bytes, flat_pieces: Sequence[Piece], pieces: Sequence[
         if flat_piece.start <= char <= flat_piece.end:
             file_offset = flat_piece.file_start + char - flat_piece.start
             for piece in pieces:
+                length = piece.end - piece.start
                 if piece.file == flat_piece.file and \
-                        piece.file_start <= file_offset <= piece.file_start + piece.end - piece.start:
+                        piece.file_start <= file_offset <= piece.file_start + length:
                     return piece.start + file_offset - piece.file_start
     raise DeviceUnitError("the kernel's definition was cut from the device unit")
+
+
+# -- what a model is shown ---------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class KernelView:
+    """The kernel's definition and the device code it reaches, within a size."""
+
+    text: str
+    omitted: tuple[str, ...]  # items reached but left out for size, nearest first
+
+
+def kernel_view(source: str, kernel: str, max_chars: int) -> KernelView:
+    """``kernel``'s definition first-class, with the types, device functions, variables and
+    macros it reaches (nearest first) in source order, as far as ``max_chars`` allows; the
+    definition itself is always whole.  What did not fit is named in a comment."""
+    parsed = parse_translation_unit(source)
+    data = source.encode("utf-8")
+    top = _top_level(parsed.items)
+    roots = [i for i in top if i.kind is ItemKind.FUNCTION
+             and i.space is ExecutionSpace.GLOBAL and _last(i.name) == kernel]
+    if not roots:
+        return KernelView(source, ())
+    by_name: dict[str, list[Item]] = {}
+    for item in top:
+        if item.kind is ItemKind.FUNCTION and item.space is ExecutionSpace.GLOBAL:
+            continue
+        if item.kind in _NAMED or item.kind is ItemKind.DEFINE:
+            for name in _names(item):
+                by_name.setdefault(name, []).append(item)
+    # breadth first from the kernel: the nearer an item, the sooner it is shown
+    order: list[Item] = []
+    seen: set[int] = {id(r) for r in roots}
+    frontier = list(roots)
+    while frontier:
+        following: list[Item] = []
+        for item in frontier:
+            for word in sorted(words(data[item.start:item.end].decode("utf-8", "replace"))):
+                for found in by_name.get(word, ()):
+                    if id(found) not in seen and found.start >= 0:
+                        seen.add(id(found))
+                        following.append(found)
+        order.extend(following)
+        frontier = following
+    budget = max_chars - sum(r.end - r.start for r in roots)
+    shown: list[Item] = list(roots)
+    omitted: list[str] = []
+    for item in order:
+        size = item.end - item.start + 1
+        if size <= budget:
+            shown.append(item)
+            budget -= size
+        else:
+            omitted.append(item.qualified_name or item.kind.value)
+    parts: list[str] = []
+    scope: str | None = None
+    for item in sorted(shown, key=lambda i: i.start):
+        end = item.end
+        if data[end:].lstrip().startswith(b";"):  # `struct S {...};`: the type ends there
+            end = data.index(b";", end) + 1
+        text = data[item.start:end].decode("utf-8", "replace").rstrip()
+        if item.scope != scope and item.scope:
+            parts.append(f"// in namespace {item.scope}")
+        scope = item.scope
+        parts.append(text)
+    if omitted:
+        parts.append("// also reached, not shown: " + ", ".join(omitted))
+    return KernelView("\n\n".join(parts) + "\n", tuple(omitted))

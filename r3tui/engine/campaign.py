@@ -316,6 +316,7 @@ class CampaignRun:
             profile=request.profile,
             inspirations=request.inspirations,
             is_known=self.has_source,
+            confined=self.seed_source.confined,
         )
         proposal = self.mutator.propose(context, rng)
         return proposal, time.monotonic() - started

@@ -37,6 +37,9 @@ class KernelSource:
     source_name: str = "kernel.cu"
     defines: tuple[tuple[str, str], ...] = ()  # the recording's own -D values
     include_dirs: tuple[str, ...] = ()
+    # an application's kernel (a device unit): only its definition may change, since that is
+    # what `r3 apply` writes back to the application's file
+    confined: bool = False
 
 
 def compile_request(source: KernelSource, config: TrialConfig, arch: str) -> CompileRequest:

@@ -94,7 +94,7 @@ def seed_unit(bundle: Bundle) -> SeedUnit:
                            cuda_include_dirs=default_include_dirs(), scopes=scopes)
     except DeviceUnitError as exc:
         raise RecordingError(f"{bundle.path}: {exc}") from exc
-    return SeedUnit(replace(source, text=unit.text), unit, text)
+    return SeedUnit(replace(source, text=unit.text, confined=True), unit, text)
 
 
 @dataclass(frozen=True)

@@ -447,3 +447,17 @@ def entry_point_problem(parent: str, child: str, kernel_name: str) -> str | None
         new = ", ".join(" ".join(t) for t in after.signature())
         return f"the parameters of {name} changed from ({old}) to ({new})"
     return None
+
+
+def outside_kernel_problem(parent: str, child: str, kernel_name: str) -> str | None:
+    """Why ``child`` changes ``parent`` outside the kernel's definition, or ``None``: for an
+    application's kernel only the definition is written back to the application's file."""
+    before = find_kernel(_lf(parent), kernel_name)
+    after = find_kernel(_lf(child), kernel_name)
+    if before is None or after is None:
+        return None  # entry_point_problem says why
+    old, new = _lf(parent), _lf(child)
+    if old[: before.start] != new[: after.start] or old[before.body_end :] != new[after.body_end :]:
+        return (f"it changes code outside the definition of {base_name(kernel_name)} "
+                "(only the kernel is written back to the application)")
+    return None

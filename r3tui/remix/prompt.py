@@ -16,7 +16,7 @@ from string import Template
 
 from r3tui.remix.backends import ChatMessage
 from r3tui.remix.catalogue import Transformation
-from r3tui.remix.edits import find_kernel
+from r3tui.remix.edits import base_name, find_kernel
 
 EDIT_FORMATS = ("search_replace", "whole")
 MAX_INSPIRATIONS = 3
@@ -56,6 +56,11 @@ class MutationContext:
     # Whether a source is already a variant of the campaign: rules then try their next
     # transformation instead of proposing a duplicate (None: every source counts as new).
     is_known: Callable[[str], bool] | None = None
+    # An application's kernel (a device unit): the model is shown the kernel and the device
+    # code it reaches, within ``view_chars``, and a change outside the kernel's definition is
+    # refused, since ``r3 apply`` writes back only that definition.
+    confined: bool = False
+    view_chars: int = 8000
 
     def __post_init__(self) -> None:
         if self.edit_format is not None and self.edit_format not in EDIT_FORMATS:
@@ -132,16 +137,33 @@ def describe_inspirations(inspirations: Sequence[Inspiration], kernel_name: str)
     return "".join(blocks)
 
 
+CONFINED_NOTE = (" Change only the definition of `{kernel}`; the code around it is shown for "
+                 "reference and stays as it is.")
+
+
+def shown_source(ctx: MutationContext) -> str:
+    """The parent as the model sees it: whole, or for an application's kernel the kernel and
+    the device code it reaches (never host code), sized to ``ctx.view_chars``."""
+    if not ctx.confined:
+        return ctx.parent_source
+    from r3tui.analysis.device_unit import kernel_view
+
+    return kernel_view(ctx.parent_source, base_name(ctx.kernel_name), ctx.view_chars).text
+
+
 def build_messages(ctx: MutationContext) -> list[ChatMessage]:
     """The system and user messages asking for ``ctx.transformation`` on the parent."""
     if ctx.transformation is None:
         raise ValueError("a prompt needs a transformation; the mutator picks one")
+    instruction = ctx.transformation.instruction
+    if ctx.confined:
+        instruction += CONFINED_NOTE.format(kernel=ctx.kernel_name)
     user = template(ctx.edit_format or "search_replace").substitute(
         kernel_name=ctx.kernel_name,
-        source=_code(ctx.parent_source),
+        source=_code(shown_source(ctx)),
         profile=describe_profile(ctx.profile),
         inspirations=describe_inspirations(ctx.inspirations, ctx.kernel_name),
-        instruction=ctx.transformation.instruction,
+        instruction=instruction,
     )
     system = template("system").substitute().strip()
     return [ChatMessage("system", system), ChatMessage("user", user.strip() + "\n")]

@@ -1,0 +1,91 @@
+"""An application's kernel in the remix layer: the model sees the kernel and the device code it
+reaches, sized to its context, and a change outside the kernel's definition is refused.
+
+The parent is the device unit of a small C++ application written here (tests/unit/
+test_device_unit.py); model answers are replayed through RecordedBackend with answers written
+for these tests, and every accepted variant is compiled by real NVRTC.
+"""
+
+from __future__ import annotations
+
+import random
+
+from r3tui.analysis.device_unit import device_unit
+from r3tui.compile import CompileRequest, get_toolchain
+from r3tui.compile.nvrtc import default_include_dirs
+from r3tui.domain import LLMCall
+from r3tui.remix.backends import Sampling, render_prompt
+from r3tui.remix.catalogue import transformation
+from r3tui.remix.mutation import ANCHORED_GRAMMAR, Mutator, MutatorSettings, view_chars
+from r3tui.remix.prompt import MutationContext, build_messages
+from r3tui.remix.recorded import RecordedBackend
+from tests.unit.test_device_unit import HEADERS, MAIN_CU
+
+UNIT = device_unit(MAIN_CU, "stencil", HEADERS, ["src"],
+                   cuda_include_dirs=default_include_dirs(), scopes=["app"]).text
+KERNEL = "app::stencil<float, 2>"
+LOOP = "  for (int d = -R; d <= R; ++d)\n"
+
+
+def ctx(name: str = "unroll_inner_loop", chars: int | None = None) -> MutationContext:
+    return MutationContext(KERNEL, UNIT, transformation=transformation(name),
+                           edit_format="search_replace", confined=True,
+                           view_chars=chars or view_chars(4096, Sampling().max_tokens))
+
+
+def answer_for(context: MutationContext, response: str) -> LLMCall:
+    return LLMCall(model_path="/models/written-for-the-test.gguf", model_sha256="0" * 64,
+                   prompt=render_prompt(build_messages(context)), response=response,
+                   sampling={**Sampling().to_json(ANCHORED_GRAMMAR)}, seed=1, tokens_in=100,
+                   tokens_out=20, latency_s=0.5)
+
+
+def edit(search: str, replace: str) -> str:
+    return f"<<<<<<< SEARCH\n{search}=======\n{replace}>>>>>>> REPLACE\n"
+
+
+def test_the_prompt_holds_the_kernel_and_the_device_code_it_reaches() -> None:
+    user = build_messages(ctx())[1].content
+    assert "__global__ void stencil" in user and "square(T x)" in user and "struct Grid" in user
+    # the unit's prelude is not reached by the kernel, so it is not shown
+    assert "using cuda::std::int8_t" not in user and "#include" not in user
+    assert "Change only the definition of `app::stencil<float, 2>`" in user
+    small = build_messages(ctx(chars=500))[1].content
+    assert "__global__ void stencil" in small  # the kernel is always whole
+    assert "// also reached, not shown:" in small and len(small) < len(user)
+
+
+def test_an_edit_inside_the_kernel_applies_and_compiles() -> None:
+    context = ctx()
+    call = answer_for(context, edit(LOOP, "  #pragma unroll\n" + LOOP))
+    mutator = Mutator(RecordedBackend([call]), MutatorSettings(llm_share=1.0))
+    proposal = mutator.propose(context, random.Random(0))
+    assert proposal.ok, proposal.reason
+    assert proposal.source == UNIT.replace(LOOP, "  #pragma unroll\n" + LOOP)
+    compiled = get_toolchain("nvrtc").compile(CompileRequest(proposal.source or "", KERNEL))
+    assert compiled.ok, compiled.log
+
+
+def test_an_edit_outside_the_kernel_is_refused() -> None:
+    context = ctx()
+    helper = "__device__ __forceinline__ T square(T x) { return x * x; }\n"
+    call = answer_for(context, edit(helper, helper.replace("x * x", "x * x * 1")))
+    mutator = Mutator(RecordedBackend([call]), MutatorSettings(llm_share=1.0))
+    proposal = mutator.propose(context, random.Random(0))
+    assert not proposal.ok and proposal.llm_call == call
+    assert proposal.reason is not None and "outside the definition of stencil" in proposal.reason
+
+
+def test_a_rule_on_an_applications_kernel_changes_only_the_kernel() -> None:
+    made = 0
+    for seed in range(8):
+        proposal = Mutator(None).propose(
+            MutationContext(KERNEL, UNIT, confined=True), random.Random(seed))
+        if not proposal.ok:
+            assert proposal.reason is not None
+            continue
+        made += 1
+        assert proposal.source is not None
+        head = UNIT.index("template <typename T, int R>\n__global__")
+        assert proposal.source[:head] == UNIT[:head]
+    assert made > 0
