@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from r3tui.domain import LaunchTimes
+from r3tui.engine.unit_source import OriginalUnusable
 from r3tui.errors import R3Error
 
 RECORDING_FILE = "recording.json"
@@ -290,7 +291,14 @@ def tune_app(
             )
             continue
         assert target.bundle is not None
-        campaign_id, speedup, ci = tuner(target.bundle, kernel.name)
+        try:
+            campaign_id, speedup, ci = tuner(target.bundle, kernel.name)
+        except OriginalUnusable as exc:  # this kernel cannot be searched; the others can
+            result.kernels.append(KernelOutcome(
+                kernel.entry_point, kernel.name, 0.0, str(target.bundle.relative_to(
+                    recording.path)), None, None, None, f"failed: {exc.one_line()}"))
+            write_plan(recording.path, result)
+            continue
         result.kernels.append(
             KernelOutcome(
                 kernel.entry_point,
@@ -316,19 +324,18 @@ def write_plan(directory: Path, result: AppTuneResult) -> Path:
     return path
 
 
-def inner_tuner(db: Path, budget: str, seed: int, batch: int) -> Tuner:
-    """Each bundle tuned by the engine's inner loop (BO over nvcc options, block shape and
-    launch bounds), as ``r3 tune BUNDLE --inner-only --toolchain nvcc`` would."""
-    from r3tui.engine.commands import parse_budget
-    from r3tui.engine.inner import InnerCampaign, InnerSettings, run_inner_campaign
+def inner_tuner(db: Path, budget: str, args: argparse.Namespace) -> Tuner:
+    """Each bundle tuned by the engine's inner loop alone (BO over options, block shape and
+    launch bounds), as ``r3 tune BUNDLE --inner-only`` would."""
+    from r3tui.engine.commands import _inner_settings, parse_budget
+    from r3tui.engine.inner import InnerCampaign, run_inner_campaign
 
     trials, seconds = parse_budget(budget)
 
     def tune(bundle: Path, name: str) -> tuple[int, float | None, tuple[float, float] | None]:
         campaign_name = f"app:{name}:{time.time_ns()}"
-        settings = InnerSettings(toolchain="nvcc", seed=seed, batch=batch)
         outcome = run_inner_campaign(
-            InnerCampaign(bundle, db, trials, seconds, settings, name=campaign_name)
+            InnerCampaign(bundle, db, trials, seconds, _inner_settings(args), name=campaign_name)
         )
         campaign_id = _campaign_named(db, campaign_name)
         winner = outcome.winner
@@ -337,6 +344,40 @@ def inner_tuner(db: Path, budget: str, seed: int, batch: int) -> Tuner:
         return campaign_id, winner.speedup, (winner.best.low, winner.best.high)
 
     return tune
+
+
+def campaign_tuner(db: Path, budget: str, args: argparse.Namespace) -> Tuner:
+    """Each bundle tuned by a whole R³ campaign -- source (rules and the model), options and
+    launch settings -- as ``r3 tune BUNDLE`` with the same options would; the speedup is the
+    campaign's best re-timed interleaved with the original."""
+    from r3tui.engine.commands import _campaign_settings, backend_spec, parse_budget
+    from r3tui.engine.tune import CampaignJob, run_campaign
+
+    variants, seconds = parse_budget(budget)
+    backend = backend_spec(args)
+
+    def tune(bundle: Path, name: str) -> tuple[int, float | None, tuple[float, float] | None]:
+        campaign_name = f"app:{name}:{time.time_ns()}"
+        job = CampaignJob(bundle, db, _campaign_settings(args, variants, seconds), backend,
+                          name=campaign_name)
+        outcome = run_campaign(job)
+        return (outcome.campaign_id, *_final(db, outcome.campaign_id))
+
+    return tune
+
+
+def _final(db: Path, campaign_id: int) -> tuple[float | None, tuple[float, float] | None]:
+    """The campaign's best re-timed against the original (its 'final' event)."""
+    from db import repository as repo
+    from db.session import open_database
+
+    with open_database(db, readonly=True, create=False) as database, database.session_scope() as s:
+        finals = [e.data for e in repo.events(s, campaign_id, limit=1_000_000)
+                  if e.kind == "final" and e.data and e.data.get("speedup") is not None]
+    if not finals:
+        return None, None
+    ci = finals[-1].get("ci")
+    return float(finals[-1]["speedup"]), (float(ci[0]), float(ci[1])) if ci else None
 
 
 def _campaign_named(db: Path, name: str) -> int:
@@ -381,7 +422,8 @@ def _cmd_tune_app(args: argparse.Namespace) -> int:
         print(line)
     if args.plan:
         return 0
-    tuner = inner_tuner(Path(args.db), args.budget, args.seed, args.batch)
+    tuner = (inner_tuner(Path(args.db), args.budget, args) if args.inner_only
+             else campaign_tuner(Path(args.db), args.budget, args))
     result = tune_app(recording, Path(args.db), args.budget, args.top, tuner)
     for k in result.kernels:
         if k.speedup is None:
@@ -400,6 +442,8 @@ def _cmd_tune_app(args: argparse.Namespace) -> int:
 
 
 def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from r3tui.engine.commands import add_campaign_options
+
     tune_app_parser = sub.add_parser(
         "tune-app", help="tune the kernels that dominate a recorded application's GPU time"
     )
@@ -407,11 +451,15 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
         "recording", type=Path, help="directory written by `r3 record --out DIR -- ./app`"
     )
     tune_app_parser.add_argument(
-        "--budget", default="30", help="per kernel: trials (30) or wall time (90s, 10m)"
+        "--budget", default="20",
+        help="per kernel: variants (20) or wall time (90s, 10m); trials with --inner-only"
     )
-    tune_app_parser.add_argument("--top", type=int, default=3, help="kernels to tune")
-    tune_app_parser.add_argument("--seed", type=int, default=0)
-    tune_app_parser.add_argument("--batch", type=int, default=8, help="configurations at once")
+    tune_app_parser.add_argument("--top", type=int, default=3,
+                                 help="kernels to tune, by device time (default: 3)")
+    tune_app_parser.add_argument(
+        "--inner-only", action="store_true",
+        help="only Bayesian optimization of options and launch settings, no source search")
+    add_campaign_options(tune_app_parser)
     tune_app_parser.add_argument(
         "--plan", action="store_true", help="only print the ranking; touch no GPU"
     )

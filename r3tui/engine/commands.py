@@ -261,6 +261,70 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     return 0
 
 
+def add_campaign_options(parser: argparse.ArgumentParser) -> None:
+    """The options of a campaign (model, mix, archive, inner search, toolchain), shared by
+    ``r3 tune`` and ``r3 tune-app``."""
+    parser.add_argument(
+        "--model",
+        type=Path,
+        help="GGUF model file (default: R3_MODEL, config, then the bundled SmolLM2)",
+    )
+    parser.add_argument("--llm-url", help="OpenAI-compatible server instead of a local model")
+    parser.add_argument("--llm-model-name", help="model id on that server")
+    parser.add_argument("--n-ctx", type=int, default=4096, help="llama.cpp context length")
+    parser.add_argument(
+        "--rules-only",
+        action="store_true",
+        help="deterministic rule mutations only, no language model",
+    )
+    parser.add_argument(
+        "--llm-share",
+        type=float,
+        default=0.75,
+        help="fraction of proposals asked of the model (rest: rule operators)",
+    )
+    parser.add_argument(
+        "--edit-format",
+        choices=("search_replace", "whole"),
+        default="search_replace",
+        help="how the model answers: SEARCH/REPLACE edits or the whole kernel",
+    )
+    parser.add_argument("--islands", type=int, default=2, help="MAP-Elites islands")
+    parser.add_argument("--inner-budget", type=int, default=12, help="trials per child variant")
+    parser.add_argument("--seed-budget", type=int, default=40,
+                        help="trials for the original source")
+    parser.add_argument(
+        "--warm-start", type=int, default=1, metavar="K",
+        help="a child first tries its parent's K best configurations")
+    parser.add_argument(
+        "--transfer", type=int, default=4, metavar="G",
+        help="tell a child's model the trials of its last G ancestors (0: off)")
+    parser.add_argument("--strategy", choices=("bayes", "random", "exhaustive"), default="bayes")
+    parser.add_argument(
+        "--estimator",
+        choices=("GP", "RF", "ET"),
+        default="GP",
+        help="surrogate model of the Bayesian search",
+    )
+    parser.add_argument(
+        "--bo",
+        default="defaults",
+        metavar="NAME=VALUE,...",
+        help="more settings of the Bayesian search, e.g. acq_func=EI,xi=0.05 "
+        "(a wrong NAME lists the valid ones)",
+    )
+    parser.add_argument(
+        "--toolchain",
+        choices=("nvrtc", "nvcc", "llvm"),
+        help="compiler (default: [compile] toolchain, nvrtc)",
+    )
+    parser.add_argument("--batch", type=int, default=8, help="configurations asked at once")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--no-launch-bounds", action="store_true", help="do not search __launch_bounds__"
+    )
+
+
 def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     tune = sub.add_parser("tune", help="remix and tune a recorded kernel (or --inner-only)")
     tune.add_argument("bundle", type=Path, nargs="?", help="recording bundle directory")
@@ -274,40 +338,7 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
         default="20",
         help="variants (20) or wall time (90s, 10m, 1h); trials with --inner-only",
     )
-    tune.add_argument(
-        "--model",
-        type=Path,
-        help="GGUF model file (default: R3_MODEL, config, then the bundled SmolLM2)",
-    )
-    tune.add_argument("--llm-url", help="OpenAI-compatible server instead of a local model")
-    tune.add_argument("--llm-model-name", help="model id on that server")
-    tune.add_argument("--n-ctx", type=int, default=4096, help="llama.cpp context length")
-    tune.add_argument(
-        "--rules-only",
-        action="store_true",
-        help="deterministic rule mutations only, no language model",
-    )
-    tune.add_argument(
-        "--llm-share",
-        type=float,
-        default=0.75,
-        help="fraction of proposals asked of the model (rest: rule operators)",
-    )
-    tune.add_argument(
-        "--edit-format",
-        choices=("search_replace", "whole"),
-        default="search_replace",
-        help="how the model answers: SEARCH/REPLACE edits or the whole kernel",
-    )
-    tune.add_argument("--islands", type=int, default=2, help="MAP-Elites islands")
-    tune.add_argument("--inner-budget", type=int, default=12, help="trials per child variant")
-    tune.add_argument("--seed-budget", type=int, default=40, help="trials for the original source")
-    tune.add_argument(
-        "--warm-start", type=int, default=1, metavar="K",
-        help="a child first tries its parent's K best configurations")
-    tune.add_argument(
-        "--transfer", type=int, default=4, metavar="G",
-        help="tell a child's model the trials of its last G ancestors (0: off)")
+    add_campaign_options(tune)
     tune.add_argument(
         "--generate-only",
         action="store_true",
@@ -319,36 +350,12 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
         metavar="CAMPAIGN",
         help="re-run CAMPAIGN from its recorded LLM answers, no model loaded",
     )
-    tune.add_argument("--strategy", choices=("bayes", "random", "exhaustive"), default="bayes")
-    tune.add_argument(
-        "--estimator",
-        choices=("GP", "RF", "ET"),
-        default="GP",
-        help="surrogate model of the Bayesian search",
-    )
-    tune.add_argument(
-        "--bo",
-        default="defaults",
-        metavar="NAME=VALUE,...",
-        help="more settings of the Bayesian search, e.g. acq_func=EI,xi=0.05 "
-        "(a wrong NAME lists the valid ones)",
-    )
-    tune.add_argument(
-        "--toolchain",
-        choices=("nvrtc", "nvcc", "llvm"),
-        help="compiler (default: [compile] toolchain, nvrtc)",
-    )
-    tune.add_argument("--batch", type=int, default=8, help="configurations asked at once")
-    tune.add_argument("--seed", type=int, default=0)
     tune.add_argument("--name", help="campaign name")
     tune.add_argument(
         "--resume",
         type=int,
         metavar="CAMPAIGN",
         help="continue a killed or stopped campaign from the database",
-    )
-    tune.add_argument(
-        "--no-launch-bounds", action="store_true", help="do not search __launch_bounds__"
     )
     tune.set_defaults(handler=_cmd_tune)
 
