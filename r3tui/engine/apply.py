@@ -204,6 +204,20 @@ def find_unit(tree: Path, original: str, hint: str | None) -> Path | None:
     return None
 
 
+def _defining_file(bundle: Any, original: str, hint: str | None) -> tuple[str, str | None]:
+    """The text of the file that defines the kernel, as recorded, and its name: for a campaign
+    on an application's device unit that is the header or unit the definition came from
+    (only the definition is written back), else the recorded source itself."""
+    from r3tui.engine.unit_source import seed_unit
+
+    seed = seed_unit(bundle)
+    if seed.unit is None or seed.source.text != original:
+        return original, hint
+    if seed.unit.file is None:
+        return seed.recorded_text, hint
+    return bundle.header_texts()[seed.unit.file], seed.unit.file
+
+
 def _kernel_parts(kernel: str) -> tuple[tuple[str, ...], str]:
     """``cg::dot<256>`` -> (("cg",), "dot"); a mangled name is read with the record layer."""
     from r3tui.record.sources import qualified_name
@@ -217,18 +231,20 @@ def _kernel_parts(kernel: str) -> tuple[tuple[str, ...], str]:
     return tuple(parts[:-1]), parts[-1] if parts else kernel
 
 
-def splice_definition(tree_text: str, variant_text: str, kernel: str) -> str | None:
-    """``tree_text`` with the kernel's definition taken from ``variant_text``; None when
-    either has no unique definition of it."""
+def definition_span(text: str, kernel: str) -> tuple[int, int] | None:
+    """Where the one definition of ``kernel`` (in its namespaces) is in ``text``; None when
+    there is none or more than one."""
     from r3tui.record.sources import definitions
 
     scopes, name = _kernel_parts(kernel)
+    defs = [d for d in definitions(text, name) if not scopes or d.scopes == scopes]
+    return (defs[0].start, defs[0].end) if len(defs) == 1 else None
 
-    def one(text: str) -> tuple[int, int] | None:
-        defs = [d for d in definitions(text, name) if not scopes or d.scopes == scopes]
-        return (defs[0].start, defs[0].end) if len(defs) == 1 else None
 
-    here, there = one(tree_text), one(variant_text)
+def splice_definition(tree_text: str, variant_text: str, kernel: str) -> str | None:
+    """``tree_text`` with the kernel's definition taken from ``variant_text``; None when
+    either has no unique definition of it."""
+    here, there = definition_span(tree_text, kernel), definition_span(variant_text, kernel)
     if here is None or there is None:
         return None
     return tree_text[: here[0]] + variant_text[there[0] : there[1]] + tree_text[here[1] :]
@@ -292,17 +308,19 @@ def apply_campaign(
         # Amdahl without this kernel is the kernel unchanged: the prediction stays honest
         outcome.not_applied.append(f"nothing: {best.noise} (--include-noise applies it)")
         return outcome
-    hint = None
+    hint, defining = None, best.original
     try:
-        sources = Bundle.open(best.bundle_path).manifest.kernel.sources
+        bundle = Bundle.open(best.bundle_path)
+        sources = bundle.manifest.kernel.sources
         hint = sources[0].name if sources else None
+        defining, hint = _defining_file(bundle, best.original, hint)
     except Exception:  # the bundle may live on another node: the tree text still identifies it
         hint = None
-    unit = units.get(best.original) or find_unit(tree, best.original, hint)
+    unit = units.get(defining) or find_unit(tree, defining, hint)
     if unit is None:
         outcome.not_applied.append("source: no file in the tree holds the recorded source")
         return outcome
-    units[best.original] = unit
+    units[defining] = unit
     outcome.file = str(unit.relative_to(tree))
     text = unit.read_text()
     refusal = (check_candidate(best.original, best.source)
@@ -320,8 +338,14 @@ def apply_campaign(
             outcome.applied.append("source: kernel definition replaced")
     if best.launch_bounds is not None:
         threads, blocks = best.launch_bounds
+        span = definition_span(text, best.kernel)
         try:
-            text = inject_launch_bounds(text, best.kernel, threads, blocks or None)
+            if span is None:
+                raise KernelNotFound(f"no unique definition of {best.kernel} in {outcome.file}")
+            # on the kernel's own definition: a same-named kernel elsewhere keeps its bounds
+            start, end = span
+            bounded = inject_launch_bounds(text[start:end], best.kernel, threads, blocks or None)
+            text = text[:start] + bounded + text[end:]
             outcome.applied.append(f"__launch_bounds__({threads}, {blocks})")
         except KernelNotFound as exc:
             outcome.not_applied.append(f"__launch_bounds__: {exc}")
@@ -339,7 +363,7 @@ def apply_campaign(
     for key, value in sorted(best.tunables.items()):
         _add_flag(flags, option_owner, f"-D{key}=", str(value), best, outcome, "tunable")
     if best.options:
-        if best.toolchain not in (None, "nvcc"):
+        if best.toolchain not in (None, "nvcc", "nvrtc"):  # NVRTC's spelling is nvcc's
             outcome.not_applied.append(
                 f"options {' '.join(best.options)}: found with {best.toolchain}, not nvcc"
             )

@@ -1,0 +1,69 @@
+"""An application bundle whose kernel is a template in a namespace, defined in a header the
+unit includes: the campaign searches its device unit (compiled by real NVRTC), and `r3 apply`
+writes a tuned definition into that header, at the kernel's span, leaving the unit alone.
+
+The bundle is written here (no GPU records on this machine); its unit and headers are the small
+C++ application of tests/unit/test_device_unit.py.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from r3tui.domain import Dim3
+from r3tui.engine.apply import _Best, apply_campaign
+from r3tui.engine.unit_source import preflight, seed_unit
+from r3tui.record.arena import ARENA_BASE
+from r3tui.record.bundle import Bundle, BundleWriter
+from r3tui.record.manifest import ArenaInfo, KernelInfo, LaunchInfo, Manifest, SourceFile
+from tests.unit.test_device_unit import HEADERS, KERNELS_CUH, MAIN_CU
+
+ENTRY = "_ZN3app7stencilIfLi2EEEvPKT_PS1_NS_4GridEj"
+KERNEL = "app::stencil<float, 2>"
+LOOP = "  for (int d = -R; d <= R; ++d)\n"
+
+
+def app_bundle(path: Path) -> Bundle:
+    with BundleWriter(path) as w:
+        unit = w.add_blob(MAIN_CU.encode())
+        headers = tuple(SourceFile(name, w.add_blob(text.encode()))
+                        for name, text in sorted(HEADERS.items()))
+        manifest = Manifest(
+            kernel=KernelInfo(KERNEL, ENTRY, (SourceFile("main.cu", unit),), "nvcc",
+                              "nvcc 13.0", ("-O3",), headers=headers, include_dirs=("src",)),
+            launch=LaunchInfo(Dim3(16, 16), Dim3(16, 16), 0, Dim3(256, 256), False),
+            params=(), allocations=(), arena=ArenaInfo(ARENA_BASE, 2 << 20),
+            recorded_at="2026-12-04T07:00:00+00:00", blobs=dict(w.blobs))
+        return w.commit(manifest)
+
+
+def test_a_campaign_on_a_header_kernel_searches_its_device_unit(tmp_path: Path) -> None:
+    seed = seed_unit(app_bundle(tmp_path / "b"))
+    assert seed.unit is not None and seed.unit.file == "src/kernels.cuh"
+    assert seed.source.confined and seed.source.kernel_name == KERNEL
+    assert "int main" not in seed.source.text and "__global__ void stencil" in seed.source.text
+    assert "device unit of stencil (defined in src/kernels.cuh" in seed.describe()
+    checked = preflight(seed.source, "nvrtc", "sm_90")  # real NVRTC, no fallback needed
+    assert checked.toolchain == "nvrtc" and checked.note is None
+
+
+def test_apply_writes_the_tuned_kernel_into_the_header_that_defines_it(tmp_path: Path) -> None:
+    bundle = app_bundle(tmp_path / "b")
+    original = seed_unit(bundle).source.text
+    tuned = original.replace(LOOP, "  #pragma unroll\n" + LOOP)
+    tree = tmp_path / "tree"
+    for name, text in {**HEADERS, "src/main.cu": MAIN_CU}.items():
+        (tree / name).parent.mkdir(parents=True, exist_ok=True)
+        (tree / name).write_text(text)
+    best = _Best(7, KERNEL, original, tuned, (), None, (256, 2), {}, "nvrtc", 1.2, bundle.path)
+    outcome = apply_campaign(best, tree, {}, {}, 0.5, {})
+    assert outcome.file == "src/kernels.cuh" and not outcome.not_applied, outcome
+    assert outcome.applied == ["source: kernel definition replaced", "__launch_bounds__(256, 2)"]
+    header = (tree / "src/kernels.cuh").read_text()
+    assert header.count("#pragma unroll") == 1
+    assert "__global__ void __launch_bounds__(256, 2) stencil(" in header
+    # everything outside the kernel's definition is as it was, and the unit is untouched
+    before = KERNELS_CUH.index("template <typename T, int R>\n__global__")
+    assert header[:before] == KERNELS_CUH[:before]
+    assert header.endswith(KERNELS_CUH[KERNELS_CUH.index("__global__ void unused_kernel"):])
+    assert (tree / "src/main.cu").read_text() == MAIN_CU
