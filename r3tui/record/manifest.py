@@ -137,6 +137,9 @@ class CheckLaunch:
 class ArenaInfo:
     base: int
     size: int  # bytes reserved and mapped at ``base`` on replay
+    # mapped, zero-filled bytes the recording left free before and after each allocation
+    # (``r3 record --guard-bytes``): replay maps and zeroes as much after the last one
+    guard: int = 0
 
 
 @dataclass(frozen=True)
@@ -217,7 +220,7 @@ class Manifest:
             "params": [_param_json(p) for p in self.params],
             "allocations": [_alloc_json(a) for a in self.allocations],
             "globals": [_global_json(g) for g in self.globals],
-            "arena": {"base": self.arena.base, "size": self.arena.size},
+            "arena": _arena_json(self.arena),
             "blobs": dict(sorted(self.blobs.items())),
             "provenance": dict(self.provenance),
             "recorded_at": self.recorded_at,
@@ -235,6 +238,13 @@ class Manifest:
     @classmethod
     def from_json(cls, data: Any) -> Manifest:
         return _parse_manifest(data)
+
+
+def _arena_json(arena: ArenaInfo) -> dict[str, Any]:
+    out = {"base": arena.base, "size": arena.size}
+    if arena.guard:  # only when present, so bundles without guards keep their identity
+        out["guard"] = arena.guard
+    return out
 
 
 def assemble_arg_bytes(params: tuple[ParamInfo, ...]) -> bytes:
@@ -412,7 +422,8 @@ def _parse_manifest(data: Any) -> Manifest:
     launch = _parse_launch(root.req_obj("launch"))
     arena_r = root.req_obj("arena")
     arena = ArenaInfo(base=arena_r.integer("base", minimum=1),
-                      size=arena_r.integer("size", minimum=1))
+                      size=arena_r.integer("size", minimum=1),
+                      guard=arena_r.integer("guard", optional=True) or 0)
     allocations, params, globals_ = _parse_state(root, arena)
     checks = []
     for c in _items(root, "checks", optional=True):

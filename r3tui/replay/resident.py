@@ -91,8 +91,10 @@ class ResidentBundle:
         self.stream = cu.check(
             drv.cuStreamCreate(drv.CUstream_flags.CU_STREAM_NON_BLOCKING), "cuStreamCreate")
         every = m.all_allocations
+        # the guard after the last allocation too (arena.guard, 0 in bundles without one): a
+        # kernel that read a little past it while recording reads zeros here as it did there
         self.extent = _round_up(max((a.address + a.size - m.arena.base for a in every),
-                                    default=0), 256)
+                                    default=0) + m.arena.guard, 256)
         self.arena.map_extent(max(self.extent, 1))
         for a in every:
             self.arena.place(a.name, a.address, a.size)
