@@ -53,6 +53,13 @@ class RecordingError(R3Error):
     """A recording bundle is missing, malformed or fails its checksums."""
 
 
+class ApplicationFaulted(RecordingError):
+    """A kernel of the recorded application faulted.  The recording made before the fault is
+    kept; exit 1, not 2: the program misbehaved under recording, R3's input was fine."""
+
+    exit_code = 1
+
+
 class ManifestError(RecordingError):
     """The bundle manifest does not validate."""
 

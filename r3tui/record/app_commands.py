@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from r3tui.errors import R3Error
+from r3tui.errors import ApplicationFaulted, R3Error
 
 _ACTIONS = ("kernel", "pycuda", "verify", "app")
 
@@ -33,6 +33,10 @@ def add_app_command(record: argparse.ArgumentParser, sub: Any) -> None:
                      "launch (docs/verification.md); halves the snapshots")
     app.add_argument("--kernel", action="append", default=[], dest="kernels", metavar="NAME",
                      help="snapshot only this kernel (repeatable; all are still profiled)")
+    app.add_argument("--guard-bytes", type=int, default=None, metavar="N",
+                     help="mapped, zero-filled bytes left free before and after each "
+                     "allocation, so that a kernel reading a little out of bounds does not "
+                     "fault under recording or replay (default 65536; 0: none)")
     app.add_argument("--force", action="store_true", help="replace an existing recording")
     app.add_argument("--keep-raw", action="store_true",
                      help="keep the interposer's raw dump (DIR/raw) for debugging")
@@ -59,6 +63,7 @@ def cmd_record_app(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from r3tui.record.app_recorder import AppRecordRequest, record_app, resolve_executable
+    from r3tui.record.arena import GUARD_BYTES
     from r3tui.record.commands import register
 
     command = tuple(args.app_command)
@@ -74,13 +79,16 @@ def cmd_record_app(args: argparse.Namespace) -> int:
     if args.include_dirs and not args.sources and args.compile_db is None:
         raise R3Error("--include needs --source or --compile-db (it is where their units' "
                       "headers are searched)")
+    guard = GUARD_BYTES if args.guard_bytes is None else args.guard_bytes
+    if guard < 0:
+        raise R3Error(f"--guard-bytes must be 0 or more, not {guard}")
     out = args.out or Path("recordings") / exe.name
     req = AppRecordRequest(command=command, out=out, sources=tuple(args.sources),
                            compile_db=args.compile_db,
                            include_dirs=tuple(args.include_dirs), reachable=args.reachable,
                            checks=not args.no_checks,
                            kernels=tuple(args.kernels), overwrite=args.force,
-                           keep_raw=args.keep_raw)
+                           keep_raw=args.keep_raw, guard_bytes=guard)
     console = Console(stderr=True)
     console.print(f"[bold]recording[/] {' '.join(command)} -> {out}")
     # No spinner while the application runs: its own output goes to the terminal.
@@ -93,9 +101,13 @@ def cmd_record_app(args: argparse.Namespace) -> int:
             if config["bundle"]:
                 register(args.db, Bundle.open(recording.out / config["bundle"]))
                 registered += 1
-    print_profile(recording.data)
-    from r3tui.record.app_dump import graph_line
+    from r3tui.record.app_dump import fault_line, graph_line
 
+    fault = fault_line(recording.data)
+    if fault is not None:  # one line, exit 1; what was recorded before the fault is kept
+        raise ApplicationFaulted(f"{fault}; what was recorded before it ({registered} "
+                                 f"replayable bundles) is in {recording.out / 'recording.json'}")
+    print_profile(recording.data)
     line = graph_line(recording.data)
     if line is not None:
         console.print(f"[yellow]{line}[/]", markup=True, highlight=False)

@@ -11,8 +11,13 @@ writes one standard bundle per replayable configuration with the existing
 
 A configuration is *not replayable*, with the reason, when its arguments or the buffers it can
 reach hold a pointer into memory the arena does not hold (managed memory, a stream-ordered
-pool, or an allocation the arena could not serve), when its launch failed, or when no module
-image of it was captured.
+pool, or an allocation the arena could not serve), when its launch failed or faulted, or when
+no module image of it was captured.
+
+A kernel that faults (an illegal address, a trap, ...) leaves a sticky error: the interposer
+writes one ``fault`` event naming the launch and lets every later launch pass through
+unrecorded.  What it recorded before the fault is converted as usual; :func:`fault_line` is
+the one line ``r3 record`` ends with.
 """
 
 from __future__ import annotations
@@ -50,6 +55,20 @@ RECORDING_NAME = "recording.json"
 BUNDLE_DIR = "bundles"
 UNSUPPORTED_KINDS = ("managed", "stream_ordered")
 _DEFAULT_GRANULARITY = 2 << 20
+# The sticky errors the interposer reports as faults (its is_fault()), for a dump whose
+# driver could not name them.
+FAULT_ERRORS = {
+    214: "CUDA_ERROR_ECC_UNCORRECTABLE", 700: "CUDA_ERROR_ILLEGAL_ADDRESS",
+    702: "CUDA_ERROR_LAUNCH_TIMEOUT", 710: "CUDA_ERROR_ASSERT",
+    714: "CUDA_ERROR_HARDWARE_STACK_ERROR", 715: "CUDA_ERROR_ILLEGAL_INSTRUCTION",
+    716: "CUDA_ERROR_MISALIGNED_ADDRESS", 717: "CUDA_ERROR_INVALID_ADDRESS_SPACE",
+    718: "CUDA_ERROR_INVALID_PC", 719: "CUDA_ERROR_LAUNCH_FAILED",
+    721: "CUDA_ERROR_TENSOR_MEMORY_LEAK",
+}
+
+
+def error_name(code: int, name: str = "") -> str:
+    return name or FAULT_ERRORS.get(code) or f"CUresult {code}"
 
 
 @dataclass
@@ -109,6 +128,7 @@ class RawProcess:
     images: dict[int, str] = field(default_factory=dict)
     arena: dict[str, Any] | None = None
     end: dict[str, Any] | None = None
+    fault: dict[str, Any] | None = None  # the interposer's "fault" event, if a kernel faulted
     profiled: bool = False
     warnings: list[str] = field(default_factory=list)
 
@@ -175,6 +195,8 @@ def read_process(path: Path) -> RawProcess:
             for gid, launches, time_s, _timed in ev.get("graphs", []):
                 if gid in graphs:
                     graphs[gid].launches, graphs[gid].time_s = int(launches), float(time_s)
+        elif kind == "fault":
+            proc.fault = ev
         elif kind == "end":
             proc.end = ev
     if proc.configs and not proc.profiled:
@@ -222,6 +244,9 @@ def _snapshot_problems(proc: RawProcess, ev: dict[str, Any],
     reasons: list[str] = []
     if ev.get("rc", 0) != 0:
         reasons.append(f"the launch failed in the application (CUresult {ev['rc']})")
+    elif int(ev.get("sync_rc", 0)) in FAULT_ERRORS:
+        reasons.append("the launch faulted in the application "
+                       f"({error_name(int(ev['sync_rc']))})")
     if ev.get("image", -1) not in proc.images:
         reasons.append("no module image of this kernel was captured")
     args = bytes.fromhex(ev.get("args", ""))
@@ -298,6 +323,7 @@ def write_bundle(proc: RawProcess, cfg: RawConfig, dest: Path, *, entry_point: s
     ev = cfg.event
     arena = proc.arena or {}
     granularity = int(arena.get("granularity", _DEFAULT_GRANULARITY))
+    guard = int(arena.get("guard", 0))  # dumps before guards: none
     with BundleWriter(dest, overwrite=True) as w:
         allocations, globals_, params = _snapshot_state(proc, ev, w)
         checks: tuple[CheckLaunch, ...] = ()
@@ -322,7 +348,8 @@ def write_bundle(proc: RawProcess, cfg: RawConfig, dest: Path, *, entry_point: s
             headers = tuple(SourceFile(rel, w.add_blob(content))
                             for rel, content in source.headers)
         every = [*allocations, *(a for c in checks for a in c.allocations)]
-        extent = max((a.address + a.size for a in every), default=ARENA_BASE) - ARENA_BASE
+        extent = max((a.address + a.size for a in every), default=ARENA_BASE) - ARENA_BASE \
+            + guard
         manifest = Manifest(
             kernel=KernelInfo(
                 name=source.kernel if source else name, entry_point=entry_point,
@@ -336,7 +363,8 @@ def write_bundle(proc: RawProcess, cfg: RawConfig, dest: Path, *, entry_point: s
             params=params,
             allocations=tuple(allocations),
             globals=tuple(globals_),
-            arena=ArenaInfo(ARENA_BASE, max(granularity, -(-extent // granularity) * granularity)),
+            arena=ArenaInfo(ARENA_BASE, max(granularity, -(-extent // granularity) * granularity),
+                            guard),
             recorded_at=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
             blobs=dict(w.blobs),
             provenance={"recorder": "app interposer", "r3_version": __version__,
@@ -441,6 +469,12 @@ def build_recording(
     if skipped:
         warnings.append(f"{skipped} kernel launches made while a stream was capturing a CUDA "
                         "graph were passed through unrecorded (they are not in the profile)")
+    unknown = sum(p.count("capture_unknown") for p in procs)
+    if unknown:
+        codes = sorted({p.count("capture_error") for p in procs if p.count("capture_unknown")})
+        warnings.append(f"{unknown} kernel launches were passed through unrecorded: "
+                        "cuStreamIsCapturing failed on their stream (CUresult "
+                        f"{', '.join(map(str, codes))})")
     gated = sum(p.count("gated") for p in procs)
     if any(p.end is not None and p.end.get("gate") == -1 for p in procs):
         warnings.append("the launch gate (cuStreamWaitValue32 on mapped host memory) was not "
@@ -450,7 +484,67 @@ def build_recording(
             "runtime": runtime, "recorded_at": recorded_at, "wall_s": wall_s,
             "exit_code": exit_code, "reachable": reachable, "kernels": ordered,
             "graphs": graph_summary(procs, demangle), "gated_launches": gated,
+            "guard_bytes": next((int(p.arena.get("guard", 0)) for p in procs
+                                 if p.arena and p.arena.get("ok")), None),
+            "fault": fault_summary(procs, demangle),
             "unsupported_allocations": unsupported, "warnings": warnings}
+
+
+def fault_summary(procs: Sequence[RawProcess], demangle: Callable[[str], str]
+                  ) -> dict[str, Any] | None:
+    """recording.json's ``fault``: the first process's fault, None when nothing faulted.
+
+    ``kernel`` is None when the launch is a graph's (``graph``) or none was pending;
+    ``exact`` says the named launch is the one that faulted (it ran alone and was
+    synchronized), else it is the oldest launch not known to have finished: it or a later
+    one faulted.  ``after_fault`` counts the launches passed through after it."""
+    faulted = [p for p in procs if p.fault is not None]
+    if not faulted:
+        return None
+    proc = faulted[0]
+    ev = proc.fault or {}
+    name = ev.get("name")
+    graph = int(ev.get("graph", -1))
+    return {
+        "pid": proc.pid, "error": error_name(int(ev.get("code", 0)), str(ev.get("error") or "")),
+        "code": int(ev.get("code", 0)), "text": str(ev.get("text") or ""),
+        "entry_point": name, "kernel": demangle(name) if name else None,
+        "graph": graph if graph >= 0 else None, "launch": int(ev.get("nth", 0)) or None,
+        "process_launch": int(ev.get("launch", 0)) or None, "exact": bool(ev.get("exact")),
+        "where": str(ev.get("where", "")),
+        "after_fault": sum(p.count("after_fault") for p in faulted),
+        "processes": len(faulted),
+    }
+
+
+def fault_line(data: dict[str, Any]) -> str | None:
+    """The one line ``r3 record`` ends with when a kernel faulted, e.g.
+    ``kernel step launch 1 faulted: CUDA_ERROR_ILLEGAL_ADDRESS (an illegal memory access was
+    encountered); 1999 later launches were not recorded``."""
+    fault = data.get("fault")
+    if not fault:
+        return None
+    what = f"{fault['error']}" + (f" ({fault['text']})" if fault.get("text") else "")
+    if fault.get("kernel"):
+        launch = f"kernel {str(fault['kernel']).split('(')[0]} launch {fault['launch']}"
+    elif fault.get("graph") is not None:
+        launch = f"CUDA graph {fault['graph']} launch {fault['launch']}"
+    else:
+        launch = None
+    if launch is None:
+        line = (f"the application faulted: {what}, seen by {fault['where']} with no recorded "
+                "launch pending")
+    elif fault.get("exact"):
+        line = f"{launch} faulted: {what}"
+    else:
+        line = (f"{launch} or a launch after it faulted: {what} (launches run asynchronously; "
+                "record with CUDA_LAUNCH_BLOCKING=1 to name the launch)")
+    after = int(fault.get("after_fault", 0))
+    if after:
+        line += f"; {after} later launch{'es were' if after != 1 else ' was'} not recorded"
+    if data.get("guard_bytes") == 0 and fault.get("code") == 700:
+        line += " (recorded with --guard-bytes 0: a read just outside an allocation faults)"
+    return line
 
 
 def graph_summary(procs: Sequence[RawProcess], demangle: Callable[[str], str]

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from r3tui.errors import R3Error, RecordingError
 from r3tui.record import app_dump, interposer
+from r3tui.record.arena import GUARD_BYTES
 
 if TYPE_CHECKING:
     from r3tui.record.sources import KernelSource
@@ -44,6 +45,7 @@ class AppRecordRequest:
     kernels: tuple[str, ...] = ()
     overwrite: bool = False
     keep_raw: bool = False
+    guard_bytes: int = GUARD_BYTES  # free, mapped, zeroed bytes around each allocation
 
 
 @dataclass
@@ -197,6 +199,7 @@ def record_app(req: AppRecordRequest,
     env["R3_RECORD_DIR"] = str(raw)
     env["R3_RECORD_REACHABLE"] = "1" if req.reachable else "0"
     env["R3_RECORD_CHECKS"] = "1" if req.checks else "0"
+    env["R3_GUARD_BYTES"] = str(req.guard_bytes)
     if req.kernels:
         env["R3_RECORD_KERNELS"] = ",".join(req.kernels)
     progress(f"running {' '.join(req.command)}")

@@ -22,6 +22,13 @@ ARENA_BASE = 0x153940000000
 DEFAULT_RESERVE = 64 << 30  # virtual only; physical memory follows use
 ALIGNMENT = 256
 _MIN_CHUNK = 64 << 20  # map at least this much at a time: fewer, larger cuMemCreate calls
+# Mapped, zero-filled bytes the recording interposer leaves free before and after each
+# allocation (its R3_DEFAULT_GUARD; `r3 record --guard-bytes`): a read a few elements out of
+# bounds, harmless where the driver's allocator has memory mapped around a buffer, must not
+# fault in the arena.  Not a multiple of the VMM granularity (2 MiB on the H200): the arena is
+# one contiguous mapping, a guard is only a gap in it, so 64 KiB (8192 doubles either side)
+# costs 128 KiB per allocation where a granule would cost 4 MiB.
+GUARD_BYTES = 64 << 10
 
 
 def _round_up(value: int, multiple: int) -> int:

@@ -7,7 +7,15 @@
  *
  * Device allocations are served from a VMM range reserved at exactly R3_ARENA_BASE (the
  * address r3tui/record/arena.py uses, with the same bump/alignment rules) so a replay in
- * another process maps the same addresses.  The first launch of each (function, grid, block,
+ * another process maps the same addresses.  Each allocation keeps R3_GUARD_BYTES (default
+ * 64 KiB) of mapped, zero-filled memory that belongs to no allocation before and after it:
+ * a kernel that reads a few elements out of bounds, harmless where the driver's allocator
+ * has memory mapped around a buffer, must not fault in a tight arena (replay maps the same).
+ * A fault (an illegal address, a trap, ...) is detected where the interposer synchronizes or
+ * reads its events, reported once as a "fault" event naming the launch, and from then on
+ * every launch passes through untouched: no snapshot, no timing, and never read as a stream
+ * capture (a sticky error makes cuStreamIsCapturing fail too).
+ * The first launch of each (function, grid, block,
  * dynamic shared memory) is snapshotted (prologue/epilogue of the live allocations, or only
  * the reachable ones), and so is its second launch, as a check launch that candidates must
  * also pass (R3_RECORD_CHECKS=0: none); every launch is counted and timed with events read lazily, and so,
@@ -38,15 +46,19 @@
 #define R3_ALIGNMENT 256ULL
 #define R3_MIN_CHUNK (64ULL << 20)
 #define R3_MAX_PENDING 4096
+#define R3_DEFAULT_GUARD (64ULL << 10)
 
 /* ---------------------------------------------------------------- state ---------------- */
 typedef struct { uint64_t addr, size; int live; } block_t;
-typedef struct { const void *key; int image; int is_kernel; char *name; } func_t;
+/* launches: how many times the wrappers saw it launched (outside captures, before a fault) */
+typedef struct { const void *key; int image; int is_kernel; char *name;
+                 unsigned long long launches; } func_t;
 typedef struct { const void *handle; int image; } handle_t;
 typedef struct { const void *data; size_t size; int dumped; } image_t;
 typedef struct { int image; char *name; uint64_t addr, size; } global_t;
 typedef struct {
     const void *func; unsigned g[3], b[3], shm; int id; int recorded;
+    long fidx;  /* its function in funcs_, or -1 */
     /* checked: its second launch was snapshotted too, as a check launch: the same kernel on
      * the data (and arguments) the application had moved on to, which a candidate that fits
      * the first launch alone fails (docs/verification.md) */
@@ -61,8 +73,9 @@ typedef struct {
     unsigned long long same_count; double same_time_s; unsigned long long same_timed;
 } config_t;
 /* graph: 0 for a kernel configuration's launch, else index + 1 into graphs_; same: the
- * launch's arguments equal its configuration's reference */
-typedef struct { CUevent a, b; int config, graph, same; } pending_t;
+ * launch's arguments equal its configuration's reference; nth: the kernel's (or the
+ * graph's) launch number, launch: the process's, both from 1, to name a fault */
+typedef struct { CUevent a, b; int config, graph, same; unsigned long long nth, launch; } pending_t;
 /* An executable graph: its kernel nodes when instantiated (-1: instantiated where the
  * wrappers did not see it) and its launches. */
 typedef struct {
@@ -88,8 +101,13 @@ static graph_t *graphs_; static size_t ngraphs_, capgraphs_;
 /* captures begun through the wrappers and not yet ended, process-wide */
 static int capturing_;
 static unsigned long long graph_launches_, captured_launches_, capture_skipped_;
+/* faulted_: a fault was seen (and reported once); launches after it pass through, counted.
+ * capture_unknown_: launches passed through because cuStreamIsCapturing failed otherwise. */
+static int faulted_, launch_blocking_;
+static unsigned long long after_fault_, capture_unknown_;
+static CUresult capture_error_;
 
-static uint64_t arena_reserved_, arena_mapped_, arena_top_, granularity_;
+static uint64_t arena_reserved_, arena_mapped_, arena_top_, granularity_, guard_;
 static int arena_ready_, device_;
 static CUmemAllocationProp prop_;
 
@@ -243,6 +261,30 @@ static int write_file(const char *name, const void *data, size_t size) {
 /* ---------------------------------------------------------------- arena ----------------- */
 static uint64_t round_up(uint64_t v, uint64_t m) { return (v + m - 1) / m * m; }
 
+static void fault_pending(CUresult rc, const char *where);
+static int is_fault(CUresult rc);
+
+/* R3_GUARD_BYTES (set by `r3 record --guard-bytes N`), rounded up to the allocation
+ * alignment; unset or not a number: the default.  The guard need not be a multiple of the
+ * VMM granularity: the arena is one contiguous mapping, so a guard is only a gap left by the
+ * bump allocator, mapped with the chunk around it. */
+static uint64_t guard_from_env(void) {
+    const char *v = getenv("R3_GUARD_BYTES");
+    if (!v || !*v || *v == '-') return R3_DEFAULT_GUARD;
+    char *end = NULL;
+    unsigned long long n = strtoull(v, &end, 10);
+    return end && !*end ? round_up(n, R3_ALIGNMENT) : R3_DEFAULT_GUARD;
+}
+
+/* Where an allocation of n bytes goes when the bump offset is `top`: at least `guard` bytes
+ * after the end of the previous allocation (the first: after the arena's base), aligned.
+ * *end is how far the arena must be mapped: its last byte and the guard after it. */
+static uint64_t arena_place(uint64_t top, uint64_t n, uint64_t guard, uint64_t *end) {
+    uint64_t off = round_up(top + guard, R3_ALIGNMENT);
+    *end = off + n + guard;
+    return off;
+}
+
 static int arena_init(void) {
     if (arena_ready_) return 0;
     if (arena_failed_) return -1;
@@ -288,10 +330,26 @@ static int arena_init(void) {
     }
     arena_reserved_ = want;
     arena_ready_ = 1;
+    guard_ = guard_from_env();
     emit("{\"ev\":\"arena\",\"ok\":1,\"base\":%llu,\"reserved\":%llu,\"granularity\":%llu,"
-         "\"device\":%d,\"arch\":\"sm_%d%d\"}", R3_ARENA_BASE, (unsigned long long)want,
-         (unsigned long long)g, device_, major, minor);
+         "\"device\":%d,\"arch\":\"sm_%d%d\",\"guard\":%llu}", R3_ARENA_BASE,
+         (unsigned long long)want, (unsigned long long)g, device_, major, minor,
+         (unsigned long long)guard_);
     return 0;
+}
+
+/* Zero a newly mapped chunk, so the guards and alignment gaps read as zero, as they do in
+ * replay (its prologue image is zero outside the allocations).  The memset runs on the legacy
+ * stream, so wait for it before the memory is handed out.  Not while a capture is open: a
+ * memset and a synchronization there are prohibited calls that would break it. */
+static void zero_chunk(CUdeviceptr addr, size_t size) {
+    if (capturing_ > 0 || faulted_) return;
+    CUresult (*memset8)(CUdeviceptr, unsigned char, size_t) =
+        DRV(CUresult (*)(CUdeviceptr, unsigned char, size_t), "cuMemsetD8", 3020);
+    CUresult (*sync)(void) = DRV(CUresult (*)(void), "cuCtxSynchronize", 2000);
+    if (!memset8 || !sync || memset8(addr, 0, size) != CUDA_SUCCESS) return;
+    CUresult rc = sync();
+    if (is_fault(rc)) fault_pending(rc, "cuCtxSynchronize after zeroing new arena memory");
 }
 
 static int arena_map_until(uint64_t end) {
@@ -322,6 +380,7 @@ static int arena_map_until(uint64_t end) {
     desc.location = prop_.location;
     desc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
     if (access(R3_ARENA_BASE + arena_mapped_, size, &desc, 1) != CUDA_SUCCESS) return -1;
+    zero_chunk(R3_ARENA_BASE + arena_mapped_, size);
     arena_mapped_ += size;
     return 0;
 }
@@ -329,9 +388,9 @@ static int arena_map_until(uint64_t end) {
 /* Returns the block index, or -1 when the arena cannot serve it (caller passes through). */
 static long arena_alloc(uint64_t size, CUdeviceptr *out) {
     if (arena_init() != 0) return -1;
-    uint64_t off = round_up(arena_top_, R3_ALIGNMENT);
-    uint64_t n = size ? size : 1;
-    if (arena_map_until(off + n) != 0) return -1;
+    uint64_t n = size ? size : 1, end;
+    uint64_t off = arena_place(arena_top_, n, guard_, &end);
+    if (arena_map_until(end) != 0) return -1;
     arena_top_ = off + n;
     GROW(blocks_, nblocks_, capblocks_);
     blocks_[nblocks_] = (block_t){R3_ARENA_BASE + off, size, 1};
@@ -675,6 +734,8 @@ static void resolve_launch_helpers(void) {
     d_klib = DRV(klib_fn, "cuKernelGetLibrary", 12050);
     if (!r_kernfunc) r_kernfunc = DRV(kernfunc_fn, "cuKernelGetFunction", 12000);
     d_sync = DRV(sync_fn, "cuCtxSynchronize", 2000);
+    const char *lb = getenv("CUDA_LAUNCH_BLOCKING");
+    launch_blocking_ = lb && *lb == '1';
 }
 
 /* The launch gate.  Events around a launch time it from the start event to the end event on
@@ -698,7 +759,9 @@ static unsigned long long gated_;
 
 static void gate_init(void) {
     gate_state_ = -1;
-    if (getenv("R3_REC_NO_GATE")) return;
+    /* With CUDA_LAUNCH_BLOCKING=1 a launch returns when its kernel has finished, and the
+     * kernel waits for the gate the host opens after the launch returns: no gate. */
+    if (getenv("R3_REC_NO_GATE") || launch_blocking_) return;
     hostalloc_fn halloc = DRV(hostalloc_fn, "cuMemHostAlloc", 3020);
     hostdptr_fn hdptr = DRV(hostdptr_fn, "cuMemHostGetDevicePointer", 3020);
     d_waitval = DRV(waitval_fn, "cuStreamWaitValue32", 11070);
@@ -763,15 +826,95 @@ static void give_event(CUevent e) {
     else if (d_evdestroy) d_evdestroy(e);
 }
 
+/* ---------------------------------------------------------------- faults ---------------- */
+/* The errors a kernel leaves behind (sticky: the context is unusable from then on). */
+static int is_fault(CUresult rc) {
+    switch ((int)rc) {
+    case CUDA_ERROR_ECC_UNCORRECTABLE: case CUDA_ERROR_ILLEGAL_ADDRESS:
+    case CUDA_ERROR_LAUNCH_TIMEOUT: case CUDA_ERROR_ASSERT: case CUDA_ERROR_HARDWARE_STACK_ERROR:
+    case CUDA_ERROR_ILLEGAL_INSTRUCTION: case CUDA_ERROR_MISALIGNED_ADDRESS:
+    case CUDA_ERROR_INVALID_ADDRESS_SPACE: case CUDA_ERROR_INVALID_PC:
+    case CUDA_ERROR_LAUNCH_FAILED:
+    case 721:  /* CUDA_ERROR_TENSOR_MEMORY_LEAK (CUDA 12.8) */
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+static const char *config_name(const config_t *k) {
+    return k->fidx >= 0 ? funcs_[k->fidx].name : NULL;
+}
+
+/* Report the first fault, once, as one "fault" event: the launch it names (`name` the
+ * kernel's entry point, NULL for a graph or nothing; `graph` a graph id or -1; `nth` its
+ * launch number of that kernel or graph and `launch` the process's, 0 when unknown), whether
+ * that launch is `exact`ly the one that faulted (it ran alone and was synchronized, or the
+ * launch was blocking) or only the oldest launch not known to have finished, and `where` the
+ * error surfaced.  From then on no launch is snapshotted or timed. */
+static void note_fault(CUresult rc, const char *name, int config, int graph,
+                       unsigned long long nth, unsigned long long launch, int exact,
+                       const char *where) {
+    if (faulted_) return;
+    faulted_ = 1;
+    typedef CUresult (*errstr_fn)(CUresult, const char **);
+    errstr_fn gname = DRV(errstr_fn, "cuGetErrorName", 6000);
+    errstr_fn gtext = DRV(errstr_fn, "cuGetErrorString", 6000);
+    const char *ename = NULL, *text = NULL;
+    if (!gname || gname(rc, &ename) != CUDA_SUCCESS) ename = NULL;
+    if (!gtext || gtext(rc, &text) != CUDA_SUCCESS) text = NULL;
+    open_index();
+    if (!index_) return;
+    fprintf(index_, "{\"ev\":\"fault\",\"code\":%d,\"error\":", (int)rc);
+    emit_string(index_, ename ? ename : "");
+    fputs(",\"text\":", index_);
+    emit_string(index_, text ? text : "");
+    fputs(",\"name\":", index_);
+    if (name) emit_string(index_, name);
+    else fputs("null", index_);
+    fprintf(index_, ",\"config\":%d,\"graph\":%d,\"nth\":%llu,\"launch\":%llu,\"exact\":%d,"
+            "\"where\":", config, graph, nth, launch, exact);
+    emit_string(index_, where);
+    fputs("}\n", index_);
+    fflush(index_);
+}
+
+/* A fault seen asynchronously: the oldest launch whose end event was not yet seen is the
+ * first that may have faulted (those before it finished without error).  The pending
+ * events cannot be read any more: they are given back. */
+static void fault_pending(CUresult rc, const char *where) {
+    if (faulted_) return;
+    if (!npending_) {
+        note_fault(rc, NULL, -1, -1, 0, 0, 0, where);
+    } else if (pending_[0].graph) {
+        note_fault(rc, NULL, -1, pending_[0].graph - 1, pending_[0].nth, pending_[0].launch, 0,
+                   where);
+    } else {
+        const config_t *k = &configs_[pending_[0].config];
+        note_fault(rc, config_name(k), k->id, -1, pending_[0].nth, pending_[0].launch, 0, where);
+    }
+    for (size_t i = 0; i < npending_; i++) { give_event(pending_[i].a); give_event(pending_[i].b); }
+    npending_ = 0;
+}
+
 /* Read finished event pairs in launch order; with `wait`, wait for all of them. */
 static void harvest(int wait) {
     size_t done = 0;
     for (; done < npending_; done++) {
         pending_t *p = &pending_[done];
-        if (wait && d_evsync) d_evsync(p->b);
-        else if (!d_evquery || d_evquery(p->b) != CUDA_SUCCESS) break;
+        CUresult st;
+        if (wait && d_evsync) st = d_evsync(p->b);
+        else if (d_evquery) st = d_evquery(p->b);
+        else break;
+        if (st == CUDA_ERROR_NOT_READY) break;
+        if (is_fault(st)) {
+            memmove(pending_, pending_ + done, (npending_ - done) * sizeof *pending_);
+            npending_ -= done;
+            fault_pending(st, wait ? "cuEventSynchronize" : "cuEventQuery");
+            return;
+        }
         float ms = 0;
-        if (d_elapsed && d_elapsed(&ms, p->a, p->b) == CUDA_SUCCESS) {
+        if (st == CUDA_SUCCESS && d_elapsed && d_elapsed(&ms, p->a, p->b) == CUDA_SUCCESS) {
             if (p->graph) {
                 graphs_[p->graph - 1].time_s += ms * 1e-3;
                 graphs_[p->graph - 1].timed++;
@@ -905,10 +1048,11 @@ static size_t select_blocks(const unsigned char *args, size_t nargs, long *ids, 
 
 /* Snapshot one launch of `cfg`: its first (check 0: the recorded launch, whose argument bytes
  * become the configuration's reference) or its second (check 1: a check launch; `same` says
- * whether its arguments equal the reference).  Files are c<id>-* and k<id>-* apart. */
+ * whether its arguments equal the reference).  Files are c<id>-* and k<id>-* apart.  The
+ * caller has synchronized (settle()): the application's queued work belongs to the prologue,
+ * and a fault after the launch is this launch's.  `nth`: the kernel's launch number. */
 static CUresult snapshot_launch(const call_t *c, config_t *cfg, func_t *fi, const char *name,
-                                int check, int same) {
-    d_sync();  /* the application's queued work belongs to the prologue */
+                                int check, int same, unsigned long long nth) {
     CUfunction fn = c->f;
     if (fi && fi->is_kernel && r_kernfunc) r_kernfunc(&fn, (CUkernel)c->f);
     size_t offs[512], sizes[512], np = 0, nargs = 0;
@@ -967,19 +1111,25 @@ static CUresult snapshot_launch(const call_t *c, config_t *cfg, func_t *fi, cons
     if (b && rec) rec(b, c->s);
     if (gated) gate_open();
     CUresult sync_rc = d_sync();
+    /* a faulted launch has no epilogue: its files are not written (the launch is reported,
+     * and not replayable) */
+    CUresult fault = is_fault(rc) ? rc : is_fault(sync_rc) ? sync_rc : CUDA_SUCCESS;
     float ms = 0;
-    if (a && b && d_elapsed && d_elapsed(&ms, a, b) == CUDA_SUCCESS) {
+    if (!fault && a && b && d_elapsed && d_elapsed(&ms, a, b) == CUDA_SUCCESS) {
         cfg->time_s += ms * 1e-3; cfg->timed++;
         if (check ? same : cfg->ref_known) { cfg->same_time_s += ms * 1e-3; cfg->same_timed++; }
     }
     give_event(a); give_event(b);
     for (size_t i = 0; i < nsel; i++) {
-        if (d_dtoh && blocks_[ids[i]].size) d_dtoh(host[i], blocks_[ids[i]].addr, blocks_[ids[i]].size);
-        snprintf(file, sizeof file, "%c%d-a%ld.epi", tag, cfg->id, ids[i]);
-        write_file(file, host[i], blocks_[ids[i]].size);
+        if (!fault) {
+            if (d_dtoh && blocks_[ids[i]].size)
+                d_dtoh(host[i], blocks_[ids[i]].addr, blocks_[ids[i]].size);
+            snprintf(file, sizeof file, "%c%d-a%ld.epi", tag, cfg->id, ids[i]);
+            write_file(file, host[i], blocks_[ids[i]].size);
+        }
         free(host[i]);
     }
-    for (size_t k = 0; k < ng; k++) {
+    for (size_t k = 0; k < ng && !fault; k++) {
         global_t *g = &globals_[gsel[k]];
         unsigned char *buf = malloc(g->size + 1);
         if (d_dtoh) d_dtoh(buf, g->addr, g->size);
@@ -1024,6 +1174,9 @@ static CUresult snapshot_launch(const call_t *c, config_t *cfg, func_t *fi, cons
     }
     free(ids); free(host);
     if (check || !cfg->ref_known) free(args);  /* else the reference holds it */
+    if (fault)
+        note_fault(fault, name, cfg->id, -1, nth, launches_, 1,
+                   fault == rc ? "the launch" : "cuCtxSynchronize after the launch");
     return rc;
 }
 
@@ -1040,13 +1193,42 @@ static void ensure_exit_handler(void) {
 }
 
 /* 0: stream `s` is not capturing; 1: it is (what is launched there becomes a graph node);
- * 2: the driver will not say (the legacy stream while a blocking stream captures). */
+ * 2: the driver will not say (CUDA_ERROR_STREAM_CAPTURE_IMPLICIT: the legacy stream while a
+ * blocking stream captures); -1: the query failed otherwise.  A sticky error left by a
+ * faulted kernel makes the query fail too, and it is not a capture: it is reported as the
+ * fault (faulted_ is set); any other error is kept in capture_error_. */
 static int stream_capture(int ptsz, CUstream s) {
     iscap_fn fn = ptsz ? d_iscap_ptsz : d_iscap;
     if (!fn) return 0;
     CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
-    if (fn(s, &st) != CUDA_SUCCESS) return 2;
-    return st == CU_STREAM_CAPTURE_STATUS_NONE ? 0 : 1;
+    CUresult rc = fn(s, &st);
+    if (rc == CUDA_SUCCESS) return st == CU_STREAM_CAPTURE_STATUS_NONE ? 0 : 1;
+    if (rc == CUDA_ERROR_STREAM_CAPTURE_IMPLICIT) return 2;
+    if (is_fault(rc)) fault_pending(rc, "cuStreamIsCapturing");
+    else capture_error_ = rc;
+    return -1;
+}
+
+/* Wait for the application's queued work before a snapshot; 0 if that work faulted (then
+ * reported, and the launch must pass through). */
+static int settle(void) {
+    CUresult rc = d_sync();
+    if (is_fault(rc)) fault_pending(rc, "cuCtxSynchronize before a snapshot");
+    return !faulted_;
+}
+
+/* A launch after a fault passes through untouched, counted: the application gets the
+ * driver's answer (the sticky error) as it would without R3.  Unlocks. */
+static CUresult pass_after_fault(const call_t *c) {
+    after_fault_++;
+    pthread_mutex_unlock(&lock_);
+    return do_launch(c);
+}
+
+/* Count a launch of `k`'s function; its launch number (the configuration's where the
+ * function is unknown). */
+static unsigned long long count_launch(const config_t *k) {
+    return k->fidx >= 0 ? ++funcs_[k->fidx].launches : k->count;
 }
 
 static CUresult on_launch(const call_t *c) {
@@ -1054,11 +1236,18 @@ static CUresult on_launch(const call_t *c) {
     ensure_exit_handler();
     resolve_launch_helpers();
     launches_++;
+    if (faulted_) return pass_after_fault(c);
     /* A launch into a capturing stream only adds a node to the graph being built: an event
      * recorded or a synchronization there would invalidate the capture.  While any capture
      * is open, a launch elsewhere passes through too: in the default (global) capture mode
      * the event queries and synchronizations of recording are prohibited calls. */
     int capture = stream_capture(c->ptsz, c->s);
+    if (faulted_) return pass_after_fault(c);  /* the query met a fault's sticky error */
+    if (capture < 0) {  /* the driver would not say, for another reason: pass through */
+        capture_unknown_++;
+        pthread_mutex_unlock(&lock_);
+        return do_launch(c);
+    }
     if (capture || capturing_ > 0) {
         if (capture == 1) captured_launches_++;
         else capture_skipped_++;
@@ -1073,19 +1262,25 @@ static CUresult on_launch(const call_t *c) {
     }
     CUresult rc;
     int same;
+    unsigned long long nth;
     if (!cfg) {
+        func_t *fi = func_lookup(c->f);
+        if (!fi || !fi->name) fi = learn_func(c->f);
+        const char *name = fi ? fi->name : NULL;
+        open_index();  /* reads R3_RECORD_KERNELS: a first launch may precede any allocation */
+        int snap = name_selected(name) && d_sync;
+        if (snap && !settle()) return pass_after_fault(c);
         GROW(configs_, nconfigs_, capconfigs_);
         cfg = &configs_[nconfigs_];
         memset(cfg, 0, sizeof *cfg);
         cfg->func = c->f; cfg->id = (int)nconfigs_++; cfg->shm = c->shm;
+        cfg->fidx = fi ? (long)(fi - funcs_) : -1;
         memcpy(cfg->g, c->g, sizeof cfg->g); memcpy(cfg->b, c->b, sizeof cfg->b);
-        func_t *fi = func_lookup(c->f);
-        if (!fi || !fi->name) fi = learn_func(c->f);
-        const char *name = fi ? fi->name : NULL;
         cfg->count = 1;
-        if (name_selected(name) && d_sync) {
+        nth = count_launch(cfg);
+        if (snap) {
             cfg->recorded = 1;
-            rc = snapshot_launch(c, cfg, fi, name ? name : "unknown_kernel", 0, 0);
+            rc = snapshot_launch(c, cfg, fi, name ? name : "unknown_kernel", 0, 0, nth);
         } else {
             open_index();
             if (index_) {
@@ -1101,12 +1296,15 @@ static CUresult on_launch(const call_t *c) {
         return rc;
     }
     cfg->count++;
+    nth = count_launch(cfg);
     if (cfg->recorded && !cfg->checked && checks_ && d_sync) {
+        if (!settle()) return pass_after_fault(c);
         cfg->checked = 1;
         same = same_args(cfg, c);
         if (same) cfg->same_count++;
-        func_t *fi = func_lookup(c->f);
-        rc = snapshot_launch(c, cfg, fi, fi && fi->name ? fi->name : "unknown_kernel", 1, same);
+        const char *name = config_name(cfg);
+        rc = snapshot_launch(c, cfg, func_lookup(c->f), name ? name : "unknown_kernel", 1, same,
+                             nth);
         pthread_mutex_unlock(&lock_);
         return rc;
     }
@@ -1114,6 +1312,7 @@ timed:
     same = same_args(cfg, c);
     if (same) cfg->same_count++;
     harvest(0);
+    if (faulted_) return pass_after_fault(c);  /* an earlier launch's end event said so */
     if (npending_ == R3_MAX_PENDING) harvest(1);  /* bounds memory; rare */
     {
         CUevent a = take_event(), b = take_event();
@@ -1123,11 +1322,19 @@ timed:
         rc = do_launch(c);
         if (a && b && rec && rc == CUDA_SUCCESS) {
             rec(b, c->s);
-            pending_[npending_++] = (pending_t){a, b, cfg->id, 0, same};
+            pending_[npending_++] = (pending_t){a, b, cfg->id, 0, same, nth, launches_};
         } else {
             give_event(a); give_event(b);
         }
         if (gated) gate_open();
+    }
+    if (is_fault(rc)) {
+        /* a blocking launch returns its own kernel's fault; else the error is an earlier one */
+        if (launch_blocking_)
+            note_fault(rc, config_name(cfg), cfg->id, -1, nth, launches_, 1,
+                       "the launch (CUDA_LAUNCH_BLOCKING=1)");
+        else
+            fault_pending(rc, "a later launch");
     }
     pthread_mutex_unlock(&lock_);
     return rc;
@@ -1297,7 +1504,13 @@ static CUresult graph_launch(int ptsz, CUgraphExec exec, CUstream s) {
     pthread_mutex_lock(&lock_);
     ensure_exit_handler();
     resolve_launch_helpers();
-    int capture = stream_capture(ptsz, s);
+    int capture = faulted_ ? 0 : stream_capture(ptsz, s);
+    if (faulted_ || capture < 0) {  /* after a fault, or the driver would not say */
+        if (faulted_) after_fault_++;
+        else capture_unknown_++;
+        pthread_mutex_unlock(&lock_);
+        return real(exec, s);
+    }
     if (capture == 1) {  /* a graph launched into a capture becomes a child graph node */
         pthread_mutex_unlock(&lock_);
         return real(exec, s);
@@ -1310,6 +1523,11 @@ static CUresult graph_launch(int ptsz, CUgraphExec exec, CUstream s) {
         return real(exec, s);
     }
     harvest(0);
+    if (faulted_) {
+        after_fault_++;
+        pthread_mutex_unlock(&lock_);
+        return real(exec, s);
+    }
     if (npending_ == R3_MAX_PENDING) harvest(1);
     CUevent a = take_event(), b = take_event();
     evrecord_fn rec = ptsz ? d_evrecord_ptsz : d_evrecord;
@@ -1318,11 +1536,18 @@ static CUresult graph_launch(int ptsz, CUgraphExec exec, CUstream s) {
     CUresult rc = real(exec, s);
     if (a && b && rec && rc == CUDA_SUCCESS) {
         rec(b, s);
-        pending_[npending_++] = (pending_t){a, b, 0, x->id + 1, 0};
+        pending_[npending_++] = (pending_t){a, b, 0, x->id + 1, 0, x->launches, graph_launches_};
     } else {
         give_event(a); give_event(b);
     }
     if (gated) gate_open();
+    if (is_fault(rc)) {
+        if (launch_blocking_)
+            note_fault(rc, NULL, -1, x->id, x->launches, graph_launches_, 1,
+                       "the graph launch (CUDA_LAUNCH_BLOCKING=1)");
+        else
+            fault_pending(rc, "a later graph launch");
+    }
     pthread_mutex_unlock(&lock_);
     return rc;
 }
@@ -1493,9 +1718,11 @@ static void finish(int harvest_events) {
         fprintf(index_, "]}\n{\"ev\":\"end\",\"launches\":%llu,\"getproc\":%d,\"exported\":%d,"
                 "\"arena_failed\":%d,\"harvested\":%d,\"graph_launches\":%llu,"
                 "\"captured_launches\":%llu,\"capture_skipped\":%llu,\"gate\":%d,"
-                "\"gated\":%llu}\n", launches_,
+                "\"gated\":%llu,\"faulted\":%d,\"after_fault\":%llu,"
+                "\"capture_unknown\":%llu,\"capture_error\":%d}\n", launches_,
                 getproc_seen_, exported_seen_, arena_failed_, harvest_events, graph_launches_,
-                captured_launches_, capture_skipped_, gate_state_, gated_);
+                captured_launches_, capture_skipped_, gate_state_, gated_, faulted_, after_fault_,
+                capture_unknown_, (int)capture_error_);
         fclose(index_);
         index_ = NULL;
     }
