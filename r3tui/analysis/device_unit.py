@@ -183,6 +183,7 @@ def device_unit(unit: str, kernel: str, headers: Mapping[str, str] | None = None
             if member.kind is ItemKind.FUNCTION and member.space is ExecutionSpace.HOST and (
                     not {"constexpr", "virtual"} & words(_head(member.text))):
                 cut.append((member.start, member.end))
+    cut += _error_gaps(data, parsed.items, top)
     pieces, body = _cut(data, flat.pieces, sorted(cut))
     prelude = _prelude(flat.system, text)
     shift = len(prelude)
@@ -254,7 +255,9 @@ def _mask_comments(text: str) -> str:
 
 
 def _prelude(system: Iterable[str], text: str) -> str:
-    lines: list[str] = []
+    # the application's code is written for nvcc, which defines __NVCC__ (NVRTC does not):
+    # `#if !defined(__NVCC__)` branches meant for host compilers must stay closed
+    lines: list[str] = ["#ifndef __NVCC__", "#define __NVCC__ 1", "#endif"]
     standard = False
     for name in system:
         mapped = STANDARD_HEADERS.get(name)
@@ -266,7 +269,8 @@ def _prelude(system: Iterable[str], text: str) -> str:
             line = f"#include <{header}>"
             if line not in lines:
                 lines.append(line)
-    if standard:
+    if standard:  # (<cuda/std/cassert> alone declares no cuda::std)
+        lines.append("namespace cuda { namespace std {} }")
         lines.append("namespace std { using namespace cuda::std; }")
         if "#include <cuda/std/cstdint>" in lines:
             lines.extend(f"using cuda::std::{t};" for t in _INT_TYPES)
@@ -274,7 +278,7 @@ def _prelude(system: Iterable[str], text: str) -> str:
     for name, value in _MATH_CONSTANTS:
         if name in used:
             lines.append(f"#ifndef {name}\n#define {name} {value}\n#endif")
-    return "\n".join(lines) + "\n" if lines else ""
+    return "\n".join(lines) + "\n"
 
 
 # -- slicing ---------------------------------------------------------------------------------
@@ -301,11 +305,47 @@ def _top_level(items: Sequence[Item]) -> list[Item]:
     out: list[Item] = []
     end = -1
     for item in sorted((i for i in items if i.start >= 0), key=lambda i: (i.start, -i.end)):
+        if item.kind is ItemKind.ERROR:
+            continue  # text the parser could not place: the items it found inside stand alone
         if item.start < end:
             continue
         out.append(item)
         end = item.end
     return out
+
+
+_DIRECTIVE_LINE = re.compile(rb"^[ \t]*#(?:[^\n]*\\\n)*[^\n]*", re.MULTILINE)
+
+
+def _error_gaps(data: bytes, items: Sequence[Item], top: Sequence[Item]
+                ) -> list[tuple[int, int]]:
+    """The parts of unparsed regions that are no item of their own (``#ifdef __cplusplus
+    extern "C" { #endif`` reads as one): left out, since nothing the kernel reaches is there;
+    their preprocessor lines stay, so every #if keeps its #endif."""
+    gaps: list[tuple[int, int]] = []
+    for start, end in _error_regions(items, top):
+        at = start
+        for line in _DIRECTIVE_LINE.finditer(data, start, end):
+            if line.start() > at:
+                gaps.append((at, line.start()))
+            at = max(at, min(line.end() + 1, end))  # the line and its newline
+        if at < end:
+            gaps.append((at, end))
+    return gaps
+
+
+def _error_regions(items: Sequence[Item], top: Sequence[Item]) -> list[tuple[int, int]]:
+    gaps: list[tuple[int, int]] = []
+    for error in (i for i in items if i.kind is ItemKind.ERROR and i.start >= 0):
+        at = error.start
+        for inner in sorted((i for i in top if error.start <= i.start and i.end <= error.end),
+                            key=lambda i: i.start):
+            if inner.start > at:
+                gaps.append((at, inner.start))
+            at = max(at, inner.end)
+        if at < error.end:
+            gaps.append((at, error.end))
+    return gaps
 
 
 def _members(items: Sequence[Item], outer: Item) -> list[Item]:
