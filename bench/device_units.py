@@ -1,0 +1,166 @@
+"""How R3 compiles an application's kernel: its device unit with NVRTC, or the whole unit with
+nvcc (issue #18, docs/device-unit.md).  Measured on the corpus programs' own units, on the
+machine it runs on; no GPU is needed.
+
+For every CUDA unit of every corpus program (its compile_commands.json, written by
+`bench/corpus.py prepare`): nvcc compiles the whole unit to a cubin as the application's build
+does (`-cubin`, timed), which also lists the kernels the unit instantiates (the entry points a
+recording would see).  For each kernel, R3 makes its device unit (headers collected the way
+`r3 record` does) and compiles it with NVRTC twice (the second compile is what every candidate
+after the first costs: the precompiled header is warm).  Prints a row per program and:
+
+    device_unit_kernels_nvrtc_ok: K/N   (kernels whose device unit NVRTC compiles)
+    device_unit_programs_nvrtc_ok: P/20 (programs where it does for every kernel)
+    nvrtc_compile_ms_median: first, warm
+    nvcc_unit_compile_s_median: X
+
+    python bench/device_units.py [--only P,...] [--out FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path, PurePosixPath
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
+
+from corpus import CORPUS, RECIPES  # noqa: E402
+
+from r3tui.analysis.device_unit import DeviceUnitError, device_unit  # noqa: E402
+from r3tui.compile.base import CompileRequest, first_error_line, get_toolchain  # noqa: E402
+from r3tui.compile.cubin import Cubin  # noqa: E402
+from r3tui.compile.nvrtc import default_include_dirs  # noqa: E402
+from r3tui.record.headers import collect  # noqa: E402
+from r3tui.record.sources import (  # noqa: E402
+    kernel_expression,
+    qualified_name,
+    read_compile_db,
+)
+
+
+def nvcc_cubin(command_path: Path, include_dirs: list[Path], defines: list[tuple[str, str]],
+               options: list[str], out: Path) -> tuple[float, bytes | None, str]:
+    argv = ["nvcc", "-cubin", "-O3", "-arch=sm_90", *options,
+            *(f"-I{d}" for d in include_dirs), *(f"-D{k}={v}" for k, v in defines),
+            "-o", str(out), str(command_path)]
+    started = time.perf_counter()
+    run = subprocess.run(argv, capture_output=True, text=True, timeout=600,
+                         cwd=command_path.parent, check=False)
+    seconds = time.perf_counter() - started
+    if run.returncode != 0:
+        return seconds, None, first_error_line(run.stderr)
+    return seconds, out.read_bytes(), ""
+
+
+def kernel_rows(program: str, work: Path) -> list[dict[str, object]]:
+    db = CORPUS / program / "compile_commands.json"
+    rows: list[dict[str, object]] = []
+    nvrtc = get_toolchain("nvrtc")
+    for index, command in enumerate(read_compile_db(db)):
+        if command.path.suffix != ".cu":
+            continue
+        includes = list(command.include_dirs)
+        seconds, cubin, error = nvcc_cubin(command.path, includes, list(command.defines),
+                                           [o for o in command.options if o != "-Xptxas"],
+                                           work / f"{program}-{index}.cubin")
+        if cubin is None:
+            rows.append({"program": program, "unit": command.path.name, "kernel": None,
+                         "nvcc_s": seconds, "ok": False, "why": f"nvcc: {error}"})
+            continue
+        text = command.path.read_text(errors="replace")
+        tree = collect(command.path, text, includes)
+        root = _root(command.path, tree.origins, tree.files)
+        headers = {name: data.decode("utf-8", "replace") for name, data in tree.files}
+        dirs = list(tree.include_dirs) or ["."]
+        unit_dir = str(PurePosixPath(dirs[0]))
+        for entry in Cubin.parse(cubin).kernel_names():
+            row: dict[str, object] = {"program": program, "unit": command.path.name,
+                                      "kernel": entry, "nvcc_s": seconds}
+            wanted = qualified_name(entry)
+            if wanted is None:
+                rows.append({**row, "ok": False, "why": "cannot read the entry point"})
+                continue
+            scopes = [s.replace("(anonymous namespace)", "(anonymous)")
+                      for s in wanted.scopes] if entry.startswith("_Z") else None
+            try:
+                unit = device_unit(text, wanted.name, headers, dirs or [unit_dir],
+                                   cuda_include_dirs=default_include_dirs(), scopes=scopes)
+            except DeviceUnitError as exc:
+                rows.append({**row, "ok": False, "why": f"device unit: {exc}"})
+                continue
+            request = CompileRequest(unit.text, kernel_expression(entry),
+                                     defines=tuple(command.defines), source_name=command.path.name)
+            first = nvrtc.compile(request)
+            warm = nvrtc.compile(request) if first.ok else first
+            rows.append({**row, "ok": first.ok, "first_ms": first.seconds * 1e3,
+                         "warm_ms": warm.seconds * 1e3, "file": unit.file or command.path.name,
+                         "why": "" if first.ok else f"nvrtc: {first_error_line(first.log)}",
+                         "root": str(root)})
+    return rows
+
+
+def _root(unit: Path, origins: tuple[Path, ...], files: tuple[tuple[str, bytes], ...]) -> Path:
+    for origin, (name, _data) in zip(origins, files, strict=False):
+        return Path(str(origin)[: -len(name)] if str(origin).endswith(name) else unit.parent)
+    return unit.parent
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", help="comma-separated program names")
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args()
+    wanted = set(args.only.split(",")) if args.only else None
+    lines = [f"# bench/device_units.py on {platform.node()}, {platform.processor() or 'cpu'}, "
+             f"{time.strftime('%Y-%m-%d %H:%M')}", f"# nvrtc: {get_toolchain('nvrtc').version()}"]
+    rows: list[dict[str, object]] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for recipe in RECIPES:
+            if wanted and recipe.name not in wanted:
+                continue
+            if not (CORPUS / recipe.name / "compile_commands.json").is_file():
+                lines.append(f"{recipe.name}: not prepared (python bench/corpus.py prepare)")
+                continue
+            found = kernel_rows(recipe.name, Path(tmp))
+            rows.extend(found)
+            kernels = [r for r in found if r["kernel"]]
+            ok = [r for r in kernels if r["ok"]]
+            failed = [r for r in found if not r["ok"]]
+            line = f"{recipe.name:16} kernels {len(ok)}/{len(kernels)} compile with NVRTC"
+            if failed:
+                line += f"; first failure: {failed[0]['kernel']}: {str(failed[0]['why'])[:160]}"
+            lines.append(line)
+            print(lines[-1], flush=True)
+    kernels = [r for r in rows if r["kernel"]]
+    ok = [r for r in kernels if r["ok"]]
+    programs = {str(r["program"]) for r in rows}
+    good = {p for p in programs if all(r["ok"] for r in rows if r["program"] == p)}
+    first = [float(str(r["first_ms"])) for r in ok]
+    warm = [float(str(r["warm_ms"])) for r in ok]
+    nvcc = sorted({(str(r["program"]), str(r["unit"])): float(str(r["nvcc_s"]))
+                   for r in rows}.values())
+    lines += [
+        f"device_unit_kernels_nvrtc_ok: {len(ok)}/{len(kernels)}",
+        f"device_unit_programs_nvrtc_ok: {len(good)}/{len(programs)}",
+        f"nvrtc_compile_ms_median: first {statistics.median(first):.0f}, "
+        f"warm {statistics.median(warm):.0f}" if ok else "nvrtc_compile_ms_median: n/a",
+        f"nvcc_unit_compile_s_median: {statistics.median(nvcc):.2f}" if nvcc else
+        "nvcc_unit_compile_s_median: n/a",
+    ]
+    for line in lines[-4:]:
+        print(line)
+    if args.out:
+        args.out.write_text("\n".join(lines) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
