@@ -85,7 +85,9 @@ def build_space(kind: SpaceKind, launch: LaunchInfoLike) -> SearchSpace:
     missing = set(kind.options) - {s.name for s in specs}
     if missing:
         raise SystemExit(f"record_spaces: nvrtc has no option {sorted(missing)}")
-    return SearchSpace.from_parts(option_dims(specs), LaunchSpec.of(launch),
+    # the powers-of-two ladder the tables in tests/data/spaces were recorded with, so that a
+    # space recorded again is the same space and its size fits one short GPU call
+    return SearchSpace.from_parts(option_dims(specs), LaunchSpec.of(launch, ladder="pow2"),
                                   limits=DeviceLimits(), include_launch_bounds=kind.launch_bounds)
 
 

@@ -229,8 +229,9 @@ class LaunchSpec:
                 "static_shared_bytes": self.static_shared_bytes,
                 "block_shapes": None if self.block_shapes is None
                 else [list(b.as_tuple()) for b in self.block_shapes],
-                "facts": None if self.facts is None else self.facts.to_json(),
-                "ladder": self.ladder}
+                # only where set: a powers-of-two space describes itself as it always did
+                **({"facts": self.facts.to_json()} if self.facts is not None else {}),
+                **({"ladder": self.ladder} if self.ladder != "pow2" else {})}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> LaunchSpec:
