@@ -320,9 +320,39 @@ def export_variant(
             )
         ),
     }
+    if recording is not None and variant.source != original:
+        patch = application_patch(Path(recording.bundle_path), original, variant.source, name)
+        if patch is not None:
+            files[out / "application.patch"] = patch
     for path, text in files.items():
         path.write_text(text)
     return list(files)
+
+
+def application_patch(bundle_path: Path, original: str, variant: str, kernel: str) -> str | None:
+    """For a campaign on an application's device unit: the variant's kernel definition as a
+    patch of the file that defines it (a header, another unit), which is what ``r3 apply``
+    writes; None for a standalone kernel, or when the bundle is not on this machine."""
+    from r3tui.engine.apply import splice_definition
+    from r3tui.engine.unit_source import defining_file, seed_unit
+    from r3tui.record.bundle import Bundle
+
+    try:
+        bundle = Bundle.open(bundle_path)
+        if seed_unit(bundle).source.text != original:
+            return None
+        found = defining_file(bundle)
+    except R3Error:
+        return None
+    if found is None:
+        return None
+    file, text = found
+    spliced = splice_definition(text, variant, kernel)
+    if spliced is None or spliced == text:
+        return None
+    return "".join(difflib.unified_diff(text.splitlines(keepends=True),
+                                        spliced.splitlines(keepends=True),
+                                        fromfile=f"a/{file}", tofile=f"b/{file}"))
 
 
 def _cmd_export(args: argparse.Namespace) -> int:

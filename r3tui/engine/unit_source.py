@@ -97,6 +97,19 @@ def seed_unit(bundle: Bundle) -> SeedUnit:
     return SeedUnit(replace(source, text=unit.text, confined=True), unit, text)
 
 
+def defining_file(bundle: Bundle) -> tuple[str, str] | None:
+    """The name (header tree path, or the recorded unit's name) and recorded text of the file
+    that defines an application's kernel; None when the campaign searches the recorded
+    source itself (nothing to map back)."""
+    seed = seed_unit(bundle)
+    if seed.unit is None:
+        return None
+    if seed.unit.file is None:
+        sources = bundle.manifest.kernel.sources
+        return (sources[0].name if sources else "kernel.cu"), seed.recorded_text
+    return seed.unit.file, bundle.header_texts()[seed.unit.file]
+
+
 @dataclass(frozen=True)
 class Preflight:
     toolchain: str

@@ -67,3 +67,20 @@ def test_apply_writes_the_tuned_kernel_into_the_header_that_defines_it(tmp_path:
     assert header[:before] == KERNELS_CUH[:before]
     assert header.endswith(KERNELS_CUH[KERNELS_CUH.index("__global__ void unused_kernel"):])
     assert (tree / "src/main.cu").read_text() == MAIN_CU
+
+
+def test_export_patches_the_file_that_defines_the_kernel(tmp_path: Path) -> None:
+    from r3tui.report import application_patch
+
+    bundle = app_bundle(tmp_path / "b")
+    original = seed_unit(bundle).source.text
+    tuned = original.replace(LOOP, "  #pragma unroll\n" + LOOP)
+    patch = application_patch(bundle.path, original, tuned, KERNEL)
+    assert patch is not None
+    assert patch.startswith("--- a/src/kernels.cuh\n+++ b/src/kernels.cuh\n")
+    added = [line for line in patch.splitlines() if line.startswith("+") and
+             not line.startswith("+++")]
+    assert added == ["+  #pragma unroll"]
+    # a standalone kernel's campaign, or an unchanged variant: nothing to patch
+    assert application_patch(bundle.path, original, original, KERNEL) is None
+    assert application_patch(bundle.path, "other source", tuned, KERNEL) is None
