@@ -20,9 +20,8 @@ from r3tui.engine.inner import (
     ReplayEvaluator,
     device_limits,
     provenance,
-    seed_source,
 )
-from r3tui.engine.unit_source import OriginalUnusable, preflight
+from r3tui.engine.unit_source import OriginalUnusable, preflight, seed_unit
 
 if TYPE_CHECKING:
     from db.session import Database
@@ -155,7 +154,8 @@ def run_campaign(
     try:
         campaign_id, settings, bundle_path = _open_campaign(job, database)
         bundle = Bundle.open(bundle_path, verify=True)
-        source = seed_source(bundle)
+        seed = seed_unit(bundle)
+        source = seed.source
         mutator = None if evaluate_only else make_mutator(settings, job.backend)
         needs_gpu = generate_only is None
         with (
@@ -173,6 +173,9 @@ def run_campaign(
                 settings = replace(settings, inner=replace(settings.inner,
                                                            toolchain=checked.toolchain))
             with database.session_scope() as s:
+                if seed.unit is not None and job.resume_campaign is None:
+                    repo.add_event(s, campaign_id, "unit", f"searching {seed.describe()}",
+                                   {"file": seed.unit.file, "dropped": list(seed.unit.dropped)})
                 if checked is not None and checked.note:
                     repo.add_event(s, campaign_id, "toolchain", checked.note)
                 if gpu is not None:
