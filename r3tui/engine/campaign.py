@@ -592,8 +592,13 @@ class CampaignRun:
         recorded result, or there is nothing to search from (:class:`OriginalUnusable`)."""
         from r3tui.engine.unit_source import OriginalUnusable
 
+        from db import repository as repo
+
         assert self.evaluator_for is not None
         space = build_space(self.launch, self.seed_source, self.settings.inner, self.limits)
+        if space.launch_notes():  # which block shapes are searched, or why none
+            with self.database.session_scope() as s:
+                repo.add_event(s, self.campaign_id, "launch", "; ".join(space.launch_notes()))
         (measured,) = self.evaluator_for(self.seed_source).evaluate([space.baseline_config()])
         if not measured.ok:
             raise OriginalUnusable(
