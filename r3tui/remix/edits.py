@@ -18,7 +18,6 @@ nothing, or a result whose kernel entry point is gone or has another parameter l
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -345,8 +344,7 @@ class KernelSpan:
     """Where a ``__global__`` function's definition is in a source (offsets into it)."""
 
     name: str
-    head_start: int  # after the previous declaration, brace or preprocessor line
-    start: int  # the first character of the definition (comments before it excluded)
+    start: int  # the first character of the definition (template header, extern "C")
     params_open: int  # the '('
     params_close: int  # the ')'
     body_open: int  # the '{'
@@ -364,26 +362,6 @@ def base_name(kernel_name: str) -> str:
     return kernel_name.split("<", 1)[0].strip().split("::")[-1].strip()
 
 
-def _params(source: str, masked: str, open_at: int, close_at: int) -> tuple[Param, ...]:
-    params = []
-    depth = 0
-    start = open_at + 1
-    for index in range(open_at + 1, close_at + 1):
-        char = masked[index]
-        if char in "(<[":
-            depth += 1
-        elif char in ")>]" and index != close_at:
-            depth -= 1
-        if (char == "," and depth == 0) or index == close_at:
-            text = source[start:index]
-            stripped = text.strip()
-            if stripped and stripped != "void":
-                lead = len(text) - len(text.lstrip())
-                params.append(_param(stripped, start + lead, start + lead + len(stripped)))
-            start = index + 1
-    return tuple(params)
-
-
 def _param(text: str, start: int, end: int) -> Param:
     tokens = [t for t in _TOKENS.findall(mask_source(text)) if t not in _QUALIFIERS]
     name = None
@@ -393,40 +371,22 @@ def _param(text: str, start: int, end: int) -> Param:
 
 
 def find_kernel(source: str, kernel_name: str) -> KernelSpan | None:
-    """The definition of the ``__global__`` function ``kernel_name`` in ``source``, if any."""
+    """The definition of the ``__global__`` function ``kernel_name`` in ``source``, if any
+    (the first one; read from the parse, :func:`r3tui.analysis.kernels.kernel_declarations`)."""
+    from r3tui.analysis.kernels import kernel_declarations
+
     name = base_name(kernel_name)
     if not re.match(r"^[A-Za-z_]\w*$", name):
         return None
-    masked = mask_source(source)
-    found: KernelSpan | None = None
-    declarations = 0
-    for match in re.finditer(rf"\b{re.escape(name)}\s*(?:<[^;{{}}()]*>\s*)?\(", masked):
-        head_start = max(masked.rfind(c, 0, match.start()) for c in ";{}") + 1
-        if not re.search(r"\b__global__\b", masked[head_start : match.start()]):
-            continue
-        open_at = match.end() - 1
-        close_at = matching(masked, open_at)
-        if close_at is None:
-            continue
-        after = re.match(r"\s*(?:__launch_bounds__\s*\([^()]*\)\s*)?([{;])", masked[close_at + 1 :])
-        if after is None:
-            continue
-        if after.group(1) == ";":
-            declarations += 1
-            continue
-        body_open = close_at + 1 + after.start(1)
-        body_close = matching(masked, body_open)
-        if body_close is None or found is not None:
-            continue
-        params = _params(source, masked, open_at, close_at)
-        head = masked[head_start : match.start()]
-        start = head_start + len(head) - len(head.lstrip())
-        found = KernelSpan(
-            name, head_start, start, open_at, close_at, body_open, body_close + 1, params, 0
-        )
-    if found is None:
+    found = kernel_declarations(source, name)
+    definitions = [d for d in found if d.defined]
+    if not definitions:
         return None
-    return dataclasses.replace(found, declarations=declarations)
+    d = definitions[0]
+    params = tuple(_param(source[a:b], a, b) for a, b in (
+        (a, b) for a, b in d.params) if source[a:b].strip() not in ("", "void"))
+    return KernelSpan(name, d.start, d.params_open, d.params_close, d.body_open, d.end,
+                      params, len(found) - len(definitions))
 
 
 def entry_point_problem(parent: str, child: str, kernel_name: str) -> str | None:
