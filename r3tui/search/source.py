@@ -253,16 +253,14 @@ def inject_launch_bounds(
     if not _IDENT.match(base):
         raise KernelNotFound(f"bad kernel name {kernel_name!r}")
     bounds = f"__launch_bounds__({max_threads}" + (f", {min_blocks})" if min_blocks else ")")
-    masked = _mask(source)
+    from r3tui.analysis.kernels import kernel_declarations
+
     edits: list[tuple[int, int, str]] = []  # (start, end, replacement)
-    for match in re.finditer(rf"\b{re.escape(base)}\s*(?:<[^;{{}}()]*>\s*)?\(", masked):
-        head_start = max(masked.rfind(c, 0, match.start()) for c in ";{}") + 1
-        head = masked[head_start : match.start()]
-        if not re.search(r"\b__global__\b", head):
-            continue
-        for existing in _EXISTING_BOUNDS.finditer(head):
-            edits.append((head_start + existing.start(), head_start + existing.end(), ""))
-        edits.append((match.start(), match.start(), bounds + " "))
+    for found in kernel_declarations(source, base):
+        head = source[found.start : found.name_at]
+        for existing in _EXISTING_BOUNDS.finditer(_mask(head)):
+            edits.append((found.start + existing.start(), found.start + existing.end(), ""))
+        edits.append((found.name_at, found.name_at, bounds + " "))
     if not edits:
         raise KernelNotFound(f"no __global__ function {base!r} in the source")
     out = source
