@@ -30,7 +30,6 @@ from r3tui.compile.nvcc import function_name
 _ANONYMOUS = "(anonymous namespace)"
 _SOURCE_SUFFIXES = (".cu", ".cuh", ".cpp", ".cc", ".cxx", ".h", ".hpp")
 _QUOTE_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*"([^"]+)"', re.MULTILINE)
-_NAMESPACE = re.compile(r"\b(inline\s+)?namespace\s*([A-Za-z_][\w:]*)?\s*$")
 # flags of a compile command that change what the device code means (not -arch: replay
 # compiles for the GPU it runs on; not -O/-o/-c/-l: host side or build plumbing)
 _DEVICE_FLAG_PREFIXES = (
@@ -261,36 +260,6 @@ def mask(text: str) -> str:
     return "".join(out)
 
 
-def _close_paren(masked: str, open_at: int) -> int:
-    depth = 0
-    for index in range(open_at, len(masked)):
-        if masked[index] == "(":
-            depth += 1
-        elif masked[index] == ")":
-            depth -= 1
-            if depth == 0:
-                return index
-    return -1
-
-
-def _scopes_at(masked: str, offset: int) -> tuple[str, ...]:
-    """The namespaces enclosing ``offset``."""
-    stack: list[str | None] = []
-    for match in re.finditer(r"[{}]", masked[:offset]):
-        if match.group() == "}":
-            if stack:
-                stack.pop()
-            continue
-        head = masked[max(0, match.start() - 200) : match.start()]
-        found = _NAMESPACE.search(head)
-        stack.append((found.group(2) or _ANONYMOUS) if found else None)
-    scopes: list[str] = []
-    for entry in stack:
-        if entry is not None:
-            scopes.extend(entry.split("::"))
-    return tuple(scopes)
-
-
 @dataclass(frozen=True)
 class Definition:
     """Where a ``__global__`` function is defined: ``start`` is the start of its declaration
@@ -304,40 +273,12 @@ class Definition:
 
 def definitions(text: str, name: str) -> list[Definition]:
     """Every definition (not a declaration, not a launch) of the ``__global__`` function
-    ``name`` (unqualified) in ``text``, with the namespaces it is defined in."""
-    masked = mask(text)
-    found: list[Definition] = []
-    pattern = rf"((?:\b[A-Za-z_]\w*\s*::\s*)*)\b{re.escape(name)}\s*(?:<[^;{{}}()]*>\s*)?\("
-    for match in re.finditer(pattern, masked):
-        start = max(masked.rfind(c, 0, match.start()) for c in ";{}") + 1
-        head = masked[start : match.start()]
-        if not re.search(r"\b__global__\b", head):
-            continue
-        close = _close_paren(masked, match.end() - 1)
-        if close < 0:
-            continue
-        after = masked[close + 1 :].lstrip()
-        if not after.startswith("{"):
-            continue  # a declaration: `...);`
-        body_open = masked.index("{", close)
-        depth, end = 0, -1
-        for index in range(body_open, len(masked)):
-            if masked[index] == "{":
-                depth += 1
-            elif masked[index] == "}":
-                depth -= 1
-                if depth == 0:
-                    end = index + 1
-                    break
-        if end < 0:
-            continue
-        written = tuple(p.strip() for p in match.group(1).split("::") if p.strip())
-        while start < match.start() and masked[start].isspace():
-            start += 1
-        found.append(
-            Definition(start, match.start(), end, _scopes_at(masked, match.start()) + written)
-        )
-    return found
+    ``name`` (unqualified) in ``text``, with the namespaces it is defined in; read from the
+    parse (:func:`r3tui.analysis.kernels.kernel_definitions`)."""
+    from r3tui.analysis.kernels import kernel_definitions
+
+    return [Definition(d.start, d.name_at, d.end, d.scopes)
+            for d in kernel_definitions(text, name)]
 
 
 def _defines_kernel(text: str, wanted: QualifiedName, exact: bool) -> bool:
