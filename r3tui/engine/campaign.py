@@ -590,9 +590,8 @@ class CampaignRun:
     def check_original(self) -> None:
         """Replay the original once, as recorded, before any search: it must reproduce the
         recorded result, or there is nothing to search from (:class:`OriginalUnusable`)."""
-        from r3tui.engine.unit_source import OriginalUnusable
-
         from db import repository as repo
+        from r3tui.engine.unit_source import OriginalUnusable
 
         assert self.evaluator_for is not None
         space = build_space(self.launch, self.seed_source, self.settings.inner, self.limits)
