@@ -1,23 +1,48 @@
-"""Build an application tree and time it end to end, original and patched interleaved.
+"""Build an application tree and time it, original and patched interleaved.
 
-The application prints its own time as ``key: value`` (the example prints ``solve_time_s``
-from CUDA events around the solve and ``wall_time_s`` for the process); the process's wall
-time is measured here as well.  Runs alternate original/patched (starting side swapped each
-round) so drift in clocks or temperature lands on both.
+Two kinds of run, each in interleaved pairs (original/patched, the first side swapped each
+round, so drift in clocks or temperature lands on both):
+
+- a plain run (:func:`run_app`): the application's own time, a ``key: value`` line it prints
+  (the example prints ``solve_time_s`` from CUDA events around the solve), and the process's
+  wall time measured here;
+- a timed run (:func:`time_kernels`): the application under ``r3 record --`` with a kernel
+  filter that matches no kernel, so nothing is snapshotted while the interposer still counts
+  every launch and times it on the device; ``recording.json`` gives each kernel's device
+  time in that run (summed over its launches).  Its wall time includes the interposer's
+  events, so it is not used for the application's time.
+
+:func:`measure` runs pairs until the 95% interval of every ratio it is asked for is narrower
+than a target, or a bound is hit (see :class:`MeasureOptions`).  A ratio is
+``original / patched`` per pair (above 1: the patched tree is faster); its figure is the
+median of the per-pair ratios and its interval the bootstrap interval of that median, as
+re-timed winners get theirs (:mod:`r3tui.search.winner`).
 """
 
 from __future__ import annotations
 
+import json
+import math
+import os
+import random
 import re
 import shlex
+import shutil
 import statistics
 import subprocess
+import sys
+import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from r3tui.errors import R3Error
+
+if TYPE_CHECKING:
+    from r3tui.engine.application import RecordingContext
+    from r3tui.engine.apply import ApplyResult, _Best
 
 
 @dataclass(frozen=True)
@@ -25,29 +50,6 @@ class AppRun:
     exit_code: int
     wall_s: float  # measured here, around the process
     reported: dict[str, float]  # the app's own `key: value` numbers
-
-
-@dataclass
-class Comparison:
-    key: str
-    original: list[AppRun] = field(default_factory=list)
-    patched: list[AppRun] = field(default_factory=list)
-
-    def times(self, runs: list[AppRun]) -> list[float]:
-        return [r.reported.get(self.key, r.wall_s) for r in runs]
-
-    @property
-    def speedup(self) -> float | None:
-        a, b = self.times(self.original), self.times(self.patched)
-        if not a or not b or statistics.median(b) <= 0:
-            return None
-        return statistics.median(a) / statistics.median(b)
-
-    @property
-    def wall_speedup(self) -> float | None:
-        a = [r.wall_s for r in self.original]
-        b = [r.wall_s for r in self.patched]
-        return statistics.median(a) / statistics.median(b) if a and b else None
 
 
 _LINE = re.compile(r"^\s*([A-Za-z_][\w.]*)\s*:\s*([-+0-9.eE]+)\s*$", re.MULTILINE)
@@ -95,15 +97,394 @@ def run_app(tree: Path, command: Sequence[str], timeout_s: float = 600.0) -> App
     return AppRun(run.returncode, wall, parse_output(run.stdout))
 
 
-def compare(
-    original: Path, patched: Path, command: Sequence[str], runs: int, key: str
-) -> Comparison:
-    """``runs`` runs of each tree, interleaved, the first side alternating per round."""
-    result = Comparison(key)
-    for round_index in range(runs):
-        order = [(original, result.original), (patched, result.patched)]
-        if round_index % 2:
+
+
+# -- device time of every kernel, under the interposer without snapshots --------------------
+# R3_RECORD_KERNELS (`r3 record --kernel`) selects the kernels to snapshot by name; no C++
+# name holds a '-', so this one selects none and every launch is only counted and timed.
+NO_KERNEL = "r3-count-and-time-only"
+
+
+@dataclass(frozen=True)
+class KernelTimes:
+    """One timed run: device seconds per kernel entry point, summed over its launches."""
+
+    by_kernel: dict[str, float]
+    launches: dict[str, int]
+    graph_s: float = 0.0  # kernels launched through CUDA graphs, timed per graph launch
+
+    @property
+    def total_s(self) -> float:
+        return sum(self.by_kernel.values()) + self.graph_s
+
+    @classmethod
+    def from_recording(cls, data: dict[str, Any]) -> KernelTimes:
+        """From a ``recording.json`` object; a faulted or failed run is an R3Error."""
+        if data.get("fault"):
+            fault = data["fault"]
+            raise R3Error(f"the application faulted under the interposer: {fault}")
+        if data.get("exit_code", 0) != 0:
+            raise R3Error(f"the application exited with {data['exit_code']} under the interposer")
+        by_kernel: dict[str, float] = {}
+        launches: dict[str, int] = {}
+        for kernel in data.get("kernels", ()):
+            entry = str(kernel["entry_point"])
+            by_kernel[entry] = by_kernel.get(entry, 0.0) + float(kernel["device_time_s"])
+            launches[entry] = launches.get(entry, 0) + int(kernel.get("launches", 0))
+        graphs = data.get("graphs") or {}
+        return cls(by_kernel, launches, float(graphs.get("device_time_s", 0.0)))
+
+
+# time_kernels(tree, command) -> KernelTimes; replaceable where no GPU can run it
+KernelTimer = Callable[[Path, Sequence[str]], KernelTimes]
+
+
+def time_kernels(tree: Path, command: Sequence[str], timeout_s: float = 600.0) -> KernelTimes:
+    """Run ``command`` in ``tree`` under ``r3 record --`` selecting no kernel to snapshot."""
+    root = Path(__file__).resolve().parents[2]  # r3tui/ and db/ live here
+    env = {k: v for k, v in os.environ.items() if k != "R3_RECORD_KERNELS"}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(root), env.get("PYTHONPATH")) if p)
+    with tempfile.TemporaryDirectory(prefix="r3-kernel-times-") as tmp:
+        out = Path(tmp) / "rec"
+        argv = [sys.executable, "-m", "r3tui", "record", "--out", str(out),
+                "--db", str(Path(tmp) / "r3.sqlite"), "--no-checks", "--kernel", NO_KERNEL,
+                "--", *command]
+        try:
+            run = subprocess.run(argv, cwd=tree, env=env, capture_output=True, text=True,
+                                 timeout=timeout_s, check=False)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise R3Error(f"timing the kernels of {' '.join(command)} in {tree} failed: "
+                          f"{exc}") from exc
+        recording = out / "recording.json"
+        if run.returncode != 0 or not recording.is_file():
+            lines = (run.stderr or run.stdout).strip().splitlines()
+            raise R3Error(f"timing the kernels of {' '.join(command)} in {tree} under the "
+                          f"interposer failed: {lines[-1] if lines else run.returncode}")
+        return KernelTimes.from_recording(json.loads(recording.read_text()))
+
+
+# -- ratios with intervals ------------------------------------------------------------------
+@dataclass(frozen=True)
+class Ratio:
+    """``original / patched`` over interleaved pairs: the median per-pair ratio and the
+    bootstrap interval of that median."""
+
+    value: float
+    low: float
+    high: float
+    runs: int
+
+    @property
+    def verdict(self) -> str:
+        from r3tui.search.winner import beyond_noise
+
+        if beyond_noise((self.low, self.high)):
+            return "faster"
+        return "slower" if self.high < 1.0 else "within noise"
+
+    @property
+    def width(self) -> float:
+        """The interval's width relative to the figure."""
+        return (self.high - self.low) / self.value
+
+    def render(self) -> str:
+        noise = " within noise" if self.verdict == "within noise" else ""
+        return f"{self.value:.4f} [{self.low:.4f}, {self.high:.4f}]{noise}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"ratio": self.value, "ci": [self.low, self.high], "runs": self.runs,
+                "verdict": self.verdict}
+
+
+def ratio(original: Sequence[float], patched: Sequence[float], confidence: float = 0.95,
+          seed: int = 0) -> Ratio | None:
+    """Pair ``i`` gives ``original[i] / patched[i]``; pairs where either is not a positive
+    time are dropped; None without a usable pair."""
+    from r3tui.search.winner import bootstrap_median_ci
+
+    pairs = [a / b for a, b in zip(original, patched, strict=True)
+             if math.isfinite(a) and math.isfinite(b) and a > 0 and b > 0]
+    if not pairs:
+        return None
+    low, high = bootstrap_median_ci(pairs, confidence, 2000, random.Random(seed))
+    return Ratio(statistics.median(pairs), low, high, len(pairs))
+
+
+# -- the measurement ------------------------------------------------------------------------
+@dataclass(frozen=True)
+class MeasureOptions:
+    """How ``r3 apply`` measures the original and patched trees."""
+
+    time_key: str = "solve_time_s"  # the `key: seconds` line the app prints (else wall time)
+    min_runs: int = 5  # pairs of each kind before the intervals are first looked at
+    max_runs: int = 30  # pairs of each kind at most
+    ci_width: float = 0.02  # enough pairs once every interval is this narrow, relative
+    confidence: float = 0.95
+    app: bool = True  # plain runs: the app's time and wall time
+    kernels: bool = True  # timed runs: kernel device time under the interposer
+
+    def check(self) -> None:
+        if self.min_runs < 2:
+            raise R3Error("--runs must be at least 2 (an interval needs pairs)")
+        if self.max_runs < self.min_runs:
+            raise R3Error(f"--max-runs ({self.max_runs}) is below --runs ({self.min_runs})")
+        if not 0 < self.ci_width < 1:
+            raise R3Error(f"--ci-width must be between 0 and 1, not {self.ci_width}")
+
+
+@dataclass
+class TreeComparison:
+    """Interleaved pairs of the original and patched trees and their ratios."""
+
+    options: MeasureOptions
+    kernels_wanted: tuple[str, ...] = ()  # entry points whose own device time is wanted
+    original: list[AppRun] = field(default_factory=list)
+    patched: list[AppRun] = field(default_factory=list)
+    original_times: list[KernelTimes] = field(default_factory=list)
+    patched_times: list[KernelTimes] = field(default_factory=list)
+
+    @property
+    def key_reported(self) -> bool:
+        """Whether every plain run printed the time key (else wall time stands in for it)."""
+        runs = self.original + self.patched
+        return bool(runs) and all(self.options.time_key in r.reported for r in runs)
+
+    @property
+    def app_basis(self) -> str:
+        return self.options.time_key if self.key_reported else "wall time"
+
+    def _app_values(self, runs: list[AppRun]) -> list[float]:
+        key = self.options.time_key if self.key_reported else None
+        return [r.reported[key] if key else r.wall_s for r in runs]
+
+    def _ratio(self, a: Sequence[float], b: Sequence[float], seed: int) -> Ratio | None:
+        return ratio(a, b, self.options.confidence, seed)
+
+    def app(self) -> Ratio | None:
+        return self._ratio(self._app_values(self.original), self._app_values(self.patched), 1)
+
+    def wall(self) -> Ratio | None:
+        return self._ratio([r.wall_s for r in self.original],
+                           [r.wall_s for r in self.patched], 2)
+
+    def kernel_total(self) -> Ratio | None:
+        """All kernels' device time: what a change of whole-unit flags does to the others
+        shows here, and what the kernel-time prediction (shares of it) is set against."""
+        return self._ratio([t.total_s for t in self.original_times],
+                           [t.total_s for t in self.patched_times], 3)
+
+    def kernel(self, entry_point: str) -> Ratio | None:
+        """One kernel's own device time (None when it never ran in these runs)."""
+        return self._ratio([t.by_kernel.get(entry_point, math.nan) for t in self.original_times],
+                           [t.by_kernel.get(entry_point, math.nan) for t in self.patched_times],
+                           4)
+
+    def _narrow(self, ratios: Sequence[Ratio | None]) -> bool:
+        return all(r is None or r.width <= self.options.ci_width for r in ratios)
+
+    def app_done(self) -> bool:
+        return self._narrow([self.app()])
+
+    def kernels_done(self) -> bool:
+        return self._narrow([self.kernel_total(), *map(self.kernel, self.kernels_wanted)])
+
+    def _pairs(self, n: int, done: bool) -> str:
+        bound = (f"; stopped at --max-runs, the interval is wider than "
+                 f"{self.options.ci_width:.1%}" if n >= self.options.max_runs and not done
+                 else "")
+        return f"{n} interleaved pairs{bound}"
+
+    def lines(self) -> list[str]:
+        """The measured figures, each with what it is over."""
+        def fig(r: Ratio | None) -> str:
+            return r.render() if r is not None else "-"
+
+        lines = []
+        if self.options.kernels:
+            lines += [f"kernel_time_speedup_measured: {fig(self.kernel_total())}",
+                      "  (all kernels' device time under the interposer, no snapshots; "
+                      f"{self._pairs(len(self.original_times), self.kernels_done())})"]
+        if self.options.app:
+            lines += [f"app_speedup_measured: {fig(self.app())}",
+                      f"  ({self.app_basis}; {self._pairs(len(self.original), self.app_done())})",
+                      f"wall_speedup_measured: {fig(self.wall())}",
+                      "  (the process's wall time, same runs)"]
+        return lines
+
+    def flat(self) -> dict[str, Any]:
+        """The three figures as ``<name>_speedup`` and ``<name>_speedup_ci`` keys."""
+        out: dict[str, Any] = {}
+        for name, r in (("kernel", self.kernel_total()), ("app", self.app()),
+                        ("wall", self.wall())):
+            out[f"{name}_speedup"] = None if r is None else r.value
+            out[f"{name}_speedup_ci"] = None if r is None else [r.low, r.high]
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        def fig(r: Ratio | None) -> dict[str, Any] | None:
+            return None if r is None else r.to_json()
+
+        return {
+            "time_key": self.options.time_key,
+            "app_basis": self.app_basis,
+            "stopping": {"min_runs": self.options.min_runs, "max_runs": self.options.max_runs,
+                         "ci_width": self.options.ci_width,
+                         "confidence": self.options.confidence},
+            "app": fig(self.app()),
+            "wall": fig(self.wall()),
+            "kernel_time": fig(self.kernel_total()),
+            "kernels": {e: fig(self.kernel(e)) for e in self.kernels_wanted},
+            "original": self._app_values(self.original),
+            "patched": self._app_values(self.patched),
+            "original_wall_s": [r.wall_s for r in self.original],
+            "patched_wall_s": [r.wall_s for r in self.patched],
+            "original_kernel_s": [t.total_s for t in self.original_times],
+            "patched_kernel_s": [t.total_s for t in self.patched_times],
+        }
+
+
+def measure(
+    original: Path,
+    patched: Path,
+    command: Sequence[str],
+    options: MeasureOptions,
+    kernels: Sequence[str] = (),
+    runner: Callable[[Path, Sequence[str]], AppRun] = run_app,
+    timer: KernelTimer = time_kernels,
+) -> TreeComparison:
+    """Interleaved pairs until every wanted interval is narrow enough or ``max_runs``.
+
+    Plain pairs and timed pairs are counted apart: each kind stops on its own once
+    ``min_runs`` pairs are in and its intervals (the app's time; all kernels' and each
+    wanted kernel's device time) are at most ``ci_width`` of their figure wide.  The width
+    alone decides, never which side of 1 an interval is on, so stopping does not favour an
+    answer.
+    """
+    result = TreeComparison(options, tuple(kernels))
+    for index in range(options.max_runs):
+        looked = index >= options.min_runs
+        want_app = options.app and not (looked and result.app_done())
+        want_kernels = options.kernels and not (looked and result.kernels_done())
+        if not want_app and not want_kernels:
+            break
+        order = [(original, True), (patched, False)]
+        if index % 2:
             order.reverse()
-        for tree, sink in order:
-            sink.append(run_app(tree, command))
+        if want_app:
+            for tree, is_original in order:
+                run = runner(tree, command)
+                if run.exit_code != 0:
+                    raise R3Error(f"the application exited with {run.exit_code} in {tree}")
+                (result.original if is_original else result.patched).append(run)
+        if want_kernels:
+            for tree, is_original in order:
+                times = timer(tree, command)
+                (result.original_times if is_original else result.patched_times).append(times)
     return result
+
+
+# -- measuring, and shipping only what measured faster --------------------------------------
+def measure_and_ship(
+    bests: list[_Best],
+    source_tree: Path,
+    into: Path,
+    command: tuple[str, ...],
+    result: ApplyResult,
+    context: RecordingContext,
+    build_command: str,
+    options: MeasureOptions,
+    include_noise: bool = False,
+    say: Callable[[str], None] = print,
+    runner: Callable[[Path, Sequence[str]], AppRun] = run_app,
+    timer: KernelTimer = time_kernels,
+) -> ApplyResult:
+    """Build both trees, measure them, revert the campaigns whose own kernel is not faster
+    beyond the noise, and measure what ships again (once: the figures printed and stored are
+    of that tree).  Returns the result as shipped; ``r3-apply.json`` is written again."""
+    from r3tui.engine.apply import _BUILD_OUTPUTS, write_summary, write_tree
+
+    original = into.with_name(into.name + ".original")
+    if original.exists():
+        shutil.rmtree(original)
+    shutil.copytree(source_tree, original, ignore=shutil.ignore_patterns(*_BUILD_OUTPUTS))
+    for tree in (original, into):
+        build(tree, build_command)
+    if not result.patch:
+        say("the patch is empty: the original is measured against an identical build")
+    say(f"measuring: {options.min_runs} to {options.max_runs} interleaved pairs of each kind, "
+        f"until each {options.confidence:.0%} interval is at most {options.ci_width:.1%} wide")
+    candidates = [o for o in result.campaigns if o.applied]
+    kernels = sorted({o.entry_point for o in candidates if o.entry_point})
+    first = measure(original, into, command, options, kernels, runner, timer)
+    withheld: dict[int, str] = {}
+    verdicts: dict[int, tuple[dict[str, Any] | None, bool]] = {}
+    for o in candidates:
+        measured = first.kernel(o.entry_point) if o.entry_point else None
+        shipped = measured is not None and measured.verdict == "faster"
+        verdicts[o.campaign_id] = (measured.to_json() if measured else None, shipped)
+        if measured is None:
+            why = ("no entry point is known for its kernel" if o.entry_point is None
+                   else f"{o.entry_point} did not run in the timed runs")
+            verdict = f"not shipped: its kernel's device time was not measured ({why})"
+        elif shipped:
+            verdict = f"kernel time {measured.render()}: shipped"
+        else:
+            slower = " (slower beyond the noise)" if measured.verdict == "slower" else ""
+            verdict = f"not shipped: kernel time {measured.render()}{slower}"
+        say(f"campaign {o.campaign_id} ({o.kernel}): {verdict}")
+        if not shipped:
+            withheld[o.campaign_id] = f"{verdict}; its changes were reverted"
+    final, basis, before = first, "the shipped tree", None
+    if withheld:
+        # what applied nothing in the measured tree stays out too (a flag that clashed with a
+        # reverted campaign's would apply now, unmeasured); its outcome says why as it was
+        unchanged = {o.campaign_id: o for o in result.campaigns if not o.applied}
+        _clear_tree(into)
+        result = write_tree(bests, source_tree, into, context, include_noise,
+                            {**withheld, **{i: "" for i in unchanged}})
+        result.campaigns = [unchanged.get(o.campaign_id, o) for o in result.campaigns]
+        if any(o.applied for o in result.campaigns):
+            say(f"reverted {len(withheld)} campaign(s); measuring the shipped tree again")
+            build(into, build_command)
+            before = first
+            shipped_kernels = [e for e in kernels if any(
+                o.entry_point == e and o.applied for o in result.campaigns)]
+            final = measure(original, into, command, options, shipped_kernels, runner, timer)
+            basis = "the shipped tree, measured again after reverting"
+        else:
+            basis = "the tree before reverting (nothing ships: the patched tree is the original)"
+            say(f"nothing ships; the figures below are of {basis}")
+    for o in result.campaigns:
+        if o.campaign_id in verdicts:
+            o.measured, o.shipped = verdicts[o.campaign_id]
+    for line in final.lines():
+        say(line)
+    total = final.kernel_total()
+    if total is not None and total.verdict == "slower":
+        say("warning: all kernels' device time is slower beyond the noise: a flag that affects "
+            "every kernel of a unit may slow kernels that were not tuned")
+    if result.predicted_kernel_speedup is not None:
+        from r3tui.engine.application import prediction_lines
+
+        for line in prediction_lines(result.predicted_kernel_speedup,
+                                     result.predicted_wall_speedup, context.kernel_time_s,
+                                     context.wall_s):
+            say(line)
+    extra: dict[str, Any] = {"measured": {**final.to_json(), **final.flat(), "tree": basis}}
+    if before is not None:
+        extra["measured_before_revert"] = {**before.to_json(), **before.flat()}
+    write_summary(into, result, **extra)
+    return result
+
+
+def _clear_tree(into: Path) -> None:
+    """Everything in ``into`` but the exports, so the tree can be written again."""
+    from r3tui.engine.apply import EXPORTS_DIR
+
+    for child in into.iterdir():
+        if child.name == EXPORTS_DIR:
+            continue
+        if child.is_dir() and not child.is_symlink():
+            shutil.rmtree(child)
+        else:
+            child.unlink()

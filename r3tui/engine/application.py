@@ -4,15 +4,18 @@
 launched, with launch counts, device time and one bundle per recorded launch configuration)
 and the bundles.  This module ranks the kernels by their share of the application's kernel
 device time, tunes the top replayable configurations (each an inner-only campaign of the
-existing engine, compiled by nvcc from the whole translation unit) and predicts the
-application's speedup with Amdahl's law over the tuned shares:
+existing engine, compiled by nvcc from the whole translation unit) and predicts two figures
+with Amdahl's law over the tuned shares:
 
-    predicted = 1 / (1 - Σ share_i + Σ share_i / speedup_i)
+    kernel_time_speedup = 1 / (1 - Σ share_i + Σ share_i / speedup_i)
+    app_wall_speedup    = 1 / (1 - f Σ share_i + f Σ share_i / speedup_i),  f = K / W
 
-where ``share_i`` is configuration *i*'s fraction of the total **kernel device time** the
-recording measured (not of wall time: host work, copies and launch gaps are not sped up and
-are not in the denominator).  Which campaigns belong to the run is written to
-``RECORDING_DIR/tune-app.json``; no schema change is needed.
+where ``share_i`` is configuration *i*'s fraction of the total **kernel device time** ``K``
+the recording measured, and ``W`` the application's wall time under ``r3 record``: the host's
+work, copies and launch gaps are not sped up.  ``W`` includes the recording's own overhead
+(snapshots, synchronizations), so ``f`` is understated and the wall prediction conservative
+(nearer 1 than a plain run would give).  Which campaigns belong to the run, and both figures,
+are written to ``RECORDING_DIR/tune-app.json``; no schema change is needed.
 """
 
 from __future__ import annotations
@@ -24,11 +27,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from r3tui.domain import LaunchTimes
 from r3tui.engine.unit_source import OriginalUnusable
 from r3tui.errors import R3Error
+
+if TYPE_CHECKING:
+    from sqlalchemy.orm import Session
 
 RECORDING_FILE = "recording.json"
 PLAN_FILE = "tune-app.json"
@@ -198,6 +204,22 @@ def _with_share(config: RecordedConfig, total: float) -> RecordedConfig:
     return replace(config, share=config.device_time_s / total if total > 0 else 0.0)
 
 
+def kernel_fraction_of_wall(kernel_time_s: float, wall_s: float) -> float | None:
+    """The kernels' share of the application's wall time (None without a usable wall time;
+    at most 1: kernels overlapping each other can add up past the wall)."""
+    if wall_s <= 0 or kernel_time_s < 0:
+        return None
+    return min(1.0, kernel_time_s / wall_s)
+
+
+def app_wall_amdahl(parts: Sequence[tuple[float, float]], fraction: float | None) -> float | None:
+    """Amdahl over the wall time: ``parts`` are shares of kernel time, ``fraction`` the
+    kernels' share of the wall time (None: unknown, and so is the speedup)."""
+    if fraction is None:
+        return None
+    return amdahl([(share * fraction, speedup) for share, speedup in parts])
+
+
 def amdahl(parts: Sequence[tuple[float, float]]) -> float:
     """Application speedup from ``(share, speedup)`` pairs: shares of the total kernel device
     time that run ``speedup`` times faster; the rest unchanged."""
@@ -234,15 +256,28 @@ class AppTuneResult:
     created_at: str
     budget: str
     kernels: list[KernelOutcome] = field(default_factory=list)
+    kernel_time_s: float = 0.0  # all kernels' device time in the recorded run
+    wall_s: float = 0.0  # the recorded run's wall time, recording overhead included
+
+    def _parts(self) -> list[tuple[float, float]]:
+        """(share, speedup) of the kernels whose winner is significant: the others keep
+        their original code (``r3 apply`` does not ship noise), so they count as unchanged."""
+        return [(k.share, k.speedup) for k in self.kernels
+                if k.significant and k.speedup is not None and k.speedup > 0]
 
     @property
-    def predicted_speedup(self) -> float:
-        """Amdahl over the kernels whose winner is significant: the others keep their
-        original code (``r3 apply`` does not ship noise), so they count as unchanged."""
-        return amdahl(
-            [(k.share, k.speedup) for k in self.kernels
-             if k.significant and k.speedup is not None and k.speedup > 0]
-        )
+    def kernel_time_speedup(self) -> float:
+        """Predicted speedup of all kernels' device time."""
+        return amdahl(self._parts())
+
+    @property
+    def kernel_fraction(self) -> float | None:
+        return kernel_fraction_of_wall(self.kernel_time_s, self.wall_s)
+
+    @property
+    def app_wall_speedup(self) -> float | None:
+        """Predicted speedup of the application's wall time (None without a recorded wall)."""
+        return app_wall_amdahl(self._parts(), self.kernel_fraction)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -252,9 +287,18 @@ class AppTuneResult:
             "created_at": self.created_at,
             "budget": self.budget,
             "share_basis": "fraction of the total kernel device time the recording measured",
-            "predicted_app_speedup": self.predicted_speedup,
+            "predicted_kernel_speedup": self.kernel_time_speedup,
+            "predicted_wall_speedup": self.app_wall_speedup,
+            "kernel_time_s": self.kernel_time_s,
+            "wall_s": self.wall_s,
+            "kernel_fraction_of_wall": self.kernel_fraction,
+            "wall_basis": WALL_BASIS,
             "kernels": [asdict(k) for k in self.kernels],
         }
+
+
+WALL_BASIS = ("the recorded run's wall time, recording overhead included: the host share is "
+              "overstated, so the wall prediction is conservative")
 
 
 # tunes one bundle and returns (campaign id, speedup, CI) — the GPU part, replaceable in tests
@@ -279,7 +323,8 @@ def tune_app(
     recording: AppRecording, db: Path, budget: str, top: int, tuner: Tuner
 ) -> AppTuneResult:
     result = AppTuneResult(
-        str(recording.path), str(db), datetime.now(UTC).isoformat(timespec="seconds"), budget
+        str(recording.path), str(db), datetime.now(UTC).isoformat(timespec="seconds"), budget,
+        kernel_time_s=recording.kernel_time_s, wall_s=recording.wall_s,
     )
     for kernel, skipped in select(recording, top):
         target = kernel.target
@@ -391,6 +436,53 @@ def _campaign_named(db: Path, name: str) -> int:
     return max(ids)
 
 
+# -- what r3 apply reads from the recording the campaigns came from ------------------------
+@dataclass(frozen=True)
+class RecordingContext:
+    """What the campaigns' ``recording.json`` says: each campaign's share of all kernels'
+    device time and its kernel's entry point, the application's directory and command, and
+    the recorded run's kernel time and wall time."""
+
+    shares: dict[int, float] | None = None
+    entry_points: dict[int, str] = field(default_factory=dict)
+    cwd: Path | None = None
+    command: tuple[str, ...] = ()
+    kernel_time_s: float = 0.0
+    wall_s: float = 0.0
+
+
+
+# -- shares and the default tree, from the recording the campaigns came from ----------------
+def recording_context(s: Session, campaign_ids: list[int]) -> RecordingContext:
+    """From the ``recording.json`` beside the campaigns' bundles (no shares where there is
+    none)."""
+    from db import repository as repo
+
+    shares: dict[int, float] = {}
+    entries: dict[int, str] = {}
+    app = None
+    for campaign_id in campaign_ids:
+        campaign = repo.get_campaign(s, campaign_id)
+        if campaign is None:
+            raise R3Error(f"no campaign {campaign_id} in this database", hint="`r3 runs`")
+        recording = repo.get_recording(s, campaign.recording_id)
+        assert recording is not None
+        bundle = Path(recording.bundle_path).resolve()
+        directory = bundle.parent.parent
+        if not (directory / "recording.json").is_file():
+            return RecordingContext(None, entries, app.cwd if app else None,
+                                    app.command if app else ())
+        app = load_recording(directory)
+        for kernel in app.kernels:
+            for config in kernel.configs:
+                if config.bundle is not None and config.bundle.resolve() == bundle:
+                    shares[campaign_id] = config.share
+                    entries[campaign_id] = kernel.entry_point
+    if app is None:
+        return RecordingContext()
+    return RecordingContext(shares, entries, app.cwd, app.command, app.kernel_time_s, app.wall_s)
+
+
 # -- the command ---------------------------------------------------------------------------
 def render_ranking(recording: AppRecording, top: int) -> list[str]:
     total = recording.kernel_time_s
@@ -408,6 +500,23 @@ def render_ranking(recording: AppRecording, top: int) -> list[str]:
             f"{rank:>3}. {kernel.share:7.2%} {kernel.device_time_s * 1e3:9.3f} ms "
             f"{kernel.launches:>7} launches  {kernel.name}  [{mark}]"
         )
+    return lines
+
+
+def prediction_lines(kernel_speedup: float, wall_speedup: float | None, kernel_time_s: float,
+                     wall_s: float) -> list[str]:
+    """The two predicted figures, each with what it is over (tune-app and apply print them)."""
+    lines = [f"kernel_time_speedup_predicted: {kernel_speedup:.4f}",
+             "  (Amdahl over shares of all kernels' device time in the recorded run)"]
+    if wall_speedup is None:
+        lines += ["app_wall_speedup_predicted: -",
+                  "  (the recording has no wall time to set the kernels' time against)"]
+    else:
+        fraction = kernel_fraction_of_wall(kernel_time_s, wall_s) or 0.0
+        lines += [f"app_wall_speedup_predicted: {wall_speedup:.4f}",
+                  f"  (kernels were {kernel_time_s * 1e3:.3f} ms of {wall_s:.3f} s recorded "
+                  f"wall, {fraction:.1%}; that wall includes recording overhead, so the host "
+                  "share is overstated and this figure conservative)"]
     return lines
 
 
@@ -435,8 +544,9 @@ def _cmd_tune_app(args: argparse.Namespace) -> int:
             f"on {k.share:.2%} of kernel time"
             + ("" if k.significant else " (not beyond the noise: counted as unchanged)")
         )
-    print(f"app_speedup_predicted: {result.predicted_speedup:.4f}")
-    print("(Amdahl over shares of the total kernel device time; host time and copies excluded)")
+    for line in prediction_lines(result.kernel_time_speedup, result.app_wall_speedup,
+                                 result.kernel_time_s, result.wall_s):
+        print(line)
     print(f"campaigns written to {recording.path / PLAN_FILE}")
     return 0
 

@@ -11,14 +11,24 @@ copy of the source tree:
   launches the kernel with a block size that is a ``#ifndef``-guarded macro; otherwise it is
   reported as not applied;
 - compiler options and source tunables: written to ``r3-flags.txt``, which the build must read
-  (the example Makefile does).  Options apply to the whole translation unit, so when two
+  (the example Makefile does).  Options apply to every kernel of every unit the build compiles
+  with that file, and each is reported so ("affects every kernel of main.cu"); when two
   campaigns of one unit disagree, the one first on the command line wins and the other is
   reported.
 
-A campaign counts towards the predicted application speedup only when everything its best
-configuration changed was applied.  ``r3-apply.patch`` is a unified diff against the original
-tree; ``r3-apply.json`` says what was and was not applied.  Unless ``--no-run``, both trees are
-built and the application is run in interleaved order (see :mod:`r3tui.engine.app_run`).
+A campaign counts towards the predicted speedups (kernel time, and wall time with the
+kernels' share of the recorded wall) only when everything its best configuration changed was
+applied.  ``r3-apply.patch`` is a unified diff against the original tree; ``r3-apply.json``
+says what was and was not applied, and why.
+
+Unless ``--no-run``, both trees are built and measured in interleaved pairs
+(:func:`r3tui.engine.app_run.measure`): each tuned kernel's own device time and all kernels'
+(under the interposer, no snapshots), and the application's time key or wall time.  A
+campaign ships only when its own kernel's device time is faster beyond the noise (the whole
+95% interval above 1); the others are reverted by writing the tree again without them, and
+when something still ships, that final tree is built and measured again, so the printed
+figures are those of what ships.  When nothing ships, the figures are those of the tree
+before reverting, and say so.  ``--no-run`` ships the patch unmeasured.
 """
 
 from __future__ import annotations
@@ -34,6 +44,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from r3tui.domain import TrialConfig
+from r3tui.engine.application import RecordingContext, recording_context
 from r3tui.errors import R3Error
 
 if TYPE_CHECKING:
@@ -56,6 +67,11 @@ class CampaignApply:
     not_applied: list[str] = field(default_factory=list)
     speedup: float | None = None
     share: float | None = None
+    entry_point: str | None = None  # the kernel's lowered name, as the interposer sees it
+    whole_build: list[str] = field(default_factory=list)  # its flags that reach other kernels
+    flag_scope: list[str] = field(default_factory=list)  # which kernels those flags affect
+    measured: dict[str, Any] | None = None  # its own kernel's device time, original/patched
+    shipped: bool | None = None  # None: not measured (--no-run, or nothing applied)
 
     @property
     def complete(self) -> bool:
@@ -69,12 +85,17 @@ class ApplyResult:
     campaigns: list[CampaignApply]
     flags: list[str]
     patch: str
-    predicted_speedup: float | None
+    predicted_kernel_speedup: float | None
+    predicted_wall_speedup: float | None = None
+    kernel_fraction_of_wall: float | None = None
 
     def to_json(self) -> dict[str, Any]:
+        from r3tui.engine.application import WALL_BASIS
+
         data = asdict(self)
         data.pop("patch")
         data["patch_file"] = PATCH_FILE
+        data["wall_basis"] = WALL_BASIS
         return data
 
 
@@ -294,16 +315,21 @@ def apply_campaign(
     share: float | None,
     units: dict[str, Path],
     include_noise: bool = False,
+    withheld: str | None = None,
 ) -> CampaignApply:
     """Apply one campaign's best variant to ``tree`` in place; ``flags`` (flag -> owner text)
     and ``option_owner`` collect what goes into the flags file; ``units`` remembers which file
-    held which recorded source, since an earlier campaign may already have edited it."""
+    held which recorded source, since an earlier campaign may already have edited it.
+    ``withheld``: why nothing of it is applied (it was measured and not shipped)."""
     from r3tui.analysis import check_candidate
     from r3tui.errors import KernelNotFound
     from r3tui.record.bundle import Bundle
     from r3tui.search import inject_launch_bounds
 
     outcome = CampaignApply(best.campaign_id, best.kernel, speedup=best.speedup, share=share)
+    if withheld is not None:
+        outcome.not_applied += [withheld] if withheld else []
+        return outcome
     if best.noise is not None and not include_noise:
         # Amdahl without this kernel is the kernel unchanged: the prediction stays honest
         outcome.not_applied.append(f"nothing: {best.noise} (--include-noise applies it)")
@@ -401,6 +427,8 @@ def _add_flag(
     flags[key] = value
     owner.setdefault(key, best.campaign_id)
     outcome.applied.append(f"{what} {flag} (in {FLAGS_FILE})")
+    if what in ("option", "tunable"):  # a block macro is named for this kernel's launches
+        outcome.whole_build.append(flag)
 
 
 def _flag(key: str, value: str) -> str:
@@ -435,25 +463,47 @@ def unified_patch(original: Path, patched: Path) -> str:
     return "".join(chunks)
 
 
-def apply_campaigns(
-    s: Session,
-    campaign_ids: list[int],
-    source_tree: Path,
-    into: Path,
-    shares: dict[int, float] | None = None,
-    include_noise: bool = False,
-) -> ApplyResult:
-    """Copy ``source_tree`` to ``into`` and apply every campaign there: its re-timed winner,
-    and nothing when that winner is not faster than the original beyond the noise (unless
-    ``include_noise``)."""
-    from r3tui.engine.application import amdahl
-
+def check_into(source_tree: Path, into: Path) -> None:
     if not source_tree.is_dir():
         raise R3Error(f"source tree {source_tree} is not a directory")
     if into.exists() and any(into.iterdir()):
         raise R3Error(f"{into} exists and is not empty", hint="give a new directory to --into")
     if into.resolve() == source_tree.resolve() or source_tree.resolve() in into.resolve().parents:
         raise R3Error("--into must be outside the source tree")
+
+
+def load_bests(s: Session, campaign_ids: list[int], into: Path) -> list[_Best]:
+    return [load_best(s, campaign_id, into / EXPORTS_DIR) for campaign_id in campaign_ids]
+
+
+def apply_campaigns(
+    s: Session,
+    campaign_ids: list[int],
+    source_tree: Path,
+    into: Path,
+    context: RecordingContext | None = None,
+    include_noise: bool = False,
+) -> ApplyResult:
+    """Copy ``source_tree`` to ``into`` and apply every campaign there: its re-timed winner,
+    and nothing when that winner is not faster than the original beyond the noise (unless
+    ``include_noise``)."""
+    check_into(source_tree, into)
+    bests = load_bests(s, campaign_ids, into)
+    return write_tree(bests, source_tree, into, context, include_noise)
+
+
+def write_tree(
+    bests: list[_Best],
+    source_tree: Path,
+    into: Path,
+    context: RecordingContext | None = None,
+    include_noise: bool = False,
+    withheld: dict[int, str] | None = None,
+) -> ApplyResult:
+    """``into`` (empty, or holding only the exports) made a copy of ``source_tree`` with the
+    campaigns applied, except those in ``withheld`` (campaign -> why), which are reported."""
+    from r3tui.engine.application import amdahl, app_wall_amdahl, kernel_fraction_of_wall
+
     shutil.copytree(
         source_tree,
         into,
@@ -461,15 +511,17 @@ def apply_campaigns(
         dirs_exist_ok=True,
         symlinks=True,
     )
-    exports = into / EXPORTS_DIR
+    context = context or RecordingContext()
     flags: dict[str, str] = {}
     owners: dict[str, int] = {}
     outcomes = []
     units: dict[str, Path] = {}
-    for campaign_id in campaign_ids:
-        best = load_best(s, campaign_id, exports)
-        share = (shares or {}).get(campaign_id)
-        outcomes.append(apply_campaign(best, into, flags, owners, share, units, include_noise))
+    for best in bests:
+        share = (context.shares or {}).get(best.campaign_id)
+        outcome = apply_campaign(best, into, flags, owners, share, units, include_noise,
+                                 (withheld or {}).get(best.campaign_id))
+        outcome.entry_point = _entry_point(best, context)
+        outcomes.append(outcome)
     flag_list = [_flag(k, v) for k, v in flags.items()]
     if flag_list:
         (into / FLAGS_FILE).write_text(" ".join(flag_list) + "\n")
@@ -478,6 +530,9 @@ def apply_campaigns(
                 flagged = [a for a in o.applied if FLAGS_FILE in a]
                 o.applied = [a for a in o.applied if FLAGS_FILE not in a]
                 o.not_applied += [f"{a}: the build does not read {FLAGS_FILE}" for a in flagged]
+                o.whole_build = []
+    for o in outcomes:
+        o.flag_scope = [f"{flag}: {flag_scope(into, o.file)}" for flag in o.whole_build]
     patch = unified_patch(source_tree, into)
     (into / PATCH_FILE).write_text(patch)
     parts = [
@@ -485,10 +540,59 @@ def apply_campaigns(
         for o in outcomes
         if o.complete and o.share is not None and o.speedup is not None and o.speedup > 0
     ]
-    predicted = amdahl(parts) if shares is not None else None
-    result = ApplyResult(str(source_tree), str(into), outcomes, flag_list, patch, predicted)
-    (into / SUMMARY_FILE).write_text(json.dumps(result.to_json(), indent=2) + "\n")
+    fraction = kernel_fraction_of_wall(context.kernel_time_s, context.wall_s)
+    known = context.shares is not None
+    result = ApplyResult(
+        str(source_tree), str(into), outcomes, flag_list, patch,
+        amdahl(parts) if known else None,
+        app_wall_amdahl(parts, fraction) if known else None,
+        fraction,
+    )
+    write_summary(into, result)
     return result
+
+
+def write_summary(into: Path, result: ApplyResult, **extra: Any) -> None:
+    (into / SUMMARY_FILE).write_text(json.dumps({**result.to_json(), **extra}, indent=2) + "\n")
+
+
+def _entry_point(best: _Best, context: RecordingContext) -> str | None:
+    """The kernel's lowered name: from recording.json, else from its bundle's manifest."""
+    if best.campaign_id in context.entry_points:
+        return context.entry_points[best.campaign_id]
+    try:
+        from r3tui.record.bundle import Bundle
+
+        return Bundle.open(best.bundle_path).manifest.kernel.entry_point
+    except Exception:  # the bundle may live on another node
+        return None
+
+
+def build_units(tree: Path) -> list[Path]:
+    """The tree's ``.cu`` files that no other ``.cu`` file includes: the units a build
+    compiles on their own."""
+    cu = sorted(p for p in tree.rglob("*.cu")
+                if p.is_file() and EXPORTS_DIR not in p.relative_to(tree).parts)
+    texts = {p: p.read_text(errors="replace") for p in cu}
+    return [p for p in cu
+            if not any(q != p and re.search(rf'#\s*include\s*["<][^">]*\b{re.escape(p.name)}[">]',
+                                            texts[q]) for q in cu)]
+
+
+def flag_scope(tree: Path, defining: str | None) -> str:
+    """Which kernels a flag of the flags file reaches, for a kernel defined in ``defining``
+    (a path relative to ``tree``)."""
+    units = build_units(tree)
+    names = [str(u.relative_to(tree)) for u in units]
+    if len(units) <= 1:
+        return f"affects every kernel of {names[0] if names else defining or 'the unit'}"
+    own = [str(u.relative_to(tree)) for u in units
+           if defining is not None and (str(u.relative_to(tree)) == defining or
+                                        Path(defining).name in u.read_text(errors="replace"))]
+    where = (f"; the build compiles {len(units)} units separately, so it could be limited to "
+             f"{' and '.join(own)}'s compile line") if own else ""
+    return (f"affects every kernel of every unit built with {FLAGS_FILE} "
+            f"({', '.join(names)}){where}")
 
 
 def _build_reads_flags(tree: Path) -> bool:
@@ -499,112 +603,59 @@ def _build_reads_flags(tree: Path) -> bool:
     return False
 
 
-# -- shares and the default tree, from the recording the campaigns came from ----------------
-def recording_context(
-    s: Session, campaign_ids: list[int]
-) -> tuple[dict[int, float] | None, Path | None, tuple[str, ...]]:
-    """Each campaign's share of kernel device time, the application's directory and command,
-    from the ``recording.json`` beside the campaigns' bundles (None where there is none)."""
-    from db import repository as repo
-    from r3tui.engine.application import load_recording
-
-    shares: dict[int, float] = {}
-    cwd: Path | None = None
-    command: tuple[str, ...] = ()
-    for campaign_id in campaign_ids:
-        campaign = repo.get_campaign(s, campaign_id)
-        if campaign is None:
-            raise R3Error(f"no campaign {campaign_id} in this database", hint="`r3 runs`")
-        recording = repo.get_recording(s, campaign.recording_id)
-        assert recording is not None
-        bundle = Path(recording.bundle_path).resolve()
-        directory = bundle.parent.parent
-        if not (directory / "recording.json").is_file():
-            return None, cwd, command
-        app = load_recording(directory)
-        cwd, command = app.cwd, app.command
-        for kernel in app.kernels:
-            for config in kernel.configs:
-                if config.bundle is not None and config.bundle.resolve() == bundle:
-                    shares[campaign_id] = config.share
-    return shares, cwd, command
-
-
 # -- the command ---------------------------------------------------------------------------
+def outcome_lines(result: ApplyResult) -> list[str]:
+    lines = []
+    for o in result.campaigns:
+        lines.append(f"campaign {o.campaign_id} ({o.kernel}) -> {o.file or '?'}")
+        lines += [f"  applied: {line}" for line in o.applied]
+        lines += [f"  not applied: {line}" for line in o.not_applied]
+        lines += [f"  flag {line}" for line in o.flag_scope]
+    return lines
+
+
 def _cmd_apply(args: argparse.Namespace) -> int:
     from db.session import open_database
+    from r3tui.engine.app_run import MeasureOptions
 
+    options = MeasureOptions(args.time_key, args.runs, args.max_runs, args.ci_width)
+    options.check()
     if not args.campaigns:
         raise R3Error("give at least one campaign id")
     with (
         open_database(args.db, readonly=True, create=False) as database,
         database.session_scope() as s,
     ):
-        shares, cwd, command = recording_context(s, args.campaigns)
-        source_tree = args.source_tree or cwd
+        context = recording_context(s, args.campaigns)
+        source_tree = args.source_tree or context.cwd
         if source_tree is None:
             raise R3Error(
                 "no source tree: the campaigns' recording does not name one",
                 hint="give --source-tree SRC",
             )
-        result = apply_campaigns(
-            s, args.campaigns, Path(source_tree), args.into, shares, args.include_noise
-        )
-    for o in result.campaigns:
-        print(f"campaign {o.campaign_id} ({o.kernel}) -> {o.file or '?'}")
-        for line in o.applied:
-            print(f"  applied: {line}")
-        for line in o.not_applied:
-            print(f"  not applied: {line}")
+        check_into(Path(source_tree), args.into)
+        bests = load_bests(s, args.campaigns, args.into)
+    result = write_tree(bests, Path(source_tree), args.into, context, args.include_noise)
+    for line in outcome_lines(result):
+        print(line)
     print(f"patch: {args.into / PATCH_FILE} ({len(result.patch.splitlines())} lines)")
-    if result.predicted_speedup is not None:
-        print(f"app_speedup_predicted: {result.predicted_speedup:.4f}")
+    if result.predicted_kernel_speedup is not None:
+        from r3tui.engine.application import prediction_lines
+
+        for line in prediction_lines(result.predicted_kernel_speedup,
+                                     result.predicted_wall_speedup, context.kernel_time_s,
+                                     context.wall_s):
+            print(line)
     if args.no_run:
+        print("not measured (--no-run): every applied change is in the patch, unmeasured")
         return 0
-    app_command = tuple(shlex.split(args.run)) if args.run else command
+    app_command = tuple(shlex.split(args.run)) if args.run else context.command
     if not app_command:
         raise R3Error("no application command recorded", hint='give --run "./app ARGS"')
-    return _rebuild_and_compare(args, Path(source_tree), app_command, result.predicted_speedup)
+    from r3tui.engine.app_run import measure_and_ship
 
-
-def _rebuild_and_compare(
-    args: argparse.Namespace, source_tree: Path, command: tuple[str, ...], predicted: float | None
-) -> int:
-    from r3tui.engine.app_run import build, compare
-
-    original = args.into.with_name(args.into.name + ".original")
-    if original.exists():
-        shutil.rmtree(original)
-    shutil.copytree(source_tree, original, ignore=shutil.ignore_patterns(*_BUILD_OUTPUTS))
-    for tree in (original, args.into):
-        build(tree, args.build)
-    result = compare(original, args.into, command, args.runs, args.time_key)
-    failed = [r.exit_code for r in result.original + result.patched if r.exit_code != 0]
-    if failed:
-        raise R3Error(f"the application exited with {failed[0]} (see {args.into})")
-    a, b = result.times(result.original), result.times(result.patched)
-    import statistics
-
-    print(
-        f"{args.time_key} median: original {statistics.median(a):.6f} s, "
-        f"patched {statistics.median(b):.6f} s ({args.runs} interleaved runs each)"
-    )
-    print(f"app_speedup_measured: {result.speedup:.4f}")
-    print(f"wall_speedup_measured: {result.wall_speedup:.4f}")
-    if predicted is not None:
-        print(f"app_speedup_predicted: {predicted:.4f}")
-    summary = json.loads((args.into / SUMMARY_FILE).read_text())
-    summary["measured"] = {
-        "key": args.time_key,
-        "runs": args.runs,
-        "original": a,
-        "patched": b,
-        "original_wall_s": [r.wall_s for r in result.original],
-        "patched_wall_s": [r.wall_s for r in result.patched],
-        "speedup": result.speedup,
-        "wall_speedup": result.wall_speedup,
-    }
-    (args.into / SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n")
+    measure_and_ship(bests, Path(source_tree), args.into, app_command, result, context,
+                     args.build, options, args.include_noise)
     return 0
 
 
@@ -625,7 +676,16 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     )
     parser.add_argument("--build", default="make", help="build command run in both trees")
     parser.add_argument("--run", help="application command (default: the recorded one)")
-    parser.add_argument("--runs", type=int, default=5, help="runs of each tree, interleaved")
+    parser.add_argument(
+        "--runs", type=int, default=5,
+        help="interleaved pairs of runs before the intervals are first looked at (default 5)")
+    parser.add_argument(
+        "--max-runs", type=int, default=30,
+        help="interleaved pairs at most, of plain runs and of timed runs each (default 30)")
+    parser.add_argument(
+        "--ci-width", type=float, default=0.02,
+        help="enough pairs once each 95%% interval is at most this wide, relative to its "
+             "ratio (default 0.02)")
     parser.add_argument(
         "--time-key",
         default="solve_time_s",

@@ -159,18 +159,25 @@ def test_tune_app_tunes_the_top_kernels_and_records_their_campaigns(tmp_path: Pa
 
     result = tune_app(recording, tmp_path / "r3.sqlite", "10", 3, fake_tuner)
     assert [name for _, name in calls] == ["cg::spmv_csr", "cg::update_xr"]
-    assert result.predicted_speedup == pytest.approx(1 / (1 - 0.6 + 0.5 / 1.25 + 0.1 / 2.0))
+    assert result.kernel_time_speedup == pytest.approx(1 / (1 - 0.6 + 0.5 / 1.25 + 0.1 / 2.0))
+    # kernels were 1.0 s of the recorded 2.5 s: every share counts 0.4 of itself on the wall
+    wall = 1 / (1 - 0.4 * 0.6 + 0.4 * 0.5 / 1.25 + 0.4 * 0.1 / 2.0)
+    assert result.app_wall_speedup == pytest.approx(wall)
     plan = json.loads((directory / "tune-app.json").read_text())
     assert [k["campaign_id"] for k in plan["kernels"]] == [1, None, 2]
     assert plan["kernels"][1]["status"].startswith("skipped: touches managed memory")
-    assert plan["predicted_app_speedup"] == pytest.approx(result.predicted_speedup)
+    assert plan["predicted_kernel_speedup"] == pytest.approx(result.kernel_time_speedup)
+    assert plan["predicted_wall_speedup"] == pytest.approx(wall)
+    assert plan["kernel_fraction_of_wall"] == pytest.approx(0.4)
+    assert "predicted_app_speedup" not in plan
     assert "kernel device time" in plan["share_basis"]
+    assert "recording overhead" in plan["wall_basis"]
     # a winner whose interval reaches 1 is not shipped by r3 apply: counted as unchanged
     noisy = tune_app(recording, tmp_path / "r3.sqlite", "10", 3,
                      lambda bundle, name: (1, 1.25 if "spmv" in name else 2.0,
                                            (1.1, 1.3) if "spmv" in name else (0.99, 3.0)))
     assert [k.significant for k in noisy.kernels] == [True, False, False]
-    assert noisy.predicted_speedup == pytest.approx(1 / (1 - 0.5 + 0.5 / 1.25))
+    assert noisy.kernel_time_speedup == pytest.approx(1 / (1 - 0.5 + 0.5 / 1.25))
 
 
 def test_tune_app_plan_and_bad_input_from_the_command_line(tmp_path: Path) -> None:
@@ -309,7 +316,9 @@ def test_apply_writes_a_patch_of_the_tuned_campaigns(tmp_path: Path) -> None:
         "apply", *map(str, ids), "--into", str(out), "--no-run", "--db", str(db_path), cwd=tmp_path
     )
     assert run.returncode == 0, run.stderr
-    assert "app_speedup_predicted: " in run.stdout
+    assert "kernel_time_speedup_predicted: " in run.stdout
+    assert "app_wall_speedup_predicted: " in run.stdout
+    assert "app_speedup_predicted" not in run.stdout
 
     text = (out / "cg.cu").read_text()
     assert "spmv_csr(CsrMatrix a" in text
@@ -330,8 +339,18 @@ def test_apply_writes_a_patch_of_the_tuned_campaigns(tmp_path: Path) -> None:
     )
     # only fully applied campaigns count: spmv 0.5 of kernel time at 1.25x, xpay 0.05 at 1.5x
     expected = amdahl([(0.5, 1.25), (0.05, 1.5)])
-    assert summary["predicted_speedup"] == pytest.approx(expected)
-    assert f"app_speedup_predicted: {expected:.4f}" in run.stdout
+    assert summary["predicted_kernel_speedup"] == pytest.approx(expected)
+    assert f"kernel_time_speedup_predicted: {expected:.4f}" in run.stdout
+    wall = amdahl([(0.4 * 0.5, 1.25), (0.4 * 0.05, 1.5)])  # 1.0 s of kernels in 2.5 s
+    assert summary["predicted_wall_speedup"] == pytest.approx(wall)
+    assert f"app_wall_speedup_predicted: {wall:.4f}" in run.stdout
+    # the options reach every kernel of the one unit, and say so
+    assert "flag --maxrregcount=32: affects every kernel of cg.cu" in run.stdout
+    assert by_id[ids[1]]["flag_scope"] == ["--maxrregcount=32: affects every kernel of cg.cu"]
+    assert by_id[ids[0]]["flag_scope"] == [
+        "--ptxas-options=-dlcm=cg: affects every kernel of cg.cu"]  # not the block macro
+    assert by_id[ids[0]]["entry_point"] == SPMV and by_id[ids[0]]["shipped"] is None
+    assert "unmeasured" in run.stdout
     assert (out / "r3-exports" / f"campaign-{ids[1]}" / "options.txt").is_file()
 
     # the patch turns the original tree into the patched one
@@ -444,7 +463,7 @@ def test_apply_ships_the_re_timed_winner_and_keeps_the_original_against_noise(
     by_id = {c["campaign_id"]: c for c in summary["campaigns"]}
     assert "1.001x [0.998, 1.002], is not faster than the original beyond the noise" in (
         by_id[noise]["not_applied"][0])
-    assert summary["predicted_speedup"] == pytest.approx(amdahl([(0.5, 1.25)]))
+    assert summary["predicted_kernel_speedup"] == pytest.approx(amdahl([(0.5, 1.25)]))
 
     forced = tmp_path / "forced"
     run = r3("apply", str(noise), "--into", str(forced), "--no-run", "--include-noise",
