@@ -60,6 +60,13 @@ class ApplicationFaulted(RecordingError):
     exit_code = 1
 
 
+class RecordingWriteFailed(RecordingError):
+    """A recording's files could not be written (a full disk, a quota).  What was written
+    before it is kept and registered; exit 1, like a fault: the recording is incomplete."""
+
+    exit_code = 1
+
+
 class ManifestError(RecordingError):
     """The bundle manifest does not validate."""
 

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import re
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from r3tui.errors import ApplicationFaulted, R3Error
+from r3tui.errors import ApplicationFaulted, R3Error, RecordingWriteFailed
 
 _ACTIONS = ("kernel", "pycuda", "verify", "app")
 
@@ -37,6 +39,13 @@ def add_app_command(record: argparse.ArgumentParser, sub: Any) -> None:
                      help="mapped, zero-filled bytes left free before and after each "
                      "allocation, so that a kernel reading a little out of bounds does not "
                      "fault under recording or replay (default 65536; 0: none)")
+    app.add_argument("--max-configs", type=int, default=None, metavar="N",
+                     help="snapshot at most N launch configurations of each kernel, the first "
+                     "N it launches (default 4; every launch is still counted and timed)")
+    app.add_argument("--max-snapshot-bytes", type=parse_size, default=None, metavar="SIZE",
+                     help="stop snapshotting once the snapshots would pass SIZE bytes (8G, "
+                     "512M, ...; default: 8 GiB or a quarter of the space free under --out, "
+                     "whichever is smaller)")
     app.add_argument("--force", action="store_true", help="replace an existing recording")
     app.add_argument("--keep-raw", action="store_true",
                      help="keep the interposer's raw dump (DIR/raw) for debugging")
@@ -59,10 +68,27 @@ def add_app_command(record: argparse.ArgumentParser, sub: Any) -> None:
     record.__class__ = RecordParser
 
 
+_SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?", re.IGNORECASE)
+
+
+def parse_size(text: str) -> int:
+    """``8G``, ``512MiB``, ``1.5g`` or a count of bytes."""
+    match = _SIZE.fullmatch(text.strip())
+    if match is None:
+        raise argparse.ArgumentTypeError(f"not a size: {text!r} (write e.g. 8G, 512M, 100000)")
+    shift = 10 * "kmgt".find(match.group(2).lower()) + 10 if match.group(2) else 0
+    return int(float(match.group(1)) * (1 << shift))
+
+
 def cmd_record_app(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from r3tui.record.app_recorder import AppRecordRequest, record_app, resolve_executable
+    from r3tui.record.app_recorder import (
+        MAX_CONFIGS,
+        AppRecordRequest,
+        record_app,
+        resolve_executable,
+    )
     from r3tui.record.arena import GUARD_BYTES
     from r3tui.record.commands import register
 
@@ -82,13 +108,17 @@ def cmd_record_app(args: argparse.Namespace) -> int:
     guard = GUARD_BYTES if args.guard_bytes is None else args.guard_bytes
     if guard < 0:
         raise R3Error(f"--guard-bytes must be 0 or more, not {guard}")
+    max_configs = MAX_CONFIGS if args.max_configs is None else args.max_configs
+    if max_configs < 0:
+        raise R3Error(f"--max-configs must be 0 or more, not {max_configs}")
     out = args.out or Path("recordings") / exe.name
     req = AppRecordRequest(command=command, out=out, sources=tuple(args.sources),
                            compile_db=args.compile_db,
                            include_dirs=tuple(args.include_dirs), reachable=args.reachable,
                            checks=not args.no_checks,
                            kernels=tuple(args.kernels), overwrite=args.force,
-                           keep_raw=args.keep_raw, guard_bytes=guard)
+                           keep_raw=args.keep_raw, guard_bytes=guard,
+                           max_configs=max_configs, max_snapshot_bytes=args.max_snapshot_bytes)
     console = Console(stderr=True)
     console.print(f"[bold]recording[/] {' '.join(command)} -> {out}")
     # No spinner while the application runs: its own output goes to the terminal.
@@ -101,12 +131,20 @@ def cmd_record_app(args: argparse.Namespace) -> int:
             if config["bundle"]:
                 register(args.db, Bundle.open(recording.out / config["bundle"]))
                 registered += 1
-    from r3tui.record.app_dump import fault_line, graph_line
+    from r3tui.record.app_dump import fault_line, graph_line, write_error_line
 
+    saved = recording.out / "recording.json" if recording.saved else None
     fault = fault_line(recording.data)
     if fault is not None:  # one line, exit 1; what was recorded before the fault is kept
         raise ApplicationFaulted(f"{fault}; what was recorded before it ({registered} "
-                                 f"replayable bundles) is in {recording.out / 'recording.json'}")
+                                 f"replayable bundles) is in "
+                                 f"{saved or 'bundles/ (recording.json could not be written)'}")
+    unwritten = write_error_line(recording.data)
+    if unwritten is not None:  # a full disk: one line, exit 1; the bundles written are kept
+        where = f"{saved} says what was recorded" if saved else \
+            "recording.json could not be written"
+        raise RecordingWriteFailed(f"{unwritten}; the {registered} replayable bundles written "
+                                   f"before it are registered in {args.db}; {where}")
     print_profile(recording.data)
     line = graph_line(recording.data)
     if line is not None:
@@ -132,8 +170,9 @@ def print_profile(data: dict[str, Any]) -> None:
     for k in data["kernels"]:
         ok = sum(c["replayable"] for c in k["configs"])
         n = len(k["configs"])
-        reasons = sorted({r for c in k["configs"] for r in c["reasons"]})
-        verdict = f"{ok}/{n}" + (f" [red]({reasons[0]})[/]" if reasons else "")
+        # the reason most of its other configurations share
+        reasons = Counter(r for c in k["configs"] for r in c["reasons"]).most_common(1)
+        verdict = f"{ok}/{n}" + (f" [red]({reasons[0][0]})[/]" if reasons else "")
         table.add_row(k["name"], str(k["launches"]), f"{k['device_time_s'] * 1e3:.3f} ms",
                       f"{k['device_time_s'] / total:.1%}", str(n), verdict)
     if graphs.get("launches"):

@@ -18,6 +18,12 @@ A kernel that faults (an illegal address, a trap, ...) leaves a sticky error: th
 writes one ``fault`` event naming the launch and lets every later launch pass through
 unrecorded.  What it recorded before the fault is converted as usual; :func:`fault_line` is
 the one line ``r3 record`` ends with.
+
+Snapshots are bounded (``r3 record --max-configs``, ``--max-snapshot-bytes``): a configuration
+the interposer did not snapshot is counted and timed like the others and its ``config`` event
+says why; it stays in ``recording.json`` as not replayable with that reason.  A file that
+could not be written -- by the interposer (its ``write_error`` event) or here, while writing
+bundles -- is recording.json's ``write_error`` and :func:`write_error_line`.
 """
 
 from __future__ import annotations
@@ -105,6 +111,18 @@ class RawConfig:
     # the snapshot of its second launch (a check launch), and what lay outside the arena then
     check: dict[str, Any] | None = None
     check_outside: list[OutsideAllocation] = field(default_factory=list)
+    # why the interposer took no check launch though the configuration ran again
+    # ("budget", "write_error"), and the bytes it would have written when it was the one
+    # that did not fit
+    check_skipped: dict[str, Any] | None = None
+
+    @property
+    def why_not(self) -> str | None:
+        """Why its launch was not snapshotted: "kernel" (--kernel), "max_configs", "budget",
+        "write_error"; None when it was."""
+        if self.recorded:
+            return None
+        return str(self.event.get("why") or "kernel")  # dumps before the bounds: --kernel
 
 
 @dataclass
@@ -129,6 +147,9 @@ class RawProcess:
     arena: dict[str, Any] | None = None
     end: dict[str, Any] | None = None
     fault: dict[str, Any] | None = None  # the interposer's "fault" event, if a kernel faulted
+    start: dict[str, Any] | None = None  # the "start" event: the snapshot bounds it ran with
+    # the first file the interposer could not write (a full disk), with the bytes before it
+    write_error: dict[str, Any] | None = None
     profiled: bool = False
     warnings: list[str] = field(default_factory=list)
 
@@ -178,6 +199,12 @@ def read_process(path: Path) -> RawProcess:
         elif kind == "check" and int(ev["id"]) in configs:
             configs[int(ev["id"])].check = ev
             configs[int(ev["id"])].check_outside = list(live.values())
+        elif kind == "check_skipped" and int(ev["id"]) in configs:
+            configs[int(ev["id"])].check_skipped = ev
+        elif kind == "start":
+            proc.start = ev
+        elif kind == "write_error":
+            proc.write_error = ev
         elif kind == "graph":
             proc.graphs.append(RawGraph(int(ev["id"]), int(ev["kernel_nodes"]),
                                         [str(k) for k in ev.get("kernels", [])]))
@@ -225,18 +252,61 @@ def _hits(words: np.ndarray, region: OutsideAllocation) -> bool:
     return bool(np.any((words >= lo) & (words < hi)))
 
 
+def size_text(n: int) -> str:
+    """Bytes as a person reads them: ``8.0 GiB``, ``64.0 MiB``, ``512 bytes``."""
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if n >= 1 << shift:
+            return f"{n / (1 << shift):.1f} {unit}"
+    return f"{n} bytes"
+
+
+def _budget_text(proc: RawProcess) -> str:
+    limit = (proc.start or {}).get("max_bytes")
+    return f"{size_text(int(limit))}, --max-snapshot-bytes" if limit is not None \
+        else "--max-snapshot-bytes"
+
+
+def _not_snapshotted(proc: RawProcess, why: str, need: int) -> str:
+    """The reason a launch was not snapshotted, as recording.json and ``r3 tune-app`` say it."""
+    if why == "max_configs":
+        limit = (proc.start or {}).get("max_configs")
+        return f"not snapshotted: --max-configs {'' if limit is None else f'{limit} '}reached"
+    if why == "budget":
+        if need:
+            return (f"not snapshotted: its snapshot ({size_text(need)}) would pass the "
+                    f"snapshot budget ({_budget_text(proc)}); snapshot budget spent")
+        return f"not snapshotted: snapshot budget spent ({_budget_text(proc)})"
+    if why == "write_error":
+        err = proc.write_error or {}
+        return ("not snapshotted: the raw dump could not be written "
+                f"({err.get('text') or 'write error'})")
+    return "not snapshotted: excluded by --kernel"
+
+
 def unreplayable_reasons(proc: RawProcess, cfg: RawConfig) -> list[str]:
     """Why this configuration's bundle would replay wrongly (empty: it replays)."""
-    if not cfg.recorded:
-        return ["not recorded (excluded by --kernel)"]
-    return _snapshot_problems(proc, cfg.event, cfg.outside)
+    why = cfg.why_not
+    if why is not None:
+        return [_not_snapshotted(proc, why, int(cfg.event.get("need", 0)))]
+    reasons = _snapshot_problems(proc, cfg.event, cfg.outside)
+    if cfg.event.get("write_error"):
+        err = proc.write_error or {}
+        reasons.append("its snapshot could not be written completely "
+                       f"({err.get('text') or 'write error'})")
+    return reasons
 
 
 def check_problems(proc: RawProcess, cfg: RawConfig) -> list[str]:
     """Why the configuration's check launch cannot go into its bundle (empty: it can)."""
     if cfg.check is None:
+        if cfg.check_skipped is not None:
+            return [_not_snapshotted(proc, str(cfg.check_skipped.get("why", "budget")),
+                                     int(cfg.check_skipped.get("need", 0)))]
         return ["the application launched this configuration once"]
-    return _snapshot_problems(proc, cfg.check, cfg.check_outside)
+    problems = _snapshot_problems(proc, cfg.check, cfg.check_outside)
+    if cfg.check.get("write_error"):
+        problems.append("its snapshot could not be written completely")
+    return problems
 
 
 def _snapshot_problems(proc: RawProcess, ev: dict[str, Any],
@@ -424,6 +494,7 @@ def build_recording(
     warnings: list[str] = []
     unsupported: list[dict[str, Any]] = []
     index = 0
+    failed: dict[str, Any] | None = None  # the bundle that could not be written
     for proc in procs:
         warnings += proc.warnings
         unsupported += [{"kind": a.kind, "size": a.size, "address": a.address}
@@ -444,14 +515,22 @@ def build_recording(
                                     "recompiled for tuning)")
             reasons = unreplayable_reasons(proc, cfg)
             bundle_rel = None
-            if not reasons:
+            if not reasons and failed is not None:
+                reasons = [f"its bundle was not written: {failed['error']}"]
+            elif not reasons:
                 short = short_name(entry["name"])
                 bundle_rel = f"{BUNDLE_DIR}/{index:03d}-{short}"
                 progress(f"writing bundle {bundle_rel}")
-                write_bundle(proc, cfg, out / bundle_rel, entry_point=cfg.name,
-                             name=entry["name"], source=entry["_source"],
-                             provenance={"command": list(command), "runtime": runtime})
-                index += 1
+                try:
+                    write_bundle(proc, cfg, out / bundle_rel, entry_point=cfg.name,
+                                 name=entry["name"], source=entry["_source"],
+                                 provenance={"command": list(command), "runtime": runtime})
+                except OSError as exc:  # a full disk: keep what was written, write no more
+                    failed = _bundle_write_error(exc, out, out / bundle_rel, index)
+                    reasons = [f"its bundle was not written: {failed['error']}"]
+                    bundle_rel = None
+                else:
+                    index += 1
             entry["launches"] += cfg.count
             entry["device_time_s"] += cfg.time_s
             entry["configs"].append({
@@ -459,12 +538,14 @@ def build_recording(
                 "shared_mem_bytes": cfg.shared, "count": cfg.count, "device_time_s": cfg.time_s,
                 "same_args": _times(cfg.same_args),
                 "bundle": bundle_rel, "replayable": not reasons, "reasons": reasons,
+                "snapshotted": cfg.recorded,
                 # whether its bundle holds a check launch (docs/verification.md), else why not
                 "check_launch": not reasons and not check_problems(proc, cfg),
                 "check_reasons": check_problems(proc, cfg) if cfg.recorded else []})
     ordered = sorted(kernels.values(), key=lambda k: -k["device_time_s"])
     for k in ordered:
         del k["_source"]
+    warnings += _bound_warnings(procs, ordered)
     skipped = sum(p.count("capture_skipped") for p in procs)
     if skipped:
         warnings.append(f"{skipped} kernel launches made while a stream was capturing a CUDA "
@@ -487,7 +568,90 @@ def build_recording(
             "guard_bytes": next((int(p.arena.get("guard", 0)) for p in procs
                                  if p.arena and p.arena.get("ok")), None),
             "fault": fault_summary(procs, demangle),
+            "snapshots": snapshot_summary(procs),
+            "write_error": failed or raw_write_error(procs),
             "unsupported_allocations": unsupported, "warnings": warnings}
+
+
+def _bound_warnings(procs: Sequence[RawProcess], kernels: list[dict[str, Any]]) -> list[str]:
+    """One line per snapshot bound that left configurations profiled but not snapshotted."""
+    said: list[str] = []
+    capped: list[tuple[str, int]] = []
+    for k in kernels:
+        n = sum(any(r.startswith("not snapshotted: --max-configs") for r in c["reasons"])
+                for c in k["configs"])
+        if n:
+            capped.append((str(k["name"]).split("(")[0], n))
+    if capped:
+        limit = next((p.start.get("max_configs") for p in procs if p.start), "N")
+        shown = ", ".join(f"{name} {n}" for name, n in capped[:4])
+        more = f" and {len(capped) - 4} more kernels" if len(capped) > 4 else ""
+        said.append(f"{sum(n for _, n in capped)} configurations beyond --max-configs {limit} "
+                    f"per kernel were profiled but not snapshotted ({shown}{more})")
+    budget = [c for p in procs for c in p.configs if c.why_not == "budget"]
+    if budget:
+        proc = next(p for p in procs if any(c.why_not == "budget" for c in p.configs))
+        said.append(f"the snapshot budget ({_budget_text(proc)}) was spent: {len(budget)} "
+                    "configurations were profiled but not snapshotted")
+    return said
+
+
+def snapshot_summary(procs: Sequence[RawProcess]) -> dict[str, Any]:
+    """recording.json's ``snapshots``: the bounds the interposer ran with (the first
+    process's), the bytes it wrote to the raw dump, and how many configurations were
+    snapshotted and, by reason, not."""
+    start = next((p.start for p in procs if p.start), None) or {}
+    skipped: dict[str, int] = {}
+    for cfg in (c for p in procs for c in p.configs):
+        if cfg.why_not is not None:
+            skipped[cfg.why_not] = skipped.get(cfg.why_not, 0) + 1
+    written = sum(int((p.end or {}).get("snap_bytes", 0)) or
+                  sum(int(c.event.get("bytes", 0)) + int((c.check or {}).get("bytes", 0))
+                      for c in p.configs) for p in procs)
+    return {"max_configs": start.get("max_configs"), "max_bytes": start.get("max_bytes"),
+            "bytes": written,
+            "snapshotted": sum(c.recorded for p in procs for c in p.configs),
+            "not_snapshotted": skipped,
+            "budget_spent": any(p.count("budget_spent") for p in procs) or "budget" in skipped}
+
+
+def raw_write_error(procs: Sequence[RawProcess]) -> dict[str, Any] | None:
+    """The interposer's first ``write_error`` (a full disk while dumping), as recording.json's
+    ``write_error``."""
+    for proc in procs:
+        ev = proc.write_error
+        if ev is not None:
+            return {"stage": "raw dump", "path": str(ev.get("file", "")),
+                    "error": str(ev.get("text") or f"errno {ev.get('errno')}"),
+                    "errno": int(ev.get("errno", 0)), "written_bytes": int(ev.get("bytes", 0)),
+                    "bundles_written": None}
+    return None
+
+
+def _bundle_write_error(exc: OSError, out: Path, dest: Path, written: int) -> dict[str, Any]:
+    size = sum(f.stat().st_size for f in (out / BUNDLE_DIR).rglob("*") if f.is_file()) \
+        if (out / BUNDLE_DIR).is_dir() else 0
+    return {"stage": "bundles", "bundle": str(dest),
+            "path": str(exc.filename) if exc.filename else str(dest),
+            "error": exc.strerror or str(exc), "errno": exc.errno or 0,
+            "written_bytes": size, "bundles_written": written}
+
+
+def write_error_line(data: dict[str, Any]) -> str | None:
+    """The one line ``r3 record`` ends with when a file could not be written, e.g.
+    ``writing bundle rec/bundles/004-lud_internal failed: rec/bundles/.004-lud_internal.tmp-7-
+    ab12/blobs/9f3e...: No space left on device (after 4 bundles, 1.2 GiB)``."""
+    err = data.get("write_error")
+    if not err:
+        return None
+    what = {"bundles": f"writing bundle {err.get('bundle')}",
+            "raw dump": "dumping snapshots",
+            "recording.json": "writing recording.json"}.get(str(err.get("stage")), "writing")
+    written = size_text(int(err.get("written_bytes", 0)))
+    n = err.get("bundles_written")
+    after = f"{written} of snapshots" if n is None else \
+        f"{n} bundle{'s' if n != 1 else ''}, {written}"
+    return f"{what} failed: {err['path']}: {err['error']} (after {after})"
 
 
 def fault_summary(procs: Sequence[RawProcess], demangle: Callable[[str], str]

@@ -31,6 +31,16 @@ if TYPE_CHECKING:
     from r3tui.record.sources import KernelSource
 
 RAW_DIR = "raw"
+# Snapshot bounds (docs/app-recording.md, "Bounded snapshots").  A snapshot costs a
+# synchronization and two copies of the memory it keeps (about 66 ms for lud's 64 MiB matrix
+# on the H200), so a program whose grid changes on every launch must not snapshot them all;
+# tuning a kernel needs one configuration, and a few give it the shapes it runs with.
+MAX_CONFIGS = 4
+MAX_SNAPSHOT_BYTES = 8 << 30
+# Each snapshot byte is on disk twice until conversion ends: in the raw dump and in a bundle
+# (blobs are copies, compressed where that helps), so a quarter of the free space keeps the
+# recording within half of it, leaving the rest to the application's own output.
+FREE_SPACE_SHARE = 4
 
 
 @dataclass(frozen=True)
@@ -46,6 +56,8 @@ class AppRecordRequest:
     overwrite: bool = False
     keep_raw: bool = False
     guard_bytes: int = GUARD_BYTES  # free, mapped, zeroed bytes around each allocation
+    max_configs: int = MAX_CONFIGS  # configurations snapshotted per kernel
+    max_snapshot_bytes: int | None = None  # None: snapshot_budget()'s default
 
 
 @dataclass
@@ -53,6 +65,7 @@ class AppRecording:
     out: Path
     data: dict[str, Any]
     messages: list[str] = field(default_factory=list)
+    saved: bool = True  # recording.json was written (False: the disk was full)
 
 
 @dataclass(frozen=True)
@@ -97,6 +110,21 @@ def resolve_executable(command: Sequence[str]) -> Path:
     if not os.access(path, os.X_OK):
         raise R3Error(f"{first} is not executable")
     return path
+
+
+def snapshot_budget(out: Path, requested: int | None) -> tuple[int, str]:
+    """The bytes of snapshots a recording may write, and where that figure comes from:
+    ``requested`` (--max-snapshot-bytes), else the smaller of MAX_SNAPSHOT_BYTES and a
+    FREE_SPACE_SHARE-th of the space free under ``out`` (which exists)."""
+    if requested is not None:
+        return requested, "--max-snapshot-bytes"
+    from r3tui.record.app_dump import size_text
+
+    free = shutil.disk_usage(out).free
+    share = free // FREE_SPACE_SHARE
+    if share < MAX_SNAPSHOT_BYTES:
+        return share, f"a quarter of the {size_text(free)} free under {out}"
+    return MAX_SNAPSHOT_BYTES, f"the default {size_text(MAX_SNAPSHOT_BYTES)}"
 
 
 def _prepare_out(out: Path, overwrite: bool) -> None:
@@ -193,6 +221,7 @@ def record_app(req: AppRecordRequest,
     lib = interposer.build()
     raw = out / RAW_DIR
     raw.mkdir()
+    max_bytes, max_bytes_from = snapshot_budget(out, req.max_snapshot_bytes)
     env = dict(os.environ)
     previous = env.get("LD_PRELOAD")
     env["LD_PRELOAD"] = f"{lib.path} {previous}" if previous else str(lib.path)
@@ -200,6 +229,8 @@ def record_app(req: AppRecordRequest,
     env["R3_RECORD_REACHABLE"] = "1" if req.reachable else "0"
     env["R3_RECORD_CHECKS"] = "1" if req.checks else "0"
     env["R3_GUARD_BYTES"] = str(req.guard_bytes)
+    env["R3_RECORD_MAX_CONFIGS"] = str(req.max_configs)
+    env["R3_RECORD_MAX_BYTES"] = str(max_bytes)
     if req.kernels:
         env["R3_RECORD_KERNELS"] = ",".join(req.kernels)
     progress(f"running {' '.join(req.command)}")
@@ -229,11 +260,30 @@ def record_app(req: AppRecordRequest,
         demangle=_demangler(), source_of=_source_lookup(req), progress=progress)
     if code != 0:
         data["warnings"].append(f"the application exited with code {code}")
+    data["snapshots"]["max_bytes_from"] = max_bytes_from
+    if not req.keep_raw:  # first: on a full disk this frees the room recording.json needs
+        shutil.rmtree(raw, ignore_errors=True)
+    return AppRecording(out, data, saved=_save(out, data))
+
+
+def _save(out: Path, data: dict[str, Any]) -> bool:
+    """Write recording.json; False when it cannot be (then ``write_error`` says so, unless
+    an earlier write had already failed)."""
     import json
 
     tmp = out / f".{app_dump.RECORDING_NAME}.tmp"
-    tmp.write_text(json.dumps(data, indent=2) + "\n")
-    os.replace(tmp, out / app_dump.RECORDING_NAME)
-    if not req.keep_raw:
-        shutil.rmtree(raw, ignore_errors=True)
-    return AppRecording(out, data)
+    try:
+        tmp.write_text(json.dumps(data, indent=2) + "\n")
+        os.replace(tmp, out / app_dump.RECORDING_NAME)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        if data.get("write_error") is None:
+            bundles = [c["bundle"] for k in data["kernels"] for c in k["configs"] if c["bundle"]]
+            size = sum(f.stat().st_size for f in (out / app_dump.BUNDLE_DIR).rglob("*")
+                       if f.is_file()) if bundles else 0
+            data["write_error"] = {
+                "stage": "recording.json", "path": str(out / app_dump.RECORDING_NAME),
+                "error": exc.strerror or str(exc), "errno": exc.errno or 0,
+                "written_bytes": size, "bundles_written": len(bundles)}
+        return False
+    return True

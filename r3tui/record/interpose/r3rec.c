@@ -21,6 +21,13 @@
  * also pass (R3_RECORD_CHECKS=0: none); every launch is counted and timed with events read lazily, and so,
  * apart, are the launches whose argument bytes equal the recorded first launch's: those are
  * the launches a replay of the recording reproduces.
+ * Snapshots are bounded: each costs a synchronization and two copies of the memory it keeps
+ * (Rodinia lud, whose grid changes on every iteration, made 768 configurations and filled a
+ * 64 GiB disk), so only the first R3_RECORD_MAX_CONFIGS configurations of each function are
+ * snapshotted, and none once the bytes written to data/ would pass R3_RECORD_MAX_BYTES; the
+ * others are counted and timed like any launch, and their "config" event says why not.  A
+ * file that cannot be written (a full disk) is reported once ("write_error") and ends all
+ * snapshots.
  * Stream capture and CUDA graphs: a launch into a capturing stream becomes a graph node, not
  * work, and an event or a synchronization there would break the capture, so it passes
  * through untouched (counted); graph launches are counted and timed as a whole, with the
@@ -47,12 +54,15 @@
 #define R3_MIN_CHUNK (64ULL << 20)
 #define R3_MAX_PENDING 4096
 #define R3_DEFAULT_GUARD (64ULL << 10)
+#define R3_DEFAULT_MAX_CONFIGS 4ULL
+#define R3_DEFAULT_MAX_BYTES (8ULL << 30)
 
 /* ---------------------------------------------------------------- state ---------------- */
 typedef struct { uint64_t addr, size; int live; } block_t;
 /* launches: how many times the wrappers saw it launched (outside captures, before a fault) */
+/* snapped: its configurations snapshotted so far (R3_RECORD_MAX_CONFIGS caps them) */
 typedef struct { const void *key; int image; int is_kernel; char *name;
-                 unsigned long long launches; } func_t;
+                 unsigned long long launches, snapped; } func_t;
 typedef struct { const void *handle; int image; } handle_t;
 typedef struct { const void *data; size_t size; int dumped; } image_t;
 typedef struct { int image; char *name; uint64_t addr, size; } global_t;
@@ -106,6 +116,13 @@ static unsigned long long graph_launches_, captured_launches_, capture_skipped_;
 static int faulted_, launch_blocking_;
 static unsigned long long after_fault_, capture_unknown_;
 static CUresult capture_error_;
+
+/* Snapshot bounds: configurations per function, bytes written to data/ (snap_bytes_, images
+ * included).  budget_spent_: a snapshot did not fit (budget_need_ its size), so none is taken
+ * any more; write_errno_: a file could not be written (reported once), so none either. */
+static unsigned long long max_configs_ = R3_DEFAULT_MAX_CONFIGS;
+static uint64_t max_bytes_ = R3_DEFAULT_MAX_BYTES, snap_bytes_, budget_need_;
+static int budget_spent_, write_errno_;
 
 static uint64_t arena_reserved_, arena_mapped_, arena_top_, granularity_, guard_;
 static int arena_ready_, device_;
@@ -200,6 +217,16 @@ static ginstp_fn r_ginstp, r_ginstp_ptsz; static glaunch_fn r_glaunch, r_glaunch
  * first CUDA event: children that never use CUDA (a shell, a compiler) leave nothing, and a
  * forked child does not append to its parent's index. */
 static pid_t index_pid_;
+
+/* A count from the environment (`r3 record` sets it); unset or not a number: `fallback`. */
+static unsigned long long env_count(const char *name, unsigned long long fallback) {
+    const char *v = getenv(name);
+    if (!v || !*v || *v == '-') return fallback;
+    char *end = NULL;
+    unsigned long long n = strtoull(v, &end, 10);
+    return end && !*end ? n : fallback;
+}
+
 static void open_index(void) {
     if (index_ && index_pid_ != getpid()) { index_ = NULL; }  /* forked: the FILE is the parent's */
     if (index_ || finished_) return;
@@ -221,7 +248,11 @@ static void open_index(void) {
     checks_ = !(ck && *ck == '0');
     const char *k = getenv("R3_RECORD_KERNELS");
     only_ = k && *k ? strdup(k) : NULL;
-    fprintf(index_, "{\"ev\":\"start\",\"pid\":%d,\"reachable\":%d}\n", (int)index_pid_, reachable_);
+    max_configs_ = env_count("R3_RECORD_MAX_CONFIGS", R3_DEFAULT_MAX_CONFIGS);
+    max_bytes_ = env_count("R3_RECORD_MAX_BYTES", R3_DEFAULT_MAX_BYTES);
+    fprintf(index_, "{\"ev\":\"start\",\"pid\":%d,\"reachable\":%d,\"max_configs\":%llu,"
+            "\"max_bytes\":%llu}\n", (int)index_pid_, reachable_, max_configs_,
+            (unsigned long long)max_bytes_);
     fflush(index_);
 }
 
@@ -248,14 +279,41 @@ static void emit_string(FILE *f, const char *s) {
     fputc('"', f);
 }
 
+/* The first file that could not be written (a full disk, a quota): reported once with the
+ * bytes written before it.  The partial file is removed, so the index lines that follow
+ * (this event, the profile) find room. */
+static void note_write_error(const char *path, int err) {
+    if (write_errno_) return;
+    write_errno_ = err ? err : EIO;
+    open_index();
+    if (!index_) return;
+    fputs("{\"ev\":\"write_error\",\"file\":", index_);
+    emit_string(index_, path);
+    fprintf(index_, ",\"errno\":%d,\"text\":", write_errno_);
+    emit_string(index_, strerror(write_errno_));
+    fprintf(index_, ",\"bytes\":%llu}\n", (unsigned long long)snap_bytes_);
+    fflush(index_);
+}
+
+/* Write data/<name>; -1 when it could not be (then, and after any earlier failure, nothing
+ * more is written: the disk is full or the directory gone). */
 static int write_file(const char *name, const void *data, size_t size) {
+    if (write_errno_) return -1;
     char path[4300];
     snprintf(path, sizeof path, "%s/data/%s", dir_, name);
     FILE *f = fopen(path, "wb");
-    if (!f) return -1;
+    if (!f) { note_write_error(path, errno); return -1; }
+    errno = 0;
     size_t n = size ? fwrite(data, 1, size, f) : 0;
-    fclose(f);
-    return n == size ? 0 : -1;
+    int err = n == size ? 0 : errno ? errno : EIO;
+    if (fclose(f) != 0 && !err) err = errno ? errno : EIO;
+    if (err) {
+        unlink(path);
+        note_write_error(path, err);
+        return -1;
+    }
+    snap_bytes_ += size;
+    return 0;
 }
 
 /* ---------------------------------------------------------------- arena ----------------- */
@@ -1012,17 +1070,14 @@ static void hex(FILE *f, const unsigned char *b, size_t n) {
 }
 
 /* The arena blocks this launch may touch: all live ones, or those reachable from the
- * argument bytes through 8-byte-aligned values that point into live blocks.  Fills `host`
- * with each selected block's prologue bytes. */
+ * argument bytes through 8-byte-aligned values that point into live blocks.  Reachability
+ * reads the blocks, so it fills `host` with each selected block's prologue bytes; with all
+ * live blocks `host` stays NULL until copy_prologues(), after the budget is checked. */
 static size_t select_blocks(const unsigned char *args, size_t nargs, long *ids, unsigned char **host) {
     size_t n = 0;
     if (!reachable_) {
         for (size_t i = 0; i < nblocks_; i++)
-            if (blocks_[i].live) ids[n++] = (long)i;
-        for (size_t i = 0; i < n; i++) {
-            host[i] = malloc(blocks_[ids[i]].size + 1);
-            if (d_dtoh && blocks_[ids[i]].size) d_dtoh(host[i], blocks_[ids[i]].addr, blocks_[ids[i]].size);
-        }
+            if (blocks_[i].live) { host[n] = NULL; ids[n++] = (long)i; }
         return n;
     }
     unsigned char *mark = calloc(nblocks_ + 1, 1);
@@ -1046,13 +1101,32 @@ static size_t select_blocks(const unsigned char *args, size_t nargs, long *ids, 
     return n;
 }
 
+static void copy_prologues(const long *ids, unsigned char **host, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        if (host[i]) continue;
+        host[i] = malloc(blocks_[ids[i]].size + 1);
+        if (d_dtoh && blocks_[ids[i]].size) d_dtoh(host[i], blocks_[ids[i]].addr, blocks_[ids[i]].size);
+    }
+}
+
+/* The bytes a snapshot of these blocks and of the image's globals writes: each twice. */
+static uint64_t snapshot_bytes(const long *ids, size_t n, int image) {
+    uint64_t total = 0;
+    for (size_t i = 0; i < n; i++) total += blocks_[ids[i]].size;
+    for (size_t i = 0, ng = 0; i < nglobals_ && ng < 256; i++)
+        if (image >= 0 && globals_[i].image == image) { total += globals_[i].size; ng++; }
+    return 2 * total;
+}
+
 /* Snapshot one launch of `cfg`: its first (check 0: the recorded launch, whose argument bytes
  * become the configuration's reference) or its second (check 1: a check launch; `same` says
  * whether its arguments equal the reference).  Files are c<id>-* and k<id>-* apart.  The
  * caller has synchronized (settle()): the application's queued work belongs to the prologue,
- * and a fault after the launch is this launch's.  `nth`: the kernel's launch number. */
+ * and a fault after the launch is this launch's.  `nth`: the kernel's launch number.
+ * A snapshot that would take the bytes written past R3_RECORD_MAX_BYTES is not taken: the
+ * budget is spent from then on, *declined is set and the launch is left to the caller. */
 static CUresult snapshot_launch(const call_t *c, config_t *cfg, func_t *fi, const char *name,
-                                int check, int same, unsigned long long nth) {
+                                int check, int same, unsigned long long nth, int *declined) {
     CUfunction fn = c->f;
     if (fi && fi->is_kernel && r_kernfunc) r_kernfunc(&fn, (CUkernel)c->f);
     size_t offs[512], sizes[512], np = 0, nargs = 0;
@@ -1073,20 +1147,31 @@ static CUresult snapshot_launch(const call_t *c, config_t *cfg, func_t *fi, cons
         if (buf) { args = malloc(nargs + 1); memcpy(args, buf, nargs); }
         else nargs = 0;
     }
-    if (!check && (args || (layout_known && !np))) {
-        keep_reference(cfg, args, nargs, layout_known, offs, sizes, np);
-        cfg->same_count = 1;
-    }
     const char tag = check ? 'k' : 'c';
     int image = fi ? fi->image : -1;
     if (image < 0 && d_fmod) {
         CUmodule m = NULL;
         if (d_fmod(&m, fn) == CUDA_SUCCESS) image = image_of_handle(m);
     }
-    if (image >= 0) image_dump(image);
     long *ids = malloc((nblocks_ + 1) * sizeof *ids);
     unsigned char **host = malloc((nblocks_ + 1) * sizeof *host);
     size_t nsel = select_blocks(args ? args : (unsigned char *)"", args ? nargs : 0, ids, host);
+    uint64_t need = snapshot_bytes(ids, nsel, image);
+    if (need > max_bytes_ || snap_bytes_ + need > max_bytes_) {
+        budget_spent_ = 1;
+        budget_need_ = need;
+        for (size_t i = 0; i < nsel; i++) free(host[i]);
+        free(ids); free(host); free(args);
+        *declined = 1;
+        return CUDA_SUCCESS;
+    }
+    *declined = 0;
+    if (!check && (args || (layout_known && !np))) {
+        keep_reference(cfg, args, nargs, layout_known, offs, sizes, np);
+        cfg->same_count = 1;
+    }
+    if (image >= 0) image_dump(image);
+    copy_prologues(ids, host, nsel);
     char file[128];
     for (size_t i = 0; i < nsel; i++) {
         snprintf(file, sizeof file, "%c%d-a%ld.pro", tag, cfg->id, ids[i]);
@@ -1144,9 +1229,11 @@ static CUresult snapshot_launch(const call_t *c, config_t *cfg, func_t *fi, cons
                 check ? "check" : "config", cfg->id);
         emit_string(f, name);
         fprintf(f, ",\"image\":%d,\"grid\":[%u,%u,%u],\"block\":[%u,%u,%u],\"shm\":%u,"
-                "\"api\":\"%s\",\"rc\":%d,\"sync_rc\":%d,\"time_s\":%.9g,\"layout\":",
+                "\"api\":\"%s\",\"rc\":%d,\"sync_rc\":%d,\"time_s\":%.9g,\"bytes\":%llu,"
+                "\"write_error\":%d,\"layout\":",
                 image, c->g[0], c->g[1], c->g[2], c->b[0], c->b[1], c->b[2], c->shm,
-                c->ex ? "cuLaunchKernelEx" : "cuLaunchKernel", (int)rc, (int)sync_rc, ms * 1e-3);
+                c->ex ? "cuLaunchKernelEx" : "cuLaunchKernel", (int)rc, (int)sync_rc, ms * 1e-3,
+                (unsigned long long)need, write_errno_ != 0);
         if (layout_known) {
             fputc('[', f);
             for (size_t i = 0; i < np; i++) fprintf(f, "%s[%zu,%zu]", i ? "," : "", offs[i], sizes[i]);
@@ -1231,6 +1318,30 @@ static unsigned long long count_launch(const config_t *k) {
     return k->fidx >= 0 ? ++funcs_[k->fidx].launches : k->count;
 }
 
+/* Why a new configuration of `fi` is not snapshotted (NULL: it is): "kernel" (not selected by
+ * R3_RECORD_KERNELS, or the driver cannot synchronize), "write_error", "budget" or
+ * "max_configs". */
+static const char *not_snapshotted(const func_t *fi, const char *name) {
+    if (!name_selected(name) || !d_sync) return "kernel";
+    if (write_errno_) return "write_error";
+    if (budget_spent_) return "budget";
+    if (fi && fi->snapped >= max_configs_) return "max_configs";
+    return NULL;
+}
+
+/* The "config" event of a configuration that is counted and timed but not snapshotted;
+ * `tripped`: its snapshot was the one that did not fit the budget (its size is written). */
+static void emit_unrecorded(const config_t *cfg, const char *name, const char *why, int tripped) {
+    open_index();
+    if (!index_) return;
+    fprintf(index_, "{\"ev\":\"config\",\"id\":%d,\"recorded\":0,\"why\":\"%s\",\"need\":%llu,"
+            "\"name\":", cfg->id, why, tripped ? (unsigned long long)budget_need_ : 0ULL);
+    emit_string(index_, name ? name : "unknown_kernel");
+    fprintf(index_, ",\"grid\":[%u,%u,%u],\"block\":[%u,%u,%u],\"shm\":%u}\n",
+            cfg->g[0], cfg->g[1], cfg->g[2], cfg->b[0], cfg->b[1], cfg->b[2], cfg->shm);
+    fflush(index_);
+}
+
 static CUresult on_launch(const call_t *c) {
     pthread_mutex_lock(&lock_);
     ensure_exit_handler();
@@ -1261,15 +1372,15 @@ static CUresult on_launch(const call_t *c) {
             !memcmp(k->b, c->b, sizeof k->b)) { cfg = k; break; }
     }
     CUresult rc;
-    int same;
+    int same, declined = 0;
     unsigned long long nth;
     if (!cfg) {
         func_t *fi = func_lookup(c->f);
         if (!fi || !fi->name) fi = learn_func(c->f);
         const char *name = fi ? fi->name : NULL;
         open_index();  /* reads R3_RECORD_KERNELS: a first launch may precede any allocation */
-        int snap = name_selected(name) && d_sync;
-        if (snap && !settle()) return pass_after_fault(c);
+        const char *why = not_snapshotted(fi, name);
+        if (!why && !settle()) return pass_after_fault(c);
         GROW(configs_, nconfigs_, capconfigs_);
         cfg = &configs_[nconfigs_];
         memset(cfg, 0, sizeof *cfg);
@@ -1278,39 +1389,45 @@ static CUresult on_launch(const call_t *c) {
         memcpy(cfg->g, c->g, sizeof cfg->g); memcpy(cfg->b, c->b, sizeof cfg->b);
         cfg->count = 1;
         nth = count_launch(cfg);
-        if (snap) {
-            cfg->recorded = 1;
-            rc = snapshot_launch(c, cfg, fi, name ? name : "unknown_kernel", 0, 0, nth);
-        } else {
-            open_index();
-            if (index_) {
-                fprintf(index_, "{\"ev\":\"config\",\"id\":%d,\"recorded\":0,\"name\":", cfg->id);
-                emit_string(index_, name ? name : "unknown_kernel");
-                fprintf(index_, ",\"grid\":[%u,%u,%u],\"block\":[%u,%u,%u],\"shm\":%u}\n",
-                        c->g[0], c->g[1], c->g[2], c->b[0], c->b[1], c->b[2], c->shm);
-                fflush(index_);
+        if (!why) {
+            rc = snapshot_launch(c, cfg, fi, name ? name : "unknown_kernel", 0, 0, nth,
+                                 &declined);
+            if (!declined) {
+                cfg->recorded = 1;
+                if (fi) fi->snapped++;
+                pthread_mutex_unlock(&lock_);
+                return rc;
             }
-            goto timed;
+            why = "budget";
         }
-        pthread_mutex_unlock(&lock_);
-        return rc;
+        emit_unrecorded(cfg, name, why, declined);
+        goto timed;
     }
     cfg->count++;
     nth = count_launch(cfg);
     if (cfg->recorded && !cfg->checked && checks_ && d_sync) {
-        if (!settle()) return pass_after_fault(c);
         cfg->checked = 1;
         same = same_args(cfg, c);
         if (same) cfg->same_count++;
-        const char *name = config_name(cfg);
-        rc = snapshot_launch(c, cfg, func_lookup(c->f), name ? name : "unknown_kernel", 1, same,
-                             nth);
-        pthread_mutex_unlock(&lock_);
-        return rc;
+        if (!write_errno_ && !budget_spent_) {
+            if (!settle()) return pass_after_fault(c);
+            const char *name = config_name(cfg);
+            rc = snapshot_launch(c, cfg, func_lookup(c->f), name ? name : "unknown_kernel", 1,
+                                 same, nth, &declined);
+            if (!declined) {
+                pthread_mutex_unlock(&lock_);
+                return rc;
+            }
+        }
+        emit("{\"ev\":\"check_skipped\",\"id\":%d,\"why\":\"%s\",\"need\":%llu}", cfg->id,
+             write_errno_ ? "write_error" : "budget",
+             declined ? (unsigned long long)budget_need_ : 0ULL);
+        goto launch;
     }
 timed:
     same = same_args(cfg, c);
     if (same) cfg->same_count++;
+launch:
     harvest(0);
     if (faulted_) return pass_after_fault(c);  /* an earlier launch's end event said so */
     if (npending_ == R3_MAX_PENDING) harvest(1);  /* bounds memory; rare */
@@ -1719,10 +1836,12 @@ static void finish(int harvest_events) {
                 "\"arena_failed\":%d,\"harvested\":%d,\"graph_launches\":%llu,"
                 "\"captured_launches\":%llu,\"capture_skipped\":%llu,\"gate\":%d,"
                 "\"gated\":%llu,\"faulted\":%d,\"after_fault\":%llu,"
-                "\"capture_unknown\":%llu,\"capture_error\":%d}\n", launches_,
+                "\"capture_unknown\":%llu,\"capture_error\":%d,\"snap_bytes\":%llu,"
+                "\"budget_spent\":%d,\"write_errno\":%d}\n", launches_,
                 getproc_seen_, exported_seen_, arena_failed_, harvest_events, graph_launches_,
                 captured_launches_, capture_skipped_, gate_state_, gated_, faulted_, after_fault_,
-                capture_unknown_, (int)capture_error_);
+                capture_unknown_, (int)capture_error_, (unsigned long long)snap_bytes_,
+                budget_spent_, write_errno_);
         fclose(index_);
         index_ = NULL;
     }

@@ -1,0 +1,322 @@
+"""Bounded snapshots and write errors under `r3 record`, without a GPU.
+
+The interposer's own code (r3rec.c) is compiled into a test program and driven with fakes of
+the driver calls it makes (named fake_*: there is no driver here): a kernel launched with 40
+grid sizes, as Rodinia lud's are (its grid changes on every iteration), and one launched
+three times with one grid.  Only the first --max-configs configurations of each kernel are
+snapshotted, none once the byte budget would be passed, and a file that cannot be written
+(/dev/full: a real ENOSPC) ends the snapshots; every launch is still counted and timed.  What
+it writes is converted by the real app_dump code, and `r3 record` runs the same program as
+its application.  The same bounds run on the H200 in tests/gpu/test_gpu_app_bounds.py.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from r3tui.cli import main
+from r3tui.engine.application import load_recording, select
+from r3tui.record import app_dump, interposer
+from r3tui.record.bundle import Bundle, BundleWriter
+
+BOUNDS_PROGRAM = r"""
+#include "r3rec.c"
+
+/* Fakes of the driver: kernels that run at once and take 1 ms, two live arena blocks of
+ * 4096 bytes each (so a snapshot writes 2 x 8192 bytes), an image and a parameter layout of
+ * one pointer, so the snapshotted configurations convert into replayable bundles. */
+#define MANY ((CUfunction)0x1000)
+#define ONE ((CUfunction)0x2000)
+#define BLOCK 4096
+static unsigned char fake_image_[64] = {0x7f, 'E', 'L', 'F'};
+static unsigned char fake_memory_[2][BLOCK];
+static int fake_events_;
+static CUresult fake_sync(void) { return CUDA_SUCCESS; }
+static CUresult fake_is_capturing(CUstream s, CUstreamCaptureStatus *st) {
+    (void)s; *st = CU_STREAM_CAPTURE_STATUS_NONE; return CUDA_SUCCESS;
+}
+static CUresult fake_event_create(CUevent *e, unsigned flags) {
+    (void)flags; *e = (CUevent)(uintptr_t)(16 * ++fake_events_); return CUDA_SUCCESS;
+}
+static CUresult fake_event_record(CUevent e, CUstream s) { (void)e; (void)s; return CUDA_SUCCESS; }
+static CUresult fake_event_query(CUevent e) { (void)e; return CUDA_SUCCESS; }
+static CUresult fake_elapsed(float *ms, CUevent a, CUevent b) {
+    (void)a; (void)b; *ms = 1.0f; return CUDA_SUCCESS;
+}
+static CUresult fake_dtoh(void *dst, CUdeviceptr src, size_t n) {
+    memcpy(dst, fake_memory_[src == R3_ARENA_BASE + 65536 ? 0 : 1], n); return CUDA_SUCCESS;
+}
+static CUresult fake_param_info(CUfunction f, size_t i, size_t *off, size_t *size) {
+    (void)f; if (i) return CUDA_ERROR_INVALID_VALUE; *off = 0; *size = 8; return CUDA_SUCCESS;
+}
+static CUresult fake_launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                            unsigned by, unsigned bz, unsigned shm, CUstream s, void **p,
+                            void **e) {
+    (void)f; (void)gx; (void)gy; (void)gz; (void)bx; (void)by; (void)bz; (void)shm; (void)s;
+    (void)p; (void)e;
+    fake_memory_[1][0]++;  /* the kernel writes its output */
+    return CUDA_SUCCESS;
+}
+
+static void launch(CUfunction f, unsigned grid) {
+    CUdeviceptr out = R3_ARENA_BASE + 65536;
+    void *params[] = {&out};
+    w_launch(f, grid, 1, 1, 128, 1, 1, 0, NULL, params, NULL);
+}
+
+int main(int argc, char **argv) {
+    const char *scenario = argc > 1 ? argv[1] : "";
+    d_sync = fake_sync;
+    d_iscap = d_iscap_ptsz = fake_is_capturing;
+    d_evcreate = fake_event_create;
+    d_evrecord = d_evrecord_ptsz = fake_event_record;
+    d_evquery = d_evsync = fake_event_query;
+    d_elapsed = fake_elapsed;
+    d_dtoh = fake_dtoh;
+    d_pinfo = fake_param_info;
+    r_launch = fake_launch;
+    open_index();
+    arena_ready_ = 1;
+    arena_reserved_ = 1ULL << 30;
+    for (int i = 0; i < 2; i++) {
+        GROW(blocks_, nblocks_, capblocks_);
+        blocks_[nblocks_++] = (block_t){R3_ARENA_BASE + 65536 + (uint64_t)i * 2 * 65536, BLOCK, 1};
+    }
+    GROW(images_, nimages_, capimages_);
+    images_[nimages_++] = (image_t){fake_image_, sizeof fake_image_, 0};
+    note_func(MANY, 0, 0, "_Z4manyPf");
+    note_func(ONE, 0, 0, "_Z3onePf");
+    if (!strcmp(scenario, "full")) {
+        /* the second configuration's first file goes to /dev/full: a real ENOSPC */
+        char link[4400];
+        snprintf(link, sizeof link, "%s/data/c1-a0.pro", dir_);
+        if (symlink("/dev/full", link) != 0) return 3;
+    }
+    for (int i = 0; i < 3; i++) launch(ONE, 7);
+    for (unsigned g = 1; g <= 40; g++) launch(MANY, g);
+    for (unsigned g = 1; g <= 40; g++) launch(MANY, g);  /* every configuration again */
+    printf("snapped many=%llu one=%llu bytes=%llu budget_spent=%d write_errno=%d\n",
+           funcs_[0].snapped, funcs_[1].snapped, (unsigned long long)snap_bytes_,
+           budget_spent_, write_errno_);
+    return 0;
+}
+"""
+
+SNAPSHOT = 2 * 2 * 4096  # two blocks, prologue and epilogue
+NAMES = {"_Z4manyPf": "many(float*)", "_Z3onePf": "one(float*)"}
+
+
+@pytest.fixture(scope="module")
+def bounds_program(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    try:
+        include = interposer.find_cuda_header()
+        compiler = interposer.find_compiler()
+    except Exception as exc:  # no cuda.h or no cc on this machine
+        pytest.skip(f"cannot build the interposer here: {exc}")
+    work = tmp_path_factory.mktemp("bounds")
+    (work / "bounds.c").write_text(BOUNDS_PROGRAM)
+    exe = work / "bounds"
+    subprocess.run([compiler, "-O2", "-std=gnu11", "-Wall", "-Werror", f"-I{include}",
+                    f"-I{interposer.SOURCE.parent}", "-o", str(exe), str(work / "bounds.c"),
+                    "-ldl", "-lpthread"], check=True, capture_output=True, text=True)
+    return exe
+
+
+def _run(exe: Path, scenario: str, raw: Path, **env: str) -> dict[str, str]:
+    environ = {k: v for k, v in os.environ.items() if not k.startswith(("R3_", "CUDA_"))}
+    environ.update(env, R3_REC_NO_GATE="1", R3_RECORD_DIR=str(raw))
+    out = subprocess.run([str(exe), scenario], env=environ, capture_output=True, text=True,
+                         check=True, timeout=60).stdout
+    return dict(item.split("=") for item in out.split()[1:])
+
+
+def _convert(root: Path) -> dict[str, Any]:
+    return app_dump.build_recording(
+        app_dump.read_dump(root / "raw"), root / "out", command=["./app"], cwd=str(root),
+        runtime="static", wall_s=0.1, exit_code=0, reachable=False,
+        recorded_at="2026-01-01T00:00:00+00:00", demangle=lambda n: NAMES.get(n, n),
+        source_of=lambda _n: None)
+
+
+def _kernel(data: dict[str, Any], name: str) -> dict[str, Any]:
+    (kernel,) = [k for k in data["kernels"] if k["name"] == name]
+    return kernel
+
+
+def test_only_the_first_configurations_of_a_kernel_are_snapshotted_and_all_are_counted(
+        bounds_program: Path, tmp_path: Path) -> None:
+    said = _run(bounds_program, "many", tmp_path / "raw")
+    assert said["many"] == "4" and said["one"] == "1" and said["budget_spent"] == "0"
+    # each of the four and one: the first launch and the check launch; and the image
+    assert int(said["bytes"]) == 10 * SNAPSHOT + 64
+    data = _convert(tmp_path)
+    many = _kernel(data, "many(float*)")
+    assert len(many["configs"]) == 40 and many["launches"] == 80
+    snapped = [c for c in many["configs"] if c["snapshotted"]]
+    assert [c["grid"][0] for c in snapped] == [1, 2, 3, 4]  # the first four seen
+    for config in many["configs"]:
+        # counted and timed like any launch: two launches of 1 ms each
+        assert config["count"] == 2 and config["device_time_s"] == pytest.approx(2e-3)
+        if config["snapshotted"]:
+            assert config["replayable"] and config["bundle"] and config["check_launch"]
+        else:
+            assert not config["replayable"] and config["bundle"] is None
+            assert config["reasons"] == ["not snapshotted: --max-configs 4 reached"]
+    one = _kernel(data, "one(float*)")
+    (config,) = one["configs"]
+    assert config["replayable"] and config["check_launch"] and config["count"] == 3
+    assert data["snapshots"] == {"max_configs": 4, "max_bytes": 8 << 30,
+                                 "bytes": 10 * SNAPSHOT + 64, "snapshotted": 5,
+                                 "not_snapshotted": {"max_configs": 36},
+                                 "budget_spent": False}
+    assert ("36 configurations beyond --max-configs 4 per kernel were profiled but not "
+            "snapshotted (many 36)") in data["warnings"]
+    assert data["write_error"] is None
+    bundle = Bundle.open(tmp_path / "out" / snapped[0]["bundle"], verify=True)
+    assert bundle.manifest.launch.grid.x == 1 and len(bundle.manifest.allocations) == 2
+
+
+def test_max_configs_comes_from_the_environment(bounds_program: Path, tmp_path: Path) -> None:
+    said = _run(bounds_program, "many", tmp_path / "raw", R3_RECORD_MAX_CONFIGS="1")
+    assert said["many"] == "1" and said["one"] == "1"
+    said = _run(bounds_program, "many", tmp_path / "raw0", R3_RECORD_MAX_CONFIGS="0")
+    assert said["many"] == "0" and said["one"] == "0" and said["bytes"] == "0"
+
+
+def test_the_byte_budget_stops_snapshots_and_tune_app_says_why(
+        bounds_program: Path, tmp_path: Path) -> None:
+    # room for one's launch and its check launch (2 snapshots), not a third
+    said = _run(bounds_program, "many", tmp_path / "raw",
+                R3_RECORD_MAX_BYTES=str(2 * SNAPSHOT + 100))
+    assert said["one"] == "1" and said["many"] == "0" and said["budget_spent"] == "1"
+    data = _convert(tmp_path)
+    first, *rest = _kernel(data, "many(float*)")["configs"]
+    assert first["reasons"] == [
+        "not snapshotted: its snapshot (16.0 KiB) would pass the snapshot budget "
+        "(32.1 KiB, --max-snapshot-bytes); snapshot budget spent"]
+    assert all(c["reasons"] == ["not snapshotted: snapshot budget spent (32.1 KiB, "
+                                "--max-snapshot-bytes)"] for c in rest)
+    assert sum(c["count"] for c in rest) == 78  # still counted
+    assert data["snapshots"]["budget_spent"] and data["snapshots"]["bytes"] <= 2 * SNAPSHOT + 100
+    assert _kernel(data, "one(float*)")["configs"][0]["replayable"]
+    (tmp_path / "out" / "recording.json").write_text(json.dumps(data))
+    chosen = dict((k.name, why) for k, why in select(load_recording(tmp_path / "out"), 5))
+    assert chosen["one(float*)"] is None
+    assert chosen["many(float*)"] is not None
+    assert "not snapshotted: snapshot budget spent" in chosen["many(float*)"]
+
+
+def test_a_full_disk_while_dumping_ends_the_snapshots_and_keeps_the_profile(
+        bounds_program: Path, tmp_path: Path) -> None:
+    said = _run(bounds_program, "full", tmp_path / "raw")
+    assert said["write_errno"] == str(errno.ENOSPC)
+    data = _convert(tmp_path)
+    err = data["write_error"]
+    assert err["stage"] == "raw dump" and err["path"].endswith("/data/c1-a0.pro")
+    assert err["error"] == os.strerror(errno.ENOSPC)
+    configs = [c for k in data["kernels"] for c in k["configs"]]
+    assert sum(c["replayable"] for c in configs) == 1  # one's, written before the disk filled
+    assert all(c["count"] >= 2 for c in configs) and len(configs) == 41
+    line = app_dump.write_error_line(data)
+    assert line is not None and line.startswith("dumping snapshots failed: ")
+    assert line.endswith(f"c1-a0.pro: {os.strerror(errno.ENOSPC)} (after 32.1 KiB of snapshots)")
+
+
+def _full_after(monkeypatch: pytest.MonkeyPatch, blobs: int) -> None:
+    """BundleWriter.add_blob fails with ENOSPC after `blobs` blobs, as on a full disk."""
+    real = BundleWriter.add_blob
+    count = {"n": 0}
+
+    def add_blob(self: BundleWriter, data: bytes | bytearray | memoryview) -> str:
+        count["n"] += 1
+        if count["n"] > blobs:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC),
+                          str(self.tmp / "blobs" / "next"))
+        return real(self, data)
+
+    monkeypatch.setattr(BundleWriter, "add_blob", add_blob)
+
+
+def test_a_full_disk_while_writing_bundles_keeps_those_written(
+        bounds_program: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _run(bounds_program, "many", tmp_path / "raw")
+    _full_after(monkeypatch, 12)  # the first bundle, not the second
+    data = _convert(tmp_path)
+    configs = [c for k in data["kernels"] for c in k["configs"]]
+    written = [c for c in configs if c["bundle"]]
+    assert len(written) == 1
+    Bundle.open(tmp_path / "out" / written[0]["bundle"], verify=True)
+    unwritten = [c for c in configs if c["snapshotted"] and not c["bundle"]]
+    assert len(unwritten) == 4
+    assert all(c["reasons"] == [f"its bundle was not written: {os.strerror(errno.ENOSPC)}"]
+               for c in unwritten)
+    err = data["write_error"]
+    assert err["stage"] == "bundles" and err["bundles_written"] == 1
+    assert not any(p.name.startswith(".") for p in (tmp_path / "out" / "bundles").iterdir())
+
+
+def test_record_bounds_its_snapshots_and_says_so(
+        bounds_program: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("R3_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("R3_REC_NO_GATE", "1")
+    out = tmp_path / "rec"
+    code = main(["--db", str(tmp_path / "r3.sqlite"), "record", "--out", str(out),
+                 "--max-configs", "2", "--max-snapshot-bytes", "1G", "--",
+                 str(bounds_program), "many"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    data = json.loads((out / "recording.json").read_text())
+    assert data["snapshots"]["max_configs"] == 2 and data["snapshots"]["max_bytes"] == 1 << 30
+    assert data["snapshots"]["max_bytes_from"] == "--max-snapshot-bytes"
+    many = _kernel(data, "many(float*)")
+    assert sum(c["snapshotted"] for c in many["configs"]) == 2 and len(many["configs"]) == 40
+    assert "38 configurations beyond --max-configs 2" in " ".join(captured.err.split())
+    assert f"{out / 'recording.json'}: 3 replayable bundles" in captured.out
+
+
+def test_the_default_budget_is_the_smaller_of_8_gib_and_a_quarter_of_free_space(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import shutil
+
+    from r3tui.record.app_recorder import snapshot_budget
+
+    assert snapshot_budget(tmp_path, 12345) == (12345, "--max-snapshot-bytes")
+    usage = shutil.disk_usage(tmp_path)
+    monkeypatch.setattr(shutil, "disk_usage",
+                        lambda _p: usage._replace(free=100 << 30))
+    assert snapshot_budget(tmp_path, None) == (8 << 30, "the default 8.0 GiB")
+    monkeypatch.setattr(shutil, "disk_usage", lambda _p: usage._replace(free=10 << 30))
+    assert snapshot_budget(tmp_path, None) == (
+        (10 << 30) // 4, f"a quarter of the 10.0 GiB free under {tmp_path}")
+
+
+def test_record_on_a_full_disk_is_one_line_and_exit_1(
+        bounds_program: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("R3_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("R3_REC_NO_GATE", "1")
+    _full_after(monkeypatch, 12)
+    out = tmp_path / "rec"
+    db = tmp_path / "r3.sqlite"
+    code = main(["--db", str(db), "record", "--out", str(out), "--", str(bounds_program),
+                 "many"])
+    assert code == 1
+    captured = capsys.readouterr()
+    errors = [ln for ln in captured.err.splitlines() if ln.startswith("r3: error:")]
+    assert len(errors) == 1 and "Traceback" not in captured.err
+    (line,) = errors
+    assert line.startswith(f"r3: error: writing bundle {out}/bundles/")
+    assert f": {os.strerror(errno.ENOSPC)} (after 1 bundle, " in line
+    assert line.endswith(f"the 1 replayable bundles written before it are registered in {db}; "
+                         f"{out / 'recording.json'} says what was recorded")
+    data = json.loads((out / "recording.json").read_text())
+    assert data["write_error"]["bundles_written"] == 1
+    assert not (out / "raw").exists()  # removed before recording.json: room for it
