@@ -837,7 +837,7 @@ def report_lines() -> list[str]:
     errors = [abs(r["kernel_meas"] / r["kernel_pred"] - 1) * 100 for r in shipped
               if isinstance(r["kernel_meas"], float) and r["kernel_pred"]]
     out.append(f"corpus_prediction_error_pct: {max(errors):.1f}" if errors else
-               "corpus_prediction_error_pct: n/a (r3 apply does not measure kernel time yet)"
+               "corpus_prediction_error_pct: n/a (no shipped program has a measured kernel time)"
                if shipped else "corpus_prediction_error_pct: n/a (nothing shipped yet)")
     bests = [float(r["best"].split()[0]) for r in rows if r.get("best")]
     out.append(f"corpus_median_kernel_speedup: {statistics.median(bests):.3f}" if bests else

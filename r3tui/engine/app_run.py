@@ -443,9 +443,9 @@ def measure_and_ship(
         result = write_tree(bests, source_tree, into, context, include_noise,
                             {**withheld, **{i: "" for i in unchanged}})
         result.campaigns = [unchanged.get(o.campaign_id, o) for o in result.campaigns]
+        build(into, build_command)  # the tree as shipped is built, as the first one was
         if any(o.applied for o in result.campaigns):
             say(f"reverted {len(withheld)} campaign(s); measuring the shipped tree again")
-            build(into, build_command)
             before = first
             shipped_kernels = [e for e in kernels if any(
                 o.entry_point == e and o.applied for o in result.campaigns)]

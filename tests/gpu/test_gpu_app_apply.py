@@ -1,6 +1,8 @@
 """The application round trip on the GPU: record the example CG application with
-`r3 record --`, `r3 tune-app` with a tiny budget, `r3 apply` (rebuild, interleaved runs), and
-check that the patched application still converges.  About a minute on an H200."""
+`r3 record --`, `r3 tune-app` with a tiny budget, `r3 apply` (rebuild, interleaved pairs of
+plain runs and of runs timed by the interposer without snapshots, shipping only what
+measured faster), and check that the patched application still converges.  About a minute
+on an H200."""
 
 from __future__ import annotations
 
@@ -99,11 +101,13 @@ def test_record_tune_apply_and_the_patched_app_converges(tmp_path: Path) -> None
         timeout=240,
     )
     assert tuned.returncode == 0, tuned.stdout + tuned.stderr
-    assert "app_speedup_predicted: " in tuned.stdout
+    assert "kernel_time_speedup_predicted: " in tuned.stdout
+    assert "app_wall_speedup_predicted: " in tuned.stdout
     plan = json.loads((rec / "tune-app.json").read_text())
     campaigns = [k["campaign_id"] for k in plan["kernels"] if k["campaign_id"] is not None]
     assert campaigns, plan
-    assert plan["predicted_app_speedup"] > 0
+    assert plan["predicted_kernel_speedup"] > 0 and plan["predicted_wall_speedup"] > 0
+    assert 0 < plan["kernel_fraction_of_wall"] <= 1
 
     out = tmp_path / "patched"
     applied = r3(
@@ -115,15 +119,26 @@ def test_record_tune_apply_and_the_patched_app_converges(tmp_path: Path) -> None
         str(app),
         "--runs",
         "2",
+        "--max-runs",
+        "3",
         "--db",
         str(db),
         cwd=tmp_path,
         timeout=300,
     )
     assert applied.returncode == 0, applied.stdout + applied.stderr
+    assert "kernel_time_speedup_measured: " in applied.stdout
     assert "app_speedup_measured: " in applied.stdout
     summary = json.loads((out / "r3-apply.json").read_text())
-    assert len(summary["measured"]["patched"]) == 2 and summary["measured"]["speedup"] > 0
+    measured = summary["measured"]
+    assert 2 <= len(measured["patched"]) <= 3 and measured["app_speedup"] > 0
+    # the interposer timed every kernel of both builds, without snapshots
+    assert 2 <= measured["kernel_time"]["runs"] <= 3 and measured["kernel_speedup"] > 0
+    assert all(t > 0 for t in measured["original_kernel_s"] + measured["patched_kernel_s"])
+    for c in summary["campaigns"]:  # shipped only when its own kernel measured faster
+        assert not c["applied"] or c["shipped"] is True, c
+        if c["shipped"]:
+            assert c["measured"]["verdict"] == "faster", c
     assert (out / "r3-apply.patch").is_file()
 
     # the patched build, run on its own, still solves the system
