@@ -213,6 +213,19 @@ def test_the_byte_budget_stops_snapshots_and_tune_app_says_why(
     assert "not snapshotted: snapshot budget spent" in chosen["many(float*)"]
 
 
+def test_a_check_launch_past_the_budget_is_not_taken(bounds_program: Path,
+                                                     tmp_path: Path) -> None:
+    said = _run(bounds_program, "many", tmp_path / "raw",
+                R3_RECORD_MAX_BYTES=str(SNAPSHOT + 100))
+    assert said["one"] == "1" and said["budget_spent"] == "1"
+    (config,) = _kernel(_convert(tmp_path), "one(float*)")["configs"]
+    assert config["replayable"] and config["bundle"] and config["count"] == 3
+    assert not config["check_launch"]
+    assert config["check_reasons"] == [
+        "not snapshotted: its snapshot (16.0 KiB) would pass the snapshot budget "
+        "(16.1 KiB, --max-snapshot-bytes); snapshot budget spent"]
+
+
 def test_a_full_disk_while_dumping_ends_the_snapshots_and_keeps_the_profile(
         bounds_program: Path, tmp_path: Path) -> None:
     said = _run(bounds_program, "full", tmp_path / "raw")

@@ -1407,10 +1407,11 @@ static CUresult on_launch(const call_t *c) {
     nth = count_launch(cfg);
     if (cfg->recorded && !cfg->checked && checks_ && d_sync) {
         cfg->checked = 1;
+        int snap = !write_errno_ && !budget_spent_;
+        if (snap && !settle()) return pass_after_fault(c);
         same = same_args(cfg, c);
         if (same) cfg->same_count++;
-        if (!write_errno_ && !budget_spent_) {
-            if (!settle()) return pass_after_fault(c);
+        if (snap) {
             const char *name = config_name(cfg);
             rc = snapshot_launch(c, cfg, func_lookup(c->f), name ? name : "unknown_kernel", 1,
                                  same, nth, &declined);
