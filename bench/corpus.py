@@ -592,7 +592,9 @@ def stage_apply(recipe: Recipe, state: dict[str, Any], ctx: StageContext) -> str
         steps["apply"] = {"status": "ok", "skipped": "tune-app made no campaign"}
         return None
     wall = steps.get("plain", {}).get("median_wall_s") or 3
-    estimate = 90 + 2 * ctx.args.runs * wall
+    # r3 apply runs plain and timed (interposer) pairs of both trees until the intervals are
+    # narrow or --max-runs pairs of each; the timed runs cost about three plain ones
+    estimate = 90 + 2 * (1 + 3) * ctx.args.max_runs * wall
     if ctx.left() < estimate:
         return "deadline"
     into = STATE / recipe.name / "patched"
@@ -602,6 +604,7 @@ def stage_apply(recipe: Recipe, state: dict[str, Any], ctx: StageContext) -> str
     argv = r3_argv("apply", *campaigns, "--into", str(into), "--source-tree",
                    str(CORPUS / recipe.name), "--build", f"make -j{ctx.args.jobs}",
                    "--run", shlex.join(app_argv(recipe)), "--runs", str(ctx.args.runs),
+                   "--max-runs", str(ctx.args.max_runs),
                    "--time-key", recipe.time_key or "wall_s", "--db", str(STATE / "r3.sqlite"),
                    *ctx.args.apply_args)
     steps["apply"] = run_step(argv, STATE, ctx.left())
@@ -888,6 +891,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     r.add_argument("--budget", default="20s", help="tune-app --budget (per kernel)")
     r.add_argument("--top", type=int, default=2, help="tune-app --top")
     r.add_argument("--runs", type=int, default=5, help="r3 apply --runs")
+    r.add_argument("--max-runs", type=int, default=10, help="r3 apply --max-runs")
     r.add_argument("-j", "--jobs", type=int, default=8, help="make -j for r3 apply's builds")
     for name in ("record", "tune", "apply"):
         r.add_argument(f"--{name}-args", type=shlex.split, default=[],
