@@ -21,3 +21,20 @@ def build_app(source: Path, exe: Path, linkage: str, *extra: str) -> Path:
                             str(source)], capture_output=True, text=True, timeout=300, check=False)
     assert build.returncode == 0, build.stderr
     return exe
+
+
+def replays_exactly(path: Path) -> tuple[bool, str]:
+    """Whether the bundle at ``path`` replays its recorded binary to its epilogue exactly, and
+    what the replay said."""
+    from r3tui.domain import MeasurementStatus
+    from r3tui.record.bundle import Bundle
+    from r3tui.replay import Candidate, ReplayWorker
+
+    bundle = Bundle.open(path, verify=True)
+    binary = bundle.binary()
+    assert binary is not None
+    with ReplayWorker(path, timeout_s=120) as worker:
+        result = worker.evaluate(Candidate(binary, bundle.manifest.kernel.entry_point),
+                                 timed=False)
+    ok = bool(result.status is MeasurementStatus.OK and result.verified and not result.max_error)
+    return ok, f"{result.status}: {result.error_text} (max error {result.max_error})"

@@ -19,8 +19,7 @@ from typing import Any
 import pytest
 
 from r3tui.cli import main
-from r3tui.domain import MeasurementStatus
-from tests.gpu.app_build import build_app
+from tests.gpu.app_build import build_app, replays_exactly
 
 pytestmark = pytest.mark.gpu
 
@@ -50,20 +49,6 @@ def _loop_ms(stdout: str) -> float:
     return float(found.group(1))
 
 
-def _replay(path: Path) -> tuple[bool, str]:
-    from r3tui.record.bundle import Bundle
-    from r3tui.replay import Candidate, ReplayWorker
-
-    bundle = Bundle.open(path, verify=True)
-    binary = bundle.binary()
-    assert binary is not None
-    with ReplayWorker(path, timeout_s=120) as worker:
-        result = worker.evaluate(Candidate(binary, bundle.manifest.kernel.entry_point),
-                                 timed=False)
-    ok = bool(result.status is MeasurementStatus.OK and result.verified and not result.max_error)
-    return ok, f"{result.status}: {result.error_text} (max error {result.max_error})"
-
-
 def test_the_first_four_configurations_are_snapshotted_and_all_40_counted(
         grids_app: tuple[Path, Path], capfd: pytest.CaptureFixture[str]) -> None:
     work, exe = grids_app
@@ -87,7 +72,7 @@ def test_the_first_four_configurations_are_snapshotted_and_all_40_counted(
     # each snapshot keeps the buffer twice (prologue, epilogue); all 40 would be 5 GiB
     assert 4 * 2 * BUFFER <= summary["bytes"] < 5 * 2 * BUFFER
     assert "36 configurations beyond --max-configs 4" in " ".join(stderr.split())
-    ok, why = _replay(out / snapped[0]["bundle"])
+    ok, why = replays_exactly(out / snapped[0]["bundle"])
     assert ok, why
     # what recording costs the application's own timer: four snapshots of 64 MiB, not 40
     print(f"grids_app loop: plain {_loop_ms(plain.stdout):.1f} ms, recorded "

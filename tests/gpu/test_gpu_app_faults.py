@@ -20,8 +20,7 @@ from typing import Any
 import pytest
 
 from r3tui.cli import main
-from r3tui.domain import MeasurementStatus
-from tests.gpu.app_build import build_app
+from tests.gpu.app_build import build_app, replays_exactly
 
 pytestmark = pytest.mark.gpu
 
@@ -51,20 +50,6 @@ def _errors(said: str) -> list[str]:
     return [ln for ln in said.splitlines() if ln.startswith("r3: error:")]
 
 
-def _replay(path: Path) -> tuple[bool, str]:
-    from r3tui.record.bundle import Bundle
-    from r3tui.replay import Candidate, ReplayWorker
-
-    bundle = Bundle.open(path, verify=True)
-    binary = bundle.binary()
-    assert binary is not None
-    with ReplayWorker(path, timeout_s=120) as worker:
-        result = worker.evaluate(Candidate(binary, bundle.manifest.kernel.entry_point),
-                                 timed=False)
-    ok = result.status is MeasurementStatus.OK and result.verified and not result.max_error
-    return ok, f"{result.status}: {result.error_text} (max error {result.max_error})"
-
-
 @pytest.fixture(scope="module")
 def guard_app(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     work = tmp_path_factory.mktemp("guard")
@@ -90,7 +75,7 @@ def test_reads_just_outside_allocations_record_and_replay_with_the_guard(
     assert m.arena.guard == GUARD_BYTES
     starts = sorted(a.address for a in m.allocations)
     assert starts[0] >= ARENA_BASE + GUARD_BYTES  # the read before `in` lands in the guard
-    ok, why = _replay(out / config["bundle"])
+    ok, why = replays_exactly(out / config["bundle"])
     assert ok, why
 
 
@@ -133,7 +118,7 @@ def test_a_wild_write_is_named_and_nothing_after_it_is_a_capture(
     (scale,) = [k for k in data["kernels"] if "scale" in k["entry_point"]]
     (config,) = scale["configs"]
     assert config["replayable"] and config["check_launch"], config
-    ok, why = _replay(out / config["bundle"])
+    ok, why = replays_exactly(out / config["bundle"])
     assert ok, why
     (wild,) = [k for k in data["kernels"] if "wild_write" in k["entry_point"]]
     assert not wild["configs"][0]["replayable"]
