@@ -229,14 +229,13 @@ def _defining_file(bundle: Any, original: str, hint: str | None) -> tuple[str, s
     """The text of the file that defines the kernel, as recorded, and its name: for a campaign
     on an application's device unit that is the header or unit the definition came from
     (only the definition is written back), else the recorded source itself."""
-    from r3tui.engine.unit_source import seed_unit
+    from r3tui.engine.unit_source import defining_file, seed_unit
 
-    seed = seed_unit(bundle)
-    if seed.unit is None or seed.source.text != original:
+    found = defining_file(bundle) if seed_unit(bundle).source.text == original else None
+    if found is None:
         return original, hint
-    if seed.unit.file is None:
-        return seed.recorded_text, hint
-    return bundle.header_texts()[seed.unit.file], seed.unit.file
+    name, text = found
+    return text, name
 
 
 def _kernel_parts(kernel: str) -> tuple[tuple[str, ...], str]:
