@@ -406,6 +406,8 @@ def campaign_tuner(db: Path, budget: str, args: argparse.Namespace) -> Tuner:
         job = CampaignJob(bundle, db, _campaign_settings(args, variants, seconds), backend,
                           name=campaign_name)
         outcome = run_campaign(job)
+        for note in outcome.notes:
+            print(f"{name}: {note}")
         return (outcome.campaign_id, *_final(db, outcome.campaign_id))
 
     return tune

@@ -199,6 +199,8 @@ def _cmd_tune(args: argparse.Namespace) -> int:
         raise R3Error("--generate-only needs a count for --budget (how many variants to write)")
     with _bar(variants, "generating" if generate else "remixing") as (bar, task):
         outcome = run_campaign(job, _show_steps(bar, task), generate_only=generate)
+    for note in outcome.notes:
+        Console(highlight=False).print(note)
     Console(highlight=False).print(
         f"campaign {outcome.campaign_id}: {outcome.proposals} variant(s), {outcome.status}; "
         f"see `r3 report {outcome.campaign_id}`"

@@ -46,6 +46,9 @@ class CampaignOutcome:
     proposals: int
     status: str
     timing: dict[str, float]
+    # what the user should know about how it ran: the device unit searched, a toolchain that
+    # took over, why it stopped early
+    notes: tuple[str, ...] = ()
 
 
 def make_mutator(settings: CampaignSettings, backend: BackendSpec | None) -> Mutator:
@@ -246,7 +249,11 @@ def run_campaign(
                 + ("stopped by request" if stopped else run.stop_reason or "budget spent"),
                 timing,
             )
-        return CampaignOutcome(campaign_id, made, status.value, timing)
+        notes = tuple(n for n in (
+            f"searched {seed.describe()}" if seed.unit is not None else None,
+            checked.note if checked is not None else None,
+            run.stop_reason) if n)
+        return CampaignOutcome(campaign_id, made, status.value, timing, notes)
     finally:
         database.close()
 
