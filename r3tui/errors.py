@@ -60,6 +60,13 @@ class ApplicationFaulted(RecordingError):
     exit_code = 1
 
 
+class ApplicationTimedOut(RecordingError):
+    """The recorded application did not finish within ``r3 record --timeout``; it was killed.
+    Exit 1: the program (or R3's interposer under it) hung, R3's input was fine."""
+
+    exit_code = 1
+
+
 class RecordingWriteFailed(RecordingError):
     """A recording's files could not be written (a full disk, a quota).  What was written
     before it is kept and registered; exit 1, like a fault: the recording is incomplete."""

@@ -148,10 +148,10 @@ def time_kernels(tree: Path, command: Sequence[str], timeout_s: float = 600.0) -
         out = Path(tmp) / "rec"
         argv = [sys.executable, "-m", "r3tui", "record", "--out", str(out),
                 "--db", str(Path(tmp) / "r3.sqlite"), "--no-checks", "--kernel", NO_KERNEL,
-                "--", *command]
-        try:
+                "--timeout", f"{timeout_s:g}", "--", *command]
+        try:  # the recorder kills the application at timeout_s; this bounds the recorder
             run = subprocess.run(argv, cwd=tree, env=env, capture_output=True, text=True,
-                                 timeout=timeout_s, check=False)
+                                 timeout=timeout_s + 60, check=False)
         except (OSError, subprocess.TimeoutExpired) as exc:
             raise R3Error(f"timing the kernels of {' '.join(command)} in {tree} failed: "
                           f"{exc}") from exc

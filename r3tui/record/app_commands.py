@@ -46,6 +46,9 @@ def add_app_command(record: argparse.ArgumentParser, sub: Any) -> None:
                      help="stop snapshotting once the snapshots would pass SIZE bytes (8G, "
                      "512M, ...; default: 8 GiB or a quarter of the space free under --out, "
                      "whichever is smaller)")
+    app.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
+                     help="kill the application if it runs longer than this under recording "
+                     "(default: no limit)")
     app.add_argument("--force", action="store_true", help="replace an existing recording")
     app.add_argument("--keep-raw", action="store_true",
                      help="keep the interposer's raw dump (DIR/raw) for debugging")
@@ -112,13 +115,16 @@ def cmd_record_app(args: argparse.Namespace) -> int:
     if max_configs < 0:
         raise R3Error(f"--max-configs must be 0 or more, not {max_configs}")
     out = args.out or Path("recordings") / exe.name
+    if args.timeout is not None and not args.timeout > 0:
+        raise R3Error(f"--timeout must be a positive number of seconds, not {args.timeout:g}")
     req = AppRecordRequest(command=command, out=out, sources=tuple(args.sources),
                            compile_db=args.compile_db,
                            include_dirs=tuple(args.include_dirs), reachable=args.reachable,
                            checks=not args.no_checks,
                            kernels=tuple(args.kernels), overwrite=args.force,
                            keep_raw=args.keep_raw, guard_bytes=guard,
-                           max_configs=max_configs, max_snapshot_bytes=args.max_snapshot_bytes)
+                           max_configs=max_configs, max_snapshot_bytes=args.max_snapshot_bytes,
+                           timeout_s=args.timeout)
     console = Console(stderr=True)
     console.print(f"[bold]recording[/] {' '.join(command)} -> {out}")
     # No spinner while the application runs: its own output goes to the terminal.

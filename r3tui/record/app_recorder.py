@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from r3tui.errors import R3Error, RecordingError
+from r3tui.errors import ApplicationTimedOut, R3Error, RecordingError
 from r3tui.record import app_dump, interposer
 from r3tui.record.arena import GUARD_BYTES
 
@@ -58,6 +58,7 @@ class AppRecordRequest:
     guard_bytes: int = GUARD_BYTES  # free, mapped, zeroed bytes around each allocation
     max_configs: int = MAX_CONFIGS  # configurations snapshotted per kernel
     max_snapshot_bytes: int | None = None  # None: snapshot_budget()'s default
+    timeout_s: float | None = None  # kill the application after this long (None: never)
 
 
 @dataclass
@@ -237,9 +238,17 @@ def record_app(req: AppRecordRequest,
     started = time.perf_counter()
     recorded_at = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
     try:
-        code = subprocess.run(list(req.command), env=env, check=False).returncode
+        code = subprocess.run(list(req.command), env=env, check=False,
+                              timeout=req.timeout_s).returncode
     except OSError as exc:
         raise R3Error(f"cannot run {req.command[0]}: {exc}") from exc
+    except subprocess.TimeoutExpired as exc:  # subprocess.run has killed it
+        if not req.keep_raw:
+            shutil.rmtree(raw, ignore_errors=True)
+        raise ApplicationTimedOut(
+            f"{' '.join(req.command)} did not finish within {req.timeout_s:g} s under recording "
+            "and was killed; nothing was recorded (--keep-raw keeps the interposer's dump, "
+            f"{raw}, for a look at how far it got)") from exc
     wall = time.perf_counter() - started
     procs = app_dump.read_dump(raw)
     try:
