@@ -33,7 +33,7 @@ else
 echo "== GPU tests"
 export R3_GPU_REPORT="$OUT/replay-times.jsonl"
 rm -f "$R3_GPU_REPORT"
-python3 -m pytest tests/gpu -m gpu -q -rs -p no:cacheprovider --durations=15 \
+python3 -m pytest tests/gpu -m gpu -q -rs -p no:cacheprovider --durations=15 -o faulthandler_timeout=240 \
   --junitxml="$OUT/gpu-junit.xml" "$@" 2>&1 | tee "$OUT/gpu-tests.log"
 rc=${PIPESTATUS[0]}
 

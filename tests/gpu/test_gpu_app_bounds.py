@@ -37,8 +37,8 @@ def grids_app(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 def _record(work: Path, exe: Path, name: str, capfd: pytest.CaptureFixture[str],
             *options: str) -> tuple[int, str, str, Path]:
     out = work / name
-    code = main(["--db", str(work / "r3.sqlite"), "record", "--out", str(out), *options,
-                 "--", str(exe)])
+    code = main(["--db", str(work / "r3.sqlite"), "record", "--out", str(out),
+                 "--timeout", "300", *options, "--", str(exe)])
     said = capfd.readouterr()
     return code, said.out, said.err, out
 

@@ -36,7 +36,7 @@ def _record(work: Path, exe: Path, name: str, *options: str,
     try:
         with contextlib.redirect_stderr(said):
             code = main(["--db", str(work / "r3.sqlite"), "record", "--out", str(out),
-                         *options, "--", str(exe)])
+                         "--timeout", "300", *options, "--", str(exe)])
     finally:
         for k, v in saved.items():
             if v is None:

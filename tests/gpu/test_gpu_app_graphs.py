@@ -40,7 +40,8 @@ def recorded(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFa
     said = io.StringIO()
     with contextlib.redirect_stderr(said):  # r3's own lines; the application's go to the fd
         code = main(["--db", str(work / "r3.sqlite"), "record", "--out", str(out),
-                     "--source", str(APP), "--", str(exe), str(work / "recorded.txt")])
+                     "--timeout", "300", "--source", str(APP), "--", str(exe),
+                     str(work / "recorded.txt")])
     assert code == 0, said.getvalue()
     data = json.loads((out / "recording.json").read_text())
     return out, data, (work / "plain.txt").read_text(), (work / "recorded.txt").read_text(), \

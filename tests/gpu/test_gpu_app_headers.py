@@ -41,6 +41,7 @@ def test_a_unit_with_application_headers_recompiles_from_its_bundle_and_replays(
     assert build.returncode == 0, build.stderr
     out = tmp_path / "rec"
     assert main(["--db", str(tmp_path / "r3.sqlite"), "record", "--out", str(out),
+                 "--timeout", "300",
                  "--source", str(tree / "heat.cu"), "--include", str(tree / "include"), "--",
                  str(exe), str(tmp_path / "sum.txt")]) == 0
     data = json.loads((out / "recording.json").read_text())

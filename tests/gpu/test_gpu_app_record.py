@@ -31,6 +31,7 @@ def recorded(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFa
     exe = build_app(APP, work / f"record_app_{linkage}", linkage)
     out = work / "rec"
     code = main(["--db", str(work / "r3.sqlite"), "record", "--out", str(out),
+                 "--timeout", "300",
                  "--source", str(APP), "--", str(exe), "20000"])
     assert code == 0
     data = json.loads((out / "recording.json").read_text())
