@@ -333,7 +333,7 @@ def application_patch(bundle_path: Path, original: str, variant: str, kernel: st
     """For a campaign on an application's device unit: the variant's kernel definition as a
     patch of the file that defines it (a header, another unit), which is what ``r3 apply``
     writes; None for a standalone kernel, or when the bundle is not on this machine."""
-    from r3tui.engine.apply import splice_definition
+    from r3tui.engine.splice import splice_definition
     from r3tui.engine.unit_source import defining_file, seed_unit
     from r3tui.record.bundle import Bundle
 

@@ -1,0 +1,115 @@
+"""Where an application's kernel is in its source tree, and the edits ``r3 apply`` and
+``r3 export`` make there: the file that defines the kernel (the recorded unit, or for a campaign
+on a device unit the header or unit the definition came from), the definition's span, the
+definition spliced in, and the ``#ifndef``-guarded macro the host code launches it with.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+EXPORTS_DIR = "r3-exports"
+_SOURCE_SUFFIXES = (".cu", ".cuh", ".cpp", ".cc", ".cxx", ".h", ".hpp")
+
+
+def find_unit(tree: Path, original: str, hint: str | None) -> Path | None:
+    """The file of ``tree`` whose text is the campaign's recorded translation unit; else the
+    one named like the bundle's source (``hint``)."""
+    candidates = sorted(
+        p
+        for p in tree.rglob("*")
+        if p.suffix in _SOURCE_SUFFIXES
+        and p.is_file()
+        and EXPORTS_DIR not in p.relative_to(tree).parts
+    )
+    for path in candidates:
+        if path.read_text(errors="replace") == original:
+            return path
+    if hint:
+        named = [p for p in candidates if p.name == Path(hint).name]
+        if len(named) == 1:
+            return named[0]
+    return None
+
+
+def _defining_file(bundle: Any, original: str, hint: str | None) -> tuple[str, str | None]:
+    """The text of the file that defines the kernel, as recorded, and its name: for a campaign
+    on an application's device unit that is the header or unit the definition came from
+    (only the definition is written back), else the recorded source itself."""
+    from r3tui.engine.unit_source import defining_file, seed_unit
+
+    found = defining_file(bundle) if seed_unit(bundle).source.text == original else None
+    if found is None:
+        return original, hint
+    name, text = found
+    return text, name
+
+
+def _kernel_parts(kernel: str) -> tuple[tuple[str, ...], str]:
+    """``cg::dot<256>`` -> (("cg",), "dot"); a mangled name is read with the record layer."""
+    from r3tui.record.sources import qualified_name
+
+    if kernel.startswith("_Z"):
+        q = qualified_name(kernel)
+        if q is not None:
+            return q.scopes, q.name
+    base = re.sub(r"<.*", "", kernel).strip()
+    parts = [p for p in base.split("::") if p]
+    return tuple(parts[:-1]), parts[-1] if parts else kernel
+
+
+def definition_span(text: str, kernel: str) -> tuple[int, int] | None:
+    """Where the one definition of ``kernel`` (in its namespaces) is in ``text``; None when
+    there is none or more than one."""
+    from r3tui.record.sources import definitions
+
+    scopes, name = _kernel_parts(kernel)
+    defs = [d for d in definitions(text, name) if not scopes or d.scopes == scopes]
+    return (defs[0].start, defs[0].end) if len(defs) == 1 else None
+
+
+def splice_definition(tree_text: str, variant_text: str, kernel: str) -> str | None:
+    """``tree_text`` with the kernel's definition taken from ``variant_text``; None when
+    either has no unique definition of it."""
+    here, there = definition_span(tree_text, kernel), definition_span(variant_text, kernel)
+    if here is None or there is None:
+        return None
+    return tree_text[: here[0]] + variant_text[there[0] : there[1]] + tree_text[here[1] :]
+
+
+def block_macro(text: str, kernel: str) -> tuple[str, str] | None:
+    """The ``#ifndef``-guarded macro that gives the kernel's block size at its launches, and
+    its default; None when the launches use anything else or disagree."""
+    from r3tui.record.sources import mask
+
+    _, name = _kernel_parts(kernel)
+    masked = mask(text)
+    used: set[str] = set()
+    for match in re.finditer(rf"\b{re.escape(name)}\s*(?:<[^;{{}}()]*?>)?\s*<<<", masked):
+        end = masked.find(">>>", match.end())
+        arguments = _top_level_split(masked[match.end() : end]) if end > 0 else []
+        used.add(arguments[1].strip() if len(arguments) > 1 else "")
+    if len(used) != 1:
+        return None
+    macro = used.pop()
+    guarded = re.search(
+        rf"#\s*ifndef\s+{re.escape(macro)}\s*\n\s*#\s*define\s+{re.escape(macro)}\s+(\S+)", masked
+    )
+    return (macro, guarded.group(1)) if guarded else None
+
+
+def _top_level_split(text: str) -> list[str]:
+    """``text`` split at commas outside parentheses, brackets and braces."""
+    parts, depth, start = [], 0, 0
+    for index, ch in enumerate(text):
+        if ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            parts.append(text[start:index])
+            start = index + 1
+    parts.append(text[start:])
+    return parts
