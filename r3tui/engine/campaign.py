@@ -29,6 +29,7 @@ from r3tui.engine.inner import (
     build_space,
     run_inner,
 )
+from r3tui.engine.ledger import ProposalLedger
 from r3tui.engine.lineage import (
     EVALUATED_OK,
     ArchiveState,
@@ -171,11 +172,7 @@ class CampaignRun:
         self.progress = progress
         self.timing = Timing()
         self.state = self._load_state()
-        # proposals counted instead of stored, since the last "skipped" event
-        self.skipped: dict[str, int] = {}
-        self.skipped_by_operator: dict[str, int] = {}
-        self.streak = 0  # proposals in a row that gave nothing to evaluate
-        self.stop_reason: str | None = None
+        self.ledger = ProposalLedger()  # proposals counted instead of stored; streaks
 
     # -- state from the database ---------------------------------------------------------
     def _variants(self) -> list[Variant]:
@@ -392,51 +389,22 @@ class CampaignRun:
         return variant
 
     def _skip(self, why: str, operator: str) -> None:
-        self.skipped[why] = self.skipped.get(why, 0) + 1
-        key = f"{why}:{operator}"
-        self.skipped_by_operator[key] = self.skipped_by_operator.get(key, 0) + 1
+        self.ledger.skip(why, operator)
+
+    @property
+    def skipped(self) -> dict[str, int]:
+        return self.ledger.skipped
+
+    @property
+    def stop_reason(self) -> str | None:
+        return self.ledger.stop_reason
 
     def record_skipped(self) -> None:
         """One event with the proposals that were counted instead of stored since the last."""
-        from db import repository as repo
-
-        if not self.skipped:
-            return
-        with self.database.session_scope() as s:
-            repo.add_event(
-                s, self.campaign_id, "skipped",
-                ", ".join(f"{n} {why}" for why, n in sorted(self.skipped.items()))
-                + " proposal(s) not stored (a rule that does not apply, or a source the "
-                "campaign has)",
-                {"counts": dict(self.skipped), "by_operator": dict(self.skipped_by_operator)})
-        self.skipped.clear()
-        self.skipped_by_operator.clear()
+        self.ledger.record(self.database, self.campaign_id)
 
     def _unproductive(self, variant: Variant | None) -> bool:
-        """Count a proposal that gave nothing to evaluate; at :data:`STREAK_LIMIT` in a row,
-        change the mix (all proposals to the model) once, then stop with the reason."""
-        if variant is not None and variant.status is VariantStatus.PENDING:
-            self.streak = 0
-            return False
-        self.streak += 1
-        if self.streak < STREAK_LIMIT:
-            return False
-        from db import repository as repo
-
-        self.streak = 0
-        mutator = self.mutator
-        share = mutator.settings.llm_share if mutator is not None else 1.0
-        with self.database.session_scope() as s:
-            if mutator is not None and mutator.backend is not None and share < 1.0:
-                mutator.settings = replace(mutator.settings, llm_share=1.0)
-                repo.add_event(s, self.campaign_id, "mix",
-                               f"{STREAK_LIMIT} proposals in a row gave nothing to evaluate: "
-                               "every proposal now goes to the model")
-                return False
-            self.stop_reason = (f"{STREAK_LIMIT} proposals in a row gave nothing to evaluate "
-                                "(rules that do not apply, duplicates or failed edits)")
-            repo.add_event(s, self.campaign_id, "give_up", self.stop_reason)
-        return True
+        return self.ledger.unproductive(variant, self.mutator, self.database, self.campaign_id)
 
     # -- evaluation -----------------------------------------------------------------------
     def evaluate(self, variant: Variant) -> StepReport:
@@ -692,10 +660,6 @@ class CampaignRun:
                 self._announce(request.index, variant)
         self.record_skipped()
         return out
-
-
-# proposals in a row that give nothing to evaluate before the campaign changes its mix or stops
-STREAK_LIMIT = 20
 
 
 def unsafe_reason(original: str, candidate: str) -> str | None:

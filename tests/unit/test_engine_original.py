@@ -18,7 +18,8 @@ from db import repository as repo
 from db.session import open_database
 from r3tui.domain import Measurement, MeasurementStatus, TrialConfig, VariantStatus
 from r3tui.engine import KernelSource
-from r3tui.engine.campaign import STREAK_LIMIT, CampaignRun
+from r3tui.engine.campaign import CampaignRun
+from r3tui.engine.ledger import STREAK_LIMIT
 from r3tui.engine.tune import make_mutator_from
 from r3tui.engine.unit_source import OriginalUnusable, preflight
 from r3tui.report import build_report
