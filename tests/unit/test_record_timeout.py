@@ -15,7 +15,7 @@ from r3tui.cli import main
 def test_an_application_that_runs_too_long_is_killed_with_one_line(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     sleep = shutil.which("sleep")
-    if sleep is None or shutil.which("cc") is None and shutil.which("gcc") is None:
+    if sleep is None or (shutil.which("cc") is None and shutil.which("gcc") is None):
         pytest.skip("needs sleep and a C compiler for the interposer")
     out = tmp_path / "rec"
     started = time.perf_counter()
