@@ -51,6 +51,7 @@ from r3tui.engine.splice import (
     block_macro,
     definition_span,
     find_unit,
+    inject_maxnreg,
     splice_definition,
 )
 from r3tui.errors import R3Error
@@ -279,6 +280,19 @@ def apply_campaign(
             outcome.applied.append(f"__launch_bounds__({threads}, {blocks})")
         except KernelNotFound as exc:
             outcome.not_applied.append(f"__launch_bounds__: {exc}")
+    options = _options(best, outcome)
+    registers = dict(options).get("maxrregcount")
+    if registers is not None:
+        # a register cap for this kernel alone, where CUDA allows it: -maxrregcount in the
+        # flags file would reach every kernel of the unit
+        span = definition_span(text, best.kernel)
+        capped = (inject_maxnreg(text[span[0]:span[1]], best.kernel, int(registers))
+                  if span is not None else None)
+        if span is not None and capped is not None:
+            text = text[:span[0]] + capped + text[span[1]:]
+            options = [o for o in options if o[0] != "maxrregcount"]
+            outcome.applied.append(f"__maxnreg__({registers}) on {best.kernel} (this kernel only, "
+                                   "instead of -maxrregcount for the whole unit)")
     unit.write_text(text)
     if best.block is not None:
         found = block_macro(text, best.kernel)
@@ -292,23 +306,31 @@ def apply_campaign(
             _add_flag(flags, option_owner, f"-D{found[0]}=", str(x), best, outcome, "block")
     for key, value in sorted(best.tunables.items()):
         _add_flag(flags, option_owner, f"-D{key}=", str(value), best, outcome, "tunable")
-    if best.options:
-        if best.toolchain not in (None, "nvcc", "nvrtc"):  # NVRTC's spelling is nvcc's
-            outcome.not_applied.append(
-                f"options {' '.join(best.options)}: found with {best.toolchain}, not nvcc"
-            )
-        else:
-            from r3tui.compile.options import canonicalize, render
-            from r3tui.errors import ConfigError
+    if options:
+        from r3tui.compile.options import render
 
-            try:
-                canonical = canonicalize("nvcc", best.options)
-            except ConfigError as exc:
-                outcome.not_applied.append(f"options {' '.join(best.options)}: {exc}")
-                canonical = ()
-            for (name, _), token in zip(canonical, render("nvcc", canonical), strict=True):
-                _add_flag(flags, option_owner, f"option:{name}", token, best, outcome, "option")
+        for (name, _), token in zip(options, render("nvcc", tuple(options)), strict=True):
+            _add_flag(flags, option_owner, f"option:{name}", token, best, outcome, "option")
     return outcome
+
+
+def _options(best: _Best, outcome: CampaignApply) -> list[tuple[str, str]]:
+    """The winner's compiler options as nvcc's canonical (name, value) pairs; what cannot
+    ship is reported in ``outcome``."""
+    if not best.options:
+        return []
+    if best.toolchain not in (None, "nvcc", "nvrtc"):  # NVRTC's spelling is nvcc's
+        outcome.not_applied.append(
+            f"options {' '.join(best.options)}: found with {best.toolchain}, not nvcc")
+        return []
+    from r3tui.compile.options import canonicalize
+    from r3tui.errors import ConfigError
+
+    try:
+        return list(canonicalize("nvcc", best.options))
+    except ConfigError as exc:
+        outcome.not_applied.append(f"options {' '.join(best.options)}: {exc}")
+        return []
 
 
 def _add_flag(

@@ -113,3 +113,20 @@ def _top_level_split(text: str) -> list[str]:
             start = index + 1
     parts.append(text[start:])
     return parts
+
+
+def inject_maxnreg(definition: str, kernel: str, registers: int) -> str | None:
+    """``definition`` (one kernel's definition) with ``__maxnreg__(registers)`` before its
+    name: the register cap of ``-maxrregcount`` for this kernel alone.  None when the kernel
+    carries ``__launch_bounds__`` (CUDA refuses both on one kernel) or is not found once."""
+    from r3tui.analysis.kernels import kernel_definitions
+
+    _, name = _kernel_parts(kernel)
+    found = kernel_definitions(definition, name)
+    if len(found) != 1:
+        return None
+    d = found[0]
+    if "__launch_bounds__" in definition[d.start : d.body_open]:
+        return None
+    head = re.sub(r"__maxnreg__\s*\([^()]*\)\s*", "", definition[d.start : d.name_at])
+    return definition[: d.start] + head + f"__maxnreg__({registers}) " + definition[d.name_at :]

@@ -84,3 +84,39 @@ def test_export_patches_the_file_that_defines_the_kernel(tmp_path: Path) -> None
     # a standalone kernel's campaign, or an unchanged variant: nothing to patch
     assert application_patch(bundle.path, original, original, KERNEL) is None
     assert application_patch(bundle.path, "other source", tuned, KERNEL) is None
+
+
+def test_a_register_cap_ships_on_the_kernel_alone_where_cuda_allows_it(tmp_path: Path) -> None:
+    from r3tui.analysis.device_unit import device_unit
+    from r3tui.compile.base import CompileRequest, get_toolchain
+    from r3tui.compile.nvrtc import default_include_dirs
+
+    bundle = app_bundle(tmp_path / "b")
+    original = seed_unit(bundle).source.text
+    tree = tmp_path / "tree"
+    for name, text in {**HEADERS, "src/main.cu": MAIN_CU}.items():
+        (tree / name).parent.mkdir(parents=True, exist_ok=True)
+        (tree / name).write_text(text)
+    flags: dict[str, str] = {}
+    best = _Best(7, KERNEL, original, original, ("-maxrregcount=24", "--use_fast_math"), None,
+                 None, {}, "nvrtc", 1.2, bundle.path)
+    outcome = apply_campaign(best, tree, flags, {}, 0.5, {})
+    assert any(a.startswith("__maxnreg__(24) on app::stencil<float, 2>") for a in outcome.applied)
+    assert "option:maxrregcount" not in flags and "option:use_fast_math" in flags
+    header = (tree / "src/kernels.cuh").read_text()
+    assert header.count("__maxnreg__(24)") == 1  # app::stencil only, not other::stencil
+    # the patched header compiles (real NVRTC) and the cap holds
+    unit = device_unit(MAIN_CU, "stencil", {**HEADERS, "src/kernels.cuh": header}, ["src"],
+                       cuda_include_dirs=default_include_dirs(), scopes=["app"])
+    compiled = get_toolchain("nvrtc").compile(CompileRequest(unit.text, KERNEL))
+    assert compiled.ok, compiled.log
+    assert compiled.resources.registers is not None and compiled.resources.registers <= 24
+
+    # with __launch_bounds__ on the kernel CUDA refuses __maxnreg__: the unit-wide flag ships
+    flags = {}
+    (tree / "src/kernels.cuh").write_text(KERNELS_CUH)
+    bounded = _Best(8, KERNEL, original, original, ("-maxrregcount=24",), None, (256, 2), {},
+                    "nvrtc", 1.2, bundle.path)
+    outcome = apply_campaign(bounded, tree, flags, {}, 0.5, {})
+    assert flags.get("option:maxrregcount") == "--maxrregcount=24", flags
+    assert "__maxnreg__" not in (tree / "src/kernels.cuh").read_text()
