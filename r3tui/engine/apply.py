@@ -295,7 +295,7 @@ def apply_campaign(
                                    "instead of -maxrregcount for the whole unit)")
     unit.write_text(text)
     if best.block is not None:
-        found = block_macro(text, best.kernel)
+        found = block_macro(text, best.kernel) or _launching_macro(best, tree, hint, text)
         x, y, z = best.block
         if found is None or y != 1 or z != 1:
             outcome.not_applied.append(
@@ -312,6 +312,23 @@ def apply_campaign(
         for (name, _), token in zip(options, render("nvcc", tuple(options)), strict=True):
             _add_flag(flags, option_owner, f"option:{name}", token, best, outcome, "option")
     return outcome
+
+
+def _launching_macro(best: _Best, tree: Path, hint: str | None, defining: str
+                     ) -> tuple[str, str] | None:
+    """For a kernel defined in a header or another unit: the block-size macro of its launches
+    in the recorded unit, where the host code is."""
+    from r3tui.engine.unit_source import seed_unit
+    from r3tui.record.bundle import Bundle
+
+    try:
+        recorded = seed_unit(Bundle.open(best.bundle_path)).recorded_text
+    except Exception:  # the bundle may live on another node
+        return None
+    if recorded == defining:
+        return None
+    unit = find_unit(tree, recorded, hint)
+    return block_macro(unit.read_text(), best.kernel) if unit is not None else None
 
 
 def _options(best: _Best, outcome: CampaignApply) -> list[tuple[str, str]]:

@@ -120,3 +120,36 @@ def test_a_register_cap_ships_on_the_kernel_alone_where_cuda_allows_it(tmp_path:
     outcome = apply_campaign(bounded, tree, flags, {}, 0.5, {})
     assert flags.get("option:maxrregcount") == "--maxrregcount=24", flags
     assert "__maxnreg__" not in (tree / "src/kernels.cuh").read_text()
+
+
+MULTI = Path(__file__).resolve().parents[1] / "gpu" / "apps" / "multi_app"
+
+
+def test_a_tuned_block_ships_through_the_macro_of_the_launch_in_another_file(
+        tmp_path: Path) -> None:
+    """multi::smooth is defined in include/multi/stencil.cuh and launched from main.cu with
+    the #ifndef-guarded SMOOTH_BLOCK: the tuned block is that macro's -D value."""
+    import shutil
+
+    with BundleWriter(tmp_path / "b") as w:
+        unit = w.add_blob((MULTI / "main.cu").read_bytes())
+        headers = tuple(SourceFile(str(p.relative_to(MULTI)), w.add_blob(p.read_bytes()))
+                        for p in sorted((MULTI / "include").rglob("*")) if p.is_file())
+        manifest = Manifest(
+            kernel=KernelInfo("multi::smooth<float, 2>",
+                              "_ZN5multi6smoothIfLi2EEEvPKT_PS1_NS_5FieldE",
+                              (SourceFile("main.cu", unit),), "nvcc", "nvcc 13.0", ("-O3",),
+                              headers=headers, include_dirs=(".", "include")),
+            launch=LaunchInfo(Dim3(4096), Dim3(256), 0, Dim3(1048576), True),
+            params=(), allocations=(), arena=ArenaInfo(ARENA_BASE, 2 << 20),
+            recorded_at="2026-12-04T08:00:00+00:00", blobs=dict(w.blobs))
+        bundle = w.commit(manifest)
+    original = seed_unit(bundle).source.text
+    tree = tmp_path / "tree"
+    shutil.copytree(MULTI, tree)
+    flags: dict[str, str] = {}
+    best = _Best(3, "multi::smooth<float, 2>", original, original, (), (128, 1, 1), None, {},
+                 "nvrtc", 1.1, bundle.path)
+    outcome = apply_campaign(best, tree, flags, {}, 0.5, {})
+    assert outcome.file == "include/multi/stencil.cuh" and not outcome.not_applied, outcome
+    assert flags == {"-DSMOOTH_BLOCK=": "128"}
