@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One GPU session on the device machine: environment probe, the GPU test suite, a summary,
 # then the benchmarks named in R3_BENCH (default: eval_cost spaces inner_live; empty: none;
-# also: bundles campaigns evaluate_llm app_tune verification).
+# also: bundles campaigns evaluate_llm app_tune verification corpus).
 #
 #   source .device/setup.sh && bash bench/gpu_session.sh
 #
@@ -108,6 +108,16 @@ case $bench in *" verification "*)
   # issue #17: adversarial kernels caught, and what the checks cost
   run_bench verification python3 bench/verification.py --out "$OUT/verification.txt" \
     ${R3_VERIFICATION_ARGS:-};; esac
+case $bench in *" corpus "*)
+  # issue #18: the corpus stages back to back in one command (the state lives only while the
+  # machine is warm); carry bench/work/corpus. R3_CORPUS_ONLY limits the programs.
+  only=${R3_CORPUS_ONLY:+--only $R3_CORPUS_ONLY}
+  run_bench corpus_prepare python3 bench/corpus.py prepare --build-only $only
+  run_bench corpus_record python3 bench/corpus.py run --stage record $only \
+    --deadline-s "${R3_CORPUS_RECORD_S:-150}" --plain-runs 2
+  run_bench corpus_tune python3 bench/corpus.py run --stage tune $only --budget 8s --top 1 \
+    --deadline-s "${R3_CORPUS_TUNE_S:-200}" --tune-args="--rules-only"
+  run_bench corpus_report python3 bench/corpus.py report --out "$OUT/corpus-report.txt";; esac
 case $bench in *" inner_live "*)
   run_bench inner_live python3 bench/inner_live.py --db "$OUT/inner-live.sqlite";; esac
 case $bench in *" bundles "*)
