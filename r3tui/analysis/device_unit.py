@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from r3tui.analysis.cuda import parse_translation_unit
-from r3tui.analysis.facts import ExecutionSpace, Item, ItemKind, words
+from r3tui.analysis.facts import ExecutionSpace, Item, ItemKind, char_index, words
 
 _INCLUDE_LINE = re.compile(
     r'^[ \t]*#[ \t]*include[ \t]*(?:"(?P<quoted>[^"\n]+)"|<(?P<system>[^>\n]+)>)[^\n]*(?:\n|$)',
@@ -427,7 +427,7 @@ def _cut(data: bytes, flat_pieces: Sequence[Piece], cut: Sequence[tuple[int, int
     if at < len(data):
         kept.append((at, len(data)))
     text = data.decode("utf-8")
-    to_char = _char_index(data)
+    to_char = char_index(data)
     pieces: list[Piece] = []
     out: list[str] = []
     length = 0
@@ -467,19 +467,10 @@ def _widen(data: bytes, ranges: Sequence[tuple[int, int]]) -> list[tuple[int, in
     return _merge(out)
 
 
-def _char_index(data: bytes):  # type: ignore[no-untyped-def]
-    if data.isascii():
-        return lambda offset: offset
-    starts = [i for i, byte in enumerate(data) if byte & 0xC0 != 0x80]
-    import bisect
-
-    return lambda offset: bisect.bisect_left(starts, offset)
-
-
 def _char_in_output(data: bytes, flat_pieces: Sequence[Piece], pieces: Sequence[Piece],
                     byte_offset: int) -> int:
     """Where the flat text's ``byte_offset`` landed in the output (it must be kept)."""
-    char = _char_index(data)(byte_offset)
+    char = char_index(data)(byte_offset)
     for flat_piece in flat_pieces:
         if flat_piece.start <= char <= flat_piece.end:
             file_offset = flat_piece.file_start + char - flat_piece.start

@@ -3,7 +3,9 @@ the tokenizer it compares texts with (comments dropped, one space between tokens
 
 from __future__ import annotations
 
+import bisect
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -192,3 +194,12 @@ def _compact(text: str) -> str:
 def words(text: str) -> set[str]:
     """The identifier-like tokens of ``text``, outside comments and string literals."""
     return {t for t in tokens(text) if _WORD.fullmatch(t)}
+
+
+def char_index(data: bytes) -> Callable[[int], int]:
+    """Byte offset in the UTF-8 ``data`` -> character offset in its text (tree-sitter gives
+    byte offsets, Python strings count characters)."""
+    if data.isascii():
+        return lambda offset: offset
+    starts = [i for i, byte in enumerate(data) if byte & 0xC0 != 0x80]
+    return lambda offset: bisect.bisect_left(starts, offset)

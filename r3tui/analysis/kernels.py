@@ -11,15 +11,14 @@ declarator with the unit's object-like macros expanded, as :mod:`r3tui.analysis.
 
 from __future__ import annotations
 
-import bisect
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import tree_sitter as ts
 
 from r3tui.analysis.cuda import _GRAMMAR_GAPS, _blank, _parser, parse_translation_unit
-from r3tui.analysis.facts import _WORD, tokens
+from r3tui.analysis.facts import _WORD, char_index, tokens
 
 ANONYMOUS = "(anonymous namespace)"
 
@@ -46,7 +45,7 @@ def kernel_declarations(source: str, name: str) -> list[KernelDeclaration]:
     data = source.encode("utf-8")
     root = _parser().parse(_BOUNDS_AFTER.sub(_blank_after_paren,
                                              _GRAMMAR_GAPS.sub(_blank, data))).root_node
-    char = _char_index(data)
+    char = char_index(data)
     expansions = _expansions(source)
     found: list[KernelDeclaration] = []
     for node, declarator, defined in _functions(root):
@@ -191,10 +190,3 @@ def _expanded(head: str, expansions: dict[str, list[list[str]]], depth: int = 0)
             for body in expansions.get(word, ()):
                 out |= _expanded(" ".join(body), expansions, depth + 1)
     return out
-
-
-def _char_index(data: bytes) -> Callable[[int], int]:
-    if data.isascii():
-        return lambda offset: offset
-    starts = [i for i, byte in enumerate(data) if byte & 0xC0 != 0x80]
-    return lambda offset: bisect.bisect_left(starts, offset)
