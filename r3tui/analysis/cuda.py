@@ -133,7 +133,7 @@ class _UnitReader:
         self.includes: list[Include] = []
         self.macros: list[Macro] = []
         # every definition of each object-like macro (#ifndef defaults give several)
-        self.expansions: dict[str, list[list[str]]] = {}
+        self.expansions: Expansions = {}
 
     def read(self) -> TranslationUnit:
         # anywhere, a function body included: an #include there is as much an include
@@ -174,29 +174,8 @@ class _UnitReader:
         some expansion gives.  A device qualifier counts when it is certain and a host one
         when it is possible, so that a doubtful function is taken as host code."""
         stop = end.start_byte if end is not None else node.end_byte
-        head = self.data[node.start_byte : stop].decode("utf-8", errors="replace")
-        certain: set[str] = set()
-        possible: set[str] = set()
-        for word in (t for t in tokens(head) if _WORD.fullmatch(t)):
-            sure, maybe = self._expand(word, 0)
-            certain |= sure
-            possible |= maybe
-        return certain, possible
-
-    def _expand(self, word: str, depth: int) -> tuple[set[str], set[str]]:
-        alternatives = self.expansions.get(word)
-        if not alternatives or depth > 4:
-            return {word}, {word}
-        per_alternative: list[set[str]] = []
-        possible = {word}
-        for body in alternatives:
-            here: set[str] = set()
-            for token in filter(_WORD.fullmatch, body):
-                sure, maybe = self._expand(token, depth + 1)
-                here |= sure
-                possible |= maybe
-            per_alternative.append(here)
-        return {word} | set.intersection(*per_alternative), possible
+        return head_words(self.data[node.start_byte : stop].decode("utf-8", errors="replace"),
+                          self.expansions)
 
     def _space(self, node: ts.Node, end: ts.Node | None) -> ExecutionSpace:
         certain, possible = self._head_words(node, end)
@@ -447,6 +426,37 @@ class _UnitReader:
         elif node.has_error:
             for child in node.children:
                 yield from self._errors(child)
+
+
+Expansions = dict[str, list[list[str]]]  # object-like macro -> the tokens of each definition
+
+
+def head_words(head: str, expansions: Expansions) -> tuple[set[str], set[str]]:
+    """The words of ``head`` with object-like macros expanded: those every definition of a
+    macro gives (certain), and those some definition gives (possible)."""
+    certain: set[str] = set()
+    possible: set[str] = set()
+    for word in (t for t in tokens(head) if _WORD.fullmatch(t)):
+        sure, maybe = _expand(word, expansions, 0)
+        certain |= sure
+        possible |= maybe
+    return certain, possible
+
+
+def _expand(word: str, expansions: Expansions, depth: int) -> tuple[set[str], set[str]]:
+    alternatives = expansions.get(word)
+    if not alternatives or depth > 4:
+        return {word}, {word}
+    per_alternative: list[set[str]] = []
+    possible = {word}
+    for body in alternatives:
+        here: set[str] = set()
+        for token in filter(_WORD.fullmatch, body):
+            sure, maybe = _expand(token, expansions, depth + 1)
+            here |= sure
+            possible |= maybe
+        per_alternative.append(here)
+    return {word} | set.intersection(*per_alternative), possible
 
 
 def _order(node: ts.Node) -> tuple[int, int]:

@@ -17,8 +17,15 @@ from dataclasses import dataclass
 
 import tree_sitter as ts
 
-from r3tui.analysis.cuda import _GRAMMAR_GAPS, _blank, _parser, parse_translation_unit
-from r3tui.analysis.facts import _WORD, char_index, tokens
+from r3tui.analysis.cuda import (
+    _GRAMMAR_GAPS,
+    Expansions,
+    _blank,
+    _parser,
+    head_words,
+    parse_translation_unit,
+)
+from r3tui.analysis.facts import char_index, tokens
 
 ANONYMOUS = "(anonymous namespace)"
 
@@ -53,7 +60,7 @@ def kernel_declarations(source: str, name: str) -> list[KernelDeclaration]:
         if named is None or _leaf_name(named, data) != name:
             continue
         head = data[_outer(node).start_byte:declarator.start_byte].decode("utf-8", "replace")
-        if "__global__" not in _expanded(head, expansions):
+        if "__global__" not in head_words(head, expansions)[1]:  # possible: any definition
             continue
         params = declarator.child_by_field_name("parameters")
         if params is None:
@@ -173,20 +180,9 @@ def _scopes(node: ts.Node, data: bytes) -> tuple[str, ...]:
 
 # -- macros ----------------------------------------------------------------------------------
 
-def _expansions(source: str) -> dict[str, list[list[str]]]:
-    found: dict[str, list[list[str]]] = {}
+def _expansions(source: str) -> Expansions:
+    found: Expansions = {}
     for macro in parse_translation_unit(source).macros:
         if macro.params is None:
             found.setdefault(macro.name, []).append(tokens(macro.body))
     return found
-
-
-def _expanded(head: str, expansions: dict[str, list[list[str]]], depth: int = 0) -> set[str]:
-    """The words of ``head`` and, for object-like macros, of every definition they have."""
-    out: set[str] = set()
-    for word in (t for t in tokens(head) if _WORD.fullmatch(t)):
-        out.add(word)
-        if depth < 4:
-            for body in expansions.get(word, ()):
-                out |= _expanded(" ".join(body), expansions, depth + 1)
-    return out
