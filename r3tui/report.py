@@ -339,9 +339,10 @@ def application_patch(bundle_path: Path, original: str, variant: str, kernel: st
 
     try:
         bundle = Bundle.open(bundle_path)
-        if seed_unit(bundle).source.text != original:
+        seed = seed_unit(bundle)
+        if seed.source.text != original:
             return None
-        found = defining_file(bundle)
+        found = defining_file(bundle, seed)
     except R3Error:
         return None
     if found is None:

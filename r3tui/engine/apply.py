@@ -47,7 +47,6 @@ from r3tui.domain import TrialConfig
 from r3tui.engine.application import RecordingContext, recording_context
 from r3tui.engine.splice import (
     EXPORTS_DIR,
-    _defining_file,
     block_macro,
     definition_span,
     find_unit,
@@ -227,6 +226,7 @@ def apply_campaign(
     held which recorded source, since an earlier campaign may already have edited it.
     ``withheld``: why nothing of it is applied (it was measured and not shipped)."""
     from r3tui.analysis import check_candidate
+    from r3tui.engine.unit_source import defining_file, seed_unit
     from r3tui.errors import KernelNotFound
     from r3tui.record.bundle import Bundle
     from r3tui.search import inject_launch_bounds
@@ -239,12 +239,21 @@ def apply_campaign(
         # Amdahl without this kernel is the kernel unchanged: the prediction stays honest
         outcome.not_applied.append(f"nothing: {best.noise} (--include-noise applies it)")
         return outcome
+    # the file to edit: the recorded source, or for a campaign on an application's device
+    # unit the header or unit that defines the kernel (only the definition is written back);
+    # `launcher`: the recorded unit, where the launches are, when that is another file
     hint, defining = None, best.original
+    launcher: tuple[str, str | None] | None = None
     try:
         bundle = Bundle.open(best.bundle_path)
         sources = bundle.manifest.kernel.sources
         hint = sources[0].name if sources else None
-        defining, hint = _defining_file(bundle, best.original, hint)
+        seed = seed_unit(bundle)
+        found = defining_file(bundle, seed) if seed.source.text == best.original else None
+        if found is not None:
+            if seed.unit is not None and seed.unit.file is not None:
+                launcher = (seed.recorded_text, hint)
+            hint, defining = found
     except Exception:  # the bundle may live on another node: the tree text still identifies it
         hint = None
     unit = units.get(defining) or find_unit(tree, defining, hint)
@@ -295,7 +304,7 @@ def apply_campaign(
                                    "instead of -maxrregcount for the whole unit)")
     unit.write_text(text)
     if best.block is not None:
-        found = block_macro(text, best.kernel) or _launching_macro(best, tree, hint, text)
+        found = block_macro(text, best.kernel) or _launching_macro(best.kernel, tree, launcher)
         x, y, z = best.block
         if found is None or y != 1 or z != 1:
             outcome.not_applied.append(
@@ -314,21 +323,14 @@ def apply_campaign(
     return outcome
 
 
-def _launching_macro(best: _Best, tree: Path, hint: str | None, defining: str
+def _launching_macro(kernel: str, tree: Path, launcher: tuple[str, str | None] | None
                      ) -> tuple[str, str] | None:
-    """For a kernel defined in a header or another unit: the block-size macro of its launches
-    in the recorded unit, where the host code is."""
-    from r3tui.engine.unit_source import seed_unit
-    from r3tui.record.bundle import Bundle
-
-    try:
-        recorded = seed_unit(Bundle.open(best.bundle_path)).recorded_text
-    except Exception:  # the bundle may live on another node
+    """For a kernel defined in a header: the block-size macro of its launches in the recorded
+    unit (``launcher``: its recorded text and name), where the host code is."""
+    if launcher is None:
         return None
-    if recorded == defining:
-        return None
-    unit = find_unit(tree, recorded, hint)
-    return block_macro(unit.read_text(), best.kernel) if unit is not None else None
+    unit = find_unit(tree, *launcher)
+    return block_macro(unit.read_text(), kernel) if unit is not None else None
 
 
 def _options(best: _Best, outcome: CampaignApply) -> list[tuple[str, str]]:

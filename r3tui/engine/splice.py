@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
 
 EXPORTS_DIR = "r3-exports"
 _SOURCE_SUFFIXES = (".cu", ".cuh", ".cpp", ".cc", ".cxx", ".h", ".hpp")
@@ -32,19 +31,6 @@ def find_unit(tree: Path, original: str, hint: str | None) -> Path | None:
         if len(named) == 1:
             return named[0]
     return None
-
-
-def _defining_file(bundle: Any, original: str, hint: str | None) -> tuple[str, str | None]:
-    """The text of the file that defines the kernel, as recorded, and its name: for a campaign
-    on an application's device unit that is the header or unit the definition came from
-    (only the definition is written back), else the recorded source itself."""
-    from r3tui.engine.unit_source import defining_file, seed_unit
-
-    found = defining_file(bundle) if seed_unit(bundle).source.text == original else None
-    if found is None:
-        return original, hint
-    name, text = found
-    return text, name
 
 
 def _kernel_parts(kernel: str) -> tuple[tuple[str, ...], str]:

@@ -97,11 +97,10 @@ def seed_unit(bundle: Bundle) -> SeedUnit:
     return SeedUnit(replace(source, text=unit.text, confined=True), unit, text)
 
 
-def defining_file(bundle: Bundle) -> tuple[str, str] | None:
+def defining_file(bundle: Bundle, seed: SeedUnit) -> tuple[str, str] | None:
     """The name (header tree path, or the recorded unit's name) and recorded text of the file
-    that defines an application's kernel; None when the campaign searches the recorded
-    source itself (nothing to map back)."""
-    seed = seed_unit(bundle)
+    that defines an application's kernel (``seed`` is ``seed_unit(bundle)``); None when the
+    campaign searches the recorded source itself (nothing to map back)."""
     if seed.unit is None:
         return None
     if seed.unit.file is None:
