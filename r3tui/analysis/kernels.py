@@ -56,7 +56,7 @@ def kernel_declarations(source: str, name: str) -> list[KernelDeclaration]:
     expansions = _expansions(source)
     found: list[KernelDeclaration] = []
     for node, declarator, defined in _functions(root):
-        named = _name_node(declarator)
+        named = declarator.child_by_field_name("declarator")
         if named is None or _leaf_name(named, data) != name:
             continue
         head = data[_outer(node).start_byte:declarator.start_byte].decode("utf-8", "replace")
@@ -125,11 +125,6 @@ def _function_declarator(node: ts.Node | None) -> ts.Node | None:
         node = inner if inner is not None else (node.named_children[-1]
                                                  if node.named_children else None)
     return node if node is not None and node.type == "function_declarator" else None
-
-
-def _name_node(declarator: ts.Node) -> ts.Node | None:
-    node = declarator.child_by_field_name("declarator")
-    return node
 
 
 def _leaf_name(node: ts.Node, data: bytes) -> str:

@@ -20,7 +20,6 @@ from r3tui.errors import R3Error
 
 if TYPE_CHECKING:
     from r3tui.analysis.device_unit import DeviceUnit
-    from r3tui.domain import TrialConfig
     from r3tui.engine.inner import KernelSource
     from r3tui.record.bundle import Bundle
 
@@ -116,8 +115,7 @@ class Preflight:
     seconds: float  # the compile that decided it
 
 
-def preflight(source: KernelSource, toolchain: str, arch: str,
-              config: TrialConfig | None = None) -> Preflight:
+def preflight(source: KernelSource, toolchain: str, arch: str) -> Preflight:
     """Compile the original once with ``toolchain``, else with nvcc; raises
     :class:`OriginalUnusable` with the compiler's first error when neither compiles it."""
     from r3tui.compile.base import first_error_line, get_toolchain
@@ -131,8 +129,7 @@ def preflight(source: KernelSource, toolchain: str, arch: str,
         if not ok:
             tried.append(f"{name}: not available ({why})")
             continue
-        request = compile_request(source, replace(config or TrialConfig(), toolchain=name,
-                                                  options=()), arch)
+        request = compile_request(source, TrialConfig(toolchain=name), arch)
         compiled = chain.compile(request)
         if compiled.ok:
             note = None if name == toolchain else (

@@ -177,10 +177,9 @@ def view_chars(n_ctx: int, max_tokens: int) -> int:
 
 def _kernel_text(ctx: MutationContext) -> str:
     """The kernel's definition in the parent: what a confined edit may search in."""
-    span = find_kernel(ctx.parent_source.replace("\r\n", "\n"), ctx.kernel_name)
-    if span is None:
-        return ctx.parent_source
-    return ctx.parent_source.replace("\r\n", "\n")[span.start : span.body_end] + "\n"
+    parent = ctx.parent_source.replace("\r\n", "\n")
+    span = find_kernel(parent, ctx.kernel_name)
+    return ctx.parent_source if span is None else parent[span.start : span.body_end] + "\n"
 
 
 class Mutator:
