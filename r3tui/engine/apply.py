@@ -594,6 +594,10 @@ def _cmd_apply(args: argparse.Namespace) -> int:
     if args.no_run:
         print("not measured (--no-run): every applied change is in the patch, unmeasured")
         return 0
+    if not result.patch:
+        # two identical builds would only measure the noise, and a figure of it reads as one
+        print("not measured: the patch is empty, the tree is the original")
+        return 0
     app_command = tuple(shlex.split(args.run)) if args.run else context.command
     if not app_command:
         raise R3Error("no application command recorded", hint='give --run "./app ARGS"')

@@ -86,6 +86,27 @@ def bootstrap_median_ci(values: Sequence[float], confidence: float, n_boot: int,
     return _quantile(medians, tail), _quantile(medians, 1.0 - tail)
 
 
+def order_statistic_median_ci(values: Sequence[float],
+                              confidence: float) -> tuple[float, float]:
+    """Distribution-free interval of the median: the order statistics ``x(k)`` and
+    ``x(n+1-k)`` with the largest ``k`` whose binomial coverage is at least ``confidence``.
+    Honest for a handful of values, where the percentile bootstrap of a median covers far
+    less than it says (10 values at 95%: the bootstrap's interval is about x(3)..x(8), 89%).
+    Below 6 values no pair of order statistics reaches 95%: the whole range is returned
+    (5 values: 93.8%)."""
+    ordered = sorted(values)
+    n = len(ordered)
+    if n == 1:
+        return ordered[0], ordered[0]
+    best = 1
+    for k in range(1, n // 2 + 1):
+        # P(x(k) <= median <= x(n+1-k)) = 1 - 2 P(Binomial(n, 1/2) <= k - 1)
+        tail = sum(math.comb(n, i) for i in range(k)) / 2**n
+        if 1 - 2 * tail >= confidence:
+            best = k
+    return ordered[best - 1], ordered[n - best]
+
+
 def summarize(config: TrialConfig, baseline: Sequence[float], times: Sequence[float],
               confidence: float = 0.95, n_boot: int = 2000, seed: int = 0) -> Finalist:
     """Per-round ratios ``baseline[r] / times[r]`` (rounds where either failed are dropped)."""
