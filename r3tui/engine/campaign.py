@@ -53,6 +53,10 @@ if TYPE_CHECKING:
     from r3tui.search.elites import ArchiveSettings
 
 
+# the share of a wall-time budget the original's own inner search may take
+SEED_SHARE = 0.4
+
+
 @dataclass(frozen=True)
 class CampaignSettings:
     """How a campaign searches; stored with the campaign so a resume searches the same way."""
@@ -450,7 +454,7 @@ class CampaignRun:
             variant.id,
             search,
             self.evaluator_for(source),
-            Budget(max_trials=trials),
+            Budget(max_trials=trials, max_seconds=self._inner_seconds(is_seed)),
             replace(inner, seed=derive_seed(self.settings.seed, "winner", variant.id)),
             give_up_after=None if is_seed else self.settings.give_up_after,
             should_stop=lambda: self.control.stop_requested,
@@ -518,6 +522,17 @@ class CampaignRun:
         return [v for v in self._variants() if v.status is VariantStatus.PENDING]
 
     # -- the loop ---------------------------------------------------------------------------
+    def _inner_seconds(self, is_seed: bool) -> float | None:
+        """Under a wall-time budget, the original's inner search may take SEED_SHARE of it
+        (its trials would otherwise spend a short budget before any source is proposed) and
+        a child's what is left; without one, trials alone bound them."""
+        seconds = self.settings.seconds
+        if seconds is None:
+            return None
+        if is_seed:
+            return seconds * SEED_SHARE
+        return max(1.0, seconds - self.timing.wall_s())
+
     def _budget_left(self, made: int) -> bool:
         if self.control.stop_requested:
             return False

@@ -284,3 +284,26 @@ def test_report_and_export_describe_the_best_variant(
     assert "speedup" in text and "yield rule" in text
     names = {p.name for p in files}
     assert {"stencil7.cu", "options.txt", "launch.json", "stencil7.patch"} <= names
+
+
+def test_a_wall_time_budget_leaves_the_source_search_most_of_it(tmp_path: Path) -> None:
+    """On the corpus a full campaign of `--budget 8s` spent its 8 s on the original's 40
+    trials and proposed no source at all; the original may now take SEED_SHARE of it."""
+    from dataclasses import replace
+
+    from r3tui.engine.campaign import SEED_SHARE
+
+    settings = replace(SETTINGS, variants=None, seconds=4.0, seed_trials=400)
+    database = open_database(tmp_path / "wall.sqlite")
+    cid = new_campaign(database, settings)
+    make_run(database, cid, settings).run()
+    with database.session_scope() as s:
+        variants = repo.campaign_variants(s, cid)
+        trials = repo.finished_trials(s, cid)
+    seed = next(v for v in variants if v.origin is VariantOrigin.SEED)
+    seed_trials = [t for t in trials if t.variant_id == seed.id]
+    assert 0 < len(seed_trials) < settings.seed_trials  # stopped by its share of the time
+    assert SEED_SHARE < 0.5
+    children = [v for v in variants if v.origin is VariantOrigin.RULE]
+    assert any(t.variant_id in {c.id for c in children} for t in trials), children
+    database.close()
