@@ -2,7 +2,8 @@
 recorded, tuned (`r3 tune-app`) and patched (`r3 apply`) as a user would, resumably.
 
     python bench/corpus.py prepare [--only P,...] [--build-only] [--all-inputs] [-j N]
-    python bench/corpus.py run --stage record|tune|apply|tune-bo [--only ...] [--deadline-s 540]
+    python bench/corpus.py run --stage record|tune|apply|tune-bo|all [--only ...] [--deadline-s 540]
+    python bench/corpus.py import DIR
     python bench/corpus.py report [--out FILE]
     python bench/corpus.py clean [--only ...]
 
@@ -552,7 +553,22 @@ def stage_record(recipe: Recipe, state: dict[str, Any], ctx: StageContext) -> st
                    "--", *app_argv(recipe))
     steps["record"] = run_step(argv, root, ctx.left())
     steps["record"]["recording"] = str(rec)
+    steps["record"]["summary"] = recording_summary(rec)
     return None
+
+
+def recording_summary(rec: Path) -> dict[str, Any] | None:
+    """What the report needs of recording.json, kept in the state so that the report holds
+    after the recording itself is gone (the device machine's disk is not kept)."""
+    path = rec / "recording.json"
+    if not path.is_file():
+        return None
+    data = json.loads(path.read_text())
+    kernels = data.get("kernels", [])
+    return {"kernels": len(kernels),
+            "replayable": sum(any(c.get("replayable") for c in k.get("configs", []))
+                              for k in kernels),
+            "warnings": data.get("warnings", []), "exit_code": data.get("exit_code", 0)}
 
 
 def _tune(step: str, extra: Sequence[str]) -> Callable[
@@ -577,6 +593,9 @@ def _tune(step: str, extra: Sequence[str]) -> Callable[
         steps[step] = run_step(argv, STATE, ctx.left())
         if plan.is_file():
             steps[step]["plan"] = json.loads(plan.read_text())
+            ids = [int(k["campaign_id"]) for k in steps[step]["plan"].get("kernels", [])
+                   if k.get("campaign_id")]
+            steps[step]["facts"] = {str(c): f for c, f in campaign_facts(ids).items()}
         return None
 
     return stage
@@ -620,6 +639,50 @@ STAGES: dict[str, tuple[str, Callable[[Recipe, dict[str, Any], StageContext], st
     "tune-bo": ("tune_bo", _tune("tune_bo", ("--inner-only",))),
     "apply": ("apply", stage_apply),
 }
+PIPELINE = ("record", "tune", "tune-bo", "apply")
+
+
+def program_estimate(state: dict[str, Any], args: argparse.Namespace) -> float:
+    """Seconds one program's whole pipeline needs at most (the stages' own estimates)."""
+    wall = state["steps"].get("plain", {}).get("median_wall_s") or 3
+    tune = 60 + budget_seconds(args.budget) * args.top * 1.5
+    # apply: two builds, then up to --max-runs pairs of plain and timed runs (a timed run
+    # cost about twice a plain one on the H200: backprop 42 s, bfs 80 s at 10 pairs)
+    return (60 + 10 * wall) + 2 * tune + (60 + 2 * (1 + 2) * args.max_runs * wall)
+
+
+def stage_all(recipe: Recipe, state: dict[str, Any], ctx: StageContext) -> str | None:
+    """Every stage of one program back to back, so that a program finished on one machine
+    needs nothing of that machine again: its state file holds every figure of the report.
+    A program left half-done by an earlier machine starts again from its recording, which
+    (with the database its campaigns are in) did not survive that machine."""
+    steps = state["steps"]
+    rec = Path(steps.get("record", {}).get("recording", "/nonexistent"))
+    if steps.get("record", {}).get("status") == "ok" and not (rec / "recording.json").is_file():
+        for step in ("record", "tune", "tune_bo", "apply"):
+            steps.pop(step, None)
+    if "plain" in steps and ctx.left() < program_estimate(state, ctx.args):
+        return "deadline"
+    for name in PIPELINE:
+        step, stage = STAGES[name]
+        if steps.get(step, {}).get("status") in ("ok", "failed", "timeout"):
+            continue
+        why = stage(recipe, state, ctx)
+        write_json(STATE / f"{recipe.name}.json", state)
+        if why == "deadline":
+            return why
+        if why is not None:  # an earlier stage failed: the program is as far as it goes
+            steps["all"] = {"status": "ok", "stopped": f"{name}: {why}"}
+            return None
+        result = steps[step]
+        print(f"{recipe.name:<15} {step}: {result['status']} in {result.get('wall_s', 0):.1f} s"
+              + ("" if result["status"] == "ok" else f"  | {' / '.join(result['tail'][-2:])}"),
+              flush=True)
+    steps["all"] = {"status": "ok"}
+    return None
+
+
+STAGES["all"] = ("all", stage_all)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -638,9 +701,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         write_json(STATE / f"{recipe.name}.json", state)
         if why is not None:
             print(f"{recipe.name:<15} {step}: not started ({why})", flush=True)
-            if why == "deadline":
+            if why == "deadline" and step != "all":
                 break
-            continue
+            continue  # a whole program that does not fit: a shorter one after it may
+        if step == "all":
+            continue  # each stage printed its own line
         result = state["steps"][step]
         print(f"{recipe.name:<15} {step}: {result['status']} in {result.get('wall_s', 0):.1f} s"
               + ("" if result["status"] == "ok" else f"  | {' / '.join(result['tail'][-2:])}"),
@@ -656,6 +721,26 @@ def export(dest: Path) -> None:
     for path in STATE.glob("*.json"):
         shutil.copy2(path, dest / path.name)
     (dest / "corpus-report.txt").write_text("\n".join(report_lines()) + "\n")
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    """Take the state files an earlier machine exported: per program, its steps join the
+    local ones, an exported step replacing the local step of the same name (it is newer:
+    a finished step is never run again, so only an unfinished one is redone)."""
+    STATE.mkdir(parents=True, exist_ok=True)
+    taken = 0
+    for path in sorted(args.source.glob("*.json")):
+        if path.stem not in BY_NAME:
+            continue
+        incoming = json.loads(path.read_text())
+        state = load_state(path.stem)
+        state["steps"].update(incoming.get("steps", {}))
+        write_json(STATE / path.name, state)
+        taken += 1
+        print(f"{path.stem:<15} " + " ".join(
+            f"{k}={v.get('status')}" for k, v in state["steps"].items()))
+    print(f"imported {taken} program state(s) from {args.source}")
+    return 0 if taken else 2
 
 
 # -- the report ----------------------------------------------------------------------------
@@ -741,12 +826,10 @@ def program_row(recipe: Recipe, state: dict[str, Any],
     plain, record = steps.get("plain", {}), steps.get("record", {})
     tune, apply = steps.get("tune", {}), steps.get("apply", {})
     row: dict[str, Any] = {"name": recipe.name, "recorded": record.get("status") == "ok"}
-    rec_file = Path(record.get("recording", "/nonexistent")) / "recording.json"
-    recording = json.loads(rec_file.read_text()) if rec_file.is_file() else None
+    recording = record.get("summary") or recording_summary(
+        Path(record.get("recording", "/nonexistent")))
     if recording:
-        kernels = recording.get("kernels", [])
-        replayable = sum(any(c.get("replayable") for c in k.get("configs", [])) for k in kernels)
-        row["replayable"] = f"{replayable}/{len(kernels)}"
+        row["replayable"] = f"{recording['replayable']}/{recording['kernels']}"
         warnings = " ".join(recording.get("warnings", [])).lower()
         plain_ok = plain.get("status") == "ok"
         plain_out = " ".join(plain.get("stdout_tail", [])).upper()
@@ -766,6 +849,8 @@ def program_row(recipe: Recipe, state: dict[str, Any],
             break
     plan = tune.get("plan") or {}
     ids = [int(k["campaign_id"]) for k in plan.get("kernels", []) if k.get("campaign_id")]
+    # the facts taken when the step ran (its database may be on a machine long gone)
+    facts = {**facts, **{int(c): f for c, f in (tune.get("facts") or {}).items()}}
     mine = [facts[c] for c in ids if c in facts]
     row["levels"] = ("".join(
         letter if all(f["levels"][lv] for f in mine) else "-"
@@ -803,7 +888,7 @@ def report_lines() -> list[str]:
     states = {r.name: load_state(r.name) for r in RECIPES}
     ids = [int(k["campaign_id"]) for st in states.values()
            for k in (st["steps"].get("tune", {}).get("plan") or {}).get("kernels", [])
-           if k.get("campaign_id")]
+           if k.get("campaign_id") and "facts" not in st["steps"]["tune"]]
     facts = campaign_facts(ids)
     rows = [program_row(r, states[r.name], facts) for r in RECIPES]
     out = [f"# bench/corpus.py report on {platform.node()}, {time.strftime('%Y-%m-%d %H:%M')}; "
@@ -898,6 +983,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                        help=f"more options for r3 {name} (one quoted string)")
     r.add_argument("--export", type=Path, help="copy the state and a report here (e.g. $OUT)")
     r.set_defaults(handler=cmd_run)
+    imp = sub.add_parser("import", help="join the state files an earlier machine exported")
+    imp.add_argument("source", type=Path, help="the folder `run --export` wrote")
+    imp.set_defaults(handler=cmd_import)
     rep = sub.add_parser("report", help="one row per program and the corpus_* figures")
     rep.add_argument("--out", type=Path)
     rep.set_defaults(handler=cmd_report)

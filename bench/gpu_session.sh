@@ -109,15 +109,16 @@ case $bench in *" verification "*)
   run_bench verification python3 bench/verification.py --out "$OUT/verification.txt" \
     ${R3_VERIFICATION_ARGS:-};; esac
 case $bench in *" corpus "*)
-  # issue #18: the corpus stages back to back in one command (the state lives only while the
-  # machine is warm); carry bench/work/corpus. R3_CORPUS_ONLY limits the programs.
+  # issue #18: every stage of each program back to back (record, tune, tune --inner-only,
+  # apply), so a program finished here needs nothing of this machine again; carry
+  # bench/work/corpus and, to resume, bench/work/corpus-state after `corpus.py import`.
+  # R3_CORPUS_ONLY limits the programs; the state files come back under $OUT/corpus-state.
   only=${R3_CORPUS_ONLY:+--only $R3_CORPUS_ONLY}
   run_bench corpus_prepare python3 bench/corpus.py prepare --build-only $only
-  run_bench corpus_record python3 bench/corpus.py run --stage record $only \
-    --deadline-s "${R3_CORPUS_RECORD_S:-150}" --plain-runs 2
-  run_bench corpus_tune python3 bench/corpus.py run --stage tune $only --budget 8s --top 1 \
-    --deadline-s "${R3_CORPUS_TUNE_S:-200}" --tune-args="--rules-only"
-  run_bench corpus_report python3 bench/corpus.py report --out "$OUT/corpus-report.txt";; esac
+  run_bench corpus_all python3 bench/corpus.py run --stage all $only --plain-runs 2 \
+    --budget "${R3_CORPUS_BUDGET:-8s}" --top 1 --max-runs "${R3_CORPUS_MAX_RUNS:-10}" \
+    --deadline-s "${R3_CORPUS_S:-480}" --tune-args="--rules-only" \
+    --export "$OUT/corpus-state";; esac
 case $bench in *" inner_live "*)
   run_bench inner_live python3 bench/inner_live.py --db "$OUT/inner-live.sqlite";; esac
 case $bench in *" bundles "*)
