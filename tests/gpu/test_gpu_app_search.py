@@ -96,13 +96,28 @@ def test_an_applications_kernels_are_searched_at_every_level_and_applied(tmp_pat
             assert any(t.config.block is not None or t.config.launch_bounds is not None
                        for t in ok), name  # launch settings searched
 
+    # where the edits go, before any measurement decides what ships
+    written = tmp_path / "written"
+    applied = r3("apply", *map(str, campaigns.values()), "--into", str(written), "--source-tree",
+                 str(app), "--no-run", "--include-noise", "--db", str(db), cwd=tmp_path)
+    assert applied.returncode == 0, applied.stdout + applied.stderr
+    summary = json.loads((written / "r3-apply.json").read_text())
+    files = {_short(c["kernel"]): c["file"] for c in summary["campaigns"]}
+    assert files == {"smooth": "include/multi/stencil.cuh", "scale": "ops.cu"}, summary
+    assert (written / "main.cu").read_text() == (app / "main.cu").read_text()
+
+    # measured: a campaign ships only when its kernel measured faster; the rest are reverted
     out = tmp_path / "patched"
     applied = r3("apply", *map(str, campaigns.values()), "--into", str(out), "--source-tree",
                  str(app), "--runs", "3", "--include-noise", "--db", str(db), cwd=tmp_path)
     assert applied.returncode == 0, applied.stdout + applied.stderr
     summary = json.loads((out / "r3-apply.json").read_text())
-    files = {_short(c["kernel"]): c["file"] for c in summary["campaigns"]}
-    assert files == {"smooth": "include/multi/stencil.cuh", "scale": "ops.cu"}, summary
+    for c in summary["campaigns"]:
+        if c.get("shipped"):
+            assert c["file"] == files[_short(c["kernel"])], c
+        else:
+            assert c["file"] is None and any("reverted" in n or "nothing" in n
+                                             for n in c["not_applied"]), c
     assert (out / "main.cu").read_text() == (app / "main.cu").read_text()
     run = subprocess.run(["./multi", *ARGS], cwd=out, capture_output=True, text=True,
                          timeout=120)
