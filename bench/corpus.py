@@ -544,6 +544,8 @@ def stage_record(recipe: Recipe, state: dict[str, Any], ctx: StageContext) -> st
             "stdout_tail": runs[-1]["stdout_tail"][-60:] if runs else [],
         }
     estimate = 60 + 10 * (steps["plain"].get("median_wall_s") or 3)
+    if ctx.args.stage == "all":  # the whole program, now that its wall time is known
+        estimate = program_estimate(state, ctx.args)
     if ctx.left() < estimate:
         return "deadline"
     rec = work / "rec"
@@ -716,20 +718,40 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def export(dest: Path) -> None:
-    """The state files (which hold the plans and apply summaries) and a report, for $OUT."""
+    """The state files (which hold the plans and apply summaries), each patched tree's
+    r3-apply.json and patch, and a report, for $OUT: one archive, since the device tool
+    brings back only so many files."""
+    import tarfile
+
     dest.mkdir(parents=True, exist_ok=True)
-    for path in STATE.glob("*.json"):
-        shutil.copy2(path, dest / path.name)
     (dest / "corpus-report.txt").write_text("\n".join(report_lines()) + "\n")
+    with tarfile.open(dest / "corpus-state.tgz", "w:gz") as tar:
+        for path in sorted(STATE.glob("*.json")):
+            tar.add(path, arcname=path.name)
+        for path in sorted(STATE.glob("*/patched/r3-apply.*")):
+            tar.add(path, arcname=str(path.relative_to(STATE)))
 
 
 def cmd_import(args: argparse.Namespace) -> int:
     """Take the state files an earlier machine exported: per program, its steps join the
     local ones, an exported step replacing the local step of the same name (it is newer:
     a finished step is never run again, so only an unfinished one is redone)."""
+    import tarfile
+    import tempfile
+
     STATE.mkdir(parents=True, exist_ok=True)
+    source = args.source
+    if source.is_file():  # the archive export wrote
+        unpacked = Path(tempfile.mkdtemp(prefix="corpus-state-"))
+        with tarfile.open(source) as tar:
+            tar.extractall(unpacked, filter="data")
+        for path in unpacked.glob("*/patched/r3-apply.*"):
+            target = STATE / path.relative_to(unpacked)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(path, target)
+        source = unpacked
     taken = 0
-    for path in sorted(args.source.glob("*.json")):
+    for path in sorted(source.glob("*.json")):
         if path.stem not in BY_NAME:
             continue
         incoming = json.loads(path.read_text())
@@ -984,7 +1006,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     r.add_argument("--export", type=Path, help="copy the state and a report here (e.g. $OUT)")
     r.set_defaults(handler=cmd_run)
     imp = sub.add_parser("import", help="join the state files an earlier machine exported")
-    imp.add_argument("source", type=Path, help="the folder `run --export` wrote")
+    imp.add_argument("source", type=Path,
+                     help="the archive (or a folder of state files) `run --export` wrote")
     imp.set_defaults(handler=cmd_import)
     rep = sub.add_parser("report", help="one row per program and the corpus_* figures")
     rep.add_argument("--out", type=Path)
