@@ -451,6 +451,9 @@ class RecordingContext:
     command: tuple[str, ...] = ()
     kernel_time_s: float = 0.0
     wall_s: float = 0.0
+    # the most threads per block the application launched each campaign's kernel with (over
+    # all its recorded configurations): a __launch_bounds__ below it would fail those launches
+    max_threads: dict[int, int] = field(default_factory=dict)
 
 
 
@@ -462,6 +465,7 @@ def recording_context(s: Session, campaign_ids: list[int]) -> RecordingContext:
 
     shares: dict[int, float] = {}
     entries: dict[int, str] = {}
+    threads: dict[int, int] = {}
     app = None
     for campaign_id in campaign_ids:
         campaign = repo.get_campaign(s, campaign_id)
@@ -480,9 +484,12 @@ def recording_context(s: Session, campaign_ids: list[int]) -> RecordingContext:
                 if config.bundle is not None and config.bundle.resolve() == bundle:
                     shares[campaign_id] = config.share
                     entries[campaign_id] = kernel.entry_point
+                    threads[campaign_id] = max(c.block[0] * c.block[1] * c.block[2]
+                                               for c in kernel.configs)
     if app is None:
         return RecordingContext()
-    return RecordingContext(shares, entries, app.cwd, app.command, app.kernel_time_s, app.wall_s)
+    return RecordingContext(shares, entries, app.cwd, app.command, app.kernel_time_s, app.wall_s,
+                            threads)
 
 
 # -- the command ---------------------------------------------------------------------------

@@ -220,11 +220,18 @@ def apply_campaign(
     units: dict[str, Path],
     include_noise: bool = False,
     withheld: str | None = None,
+    max_threads: int | None = None,
 ) -> CampaignApply:
     """Apply one campaign's best variant to ``tree`` in place; ``flags`` (flag -> owner text)
     and ``option_owner`` collect what goes into the flags file; ``units`` remembers which file
     held which recorded source, since an earlier campaign may already have edited it.
-    ``withheld``: why nothing of it is applied (it was measured and not shipped)."""
+    ``withheld``: why nothing of it is applied (it was measured and not shipped).
+    ``max_threads``: the most threads per block the application launched the kernel with.
+
+    The winner's configuration was measured as a whole: when its block shape cannot be set
+    in the host code, or its ``__launch_bounds__`` is below a block the application launches,
+    nothing of it is applied (a part of it is a combination nobody measured, and bounds
+    below the block make those launches fail while the application runs on)."""
     from r3tui.analysis import check_candidate
     from r3tui.engine.unit_source import defining_file, seed_unit
     from r3tui.errors import KernelNotFound
@@ -263,6 +270,25 @@ def apply_campaign(
     units[defining] = unit
     outcome.file = str(unit.relative_to(tree))
     text = unit.read_text()
+    block_flag = None
+    if best.block is not None:
+        found = block_macro(text, best.kernel) or _launching_macro(best.kernel, tree, launcher)
+        x, y, z = best.block
+        if found is None or y != 1 or z != 1:
+            outcome.not_applied.append(
+                f"nothing: its winner runs with block {x}x{y}x{z}, and the host code does not "
+                "take this kernel's block size from a #ifndef macro"
+                + ("" if found is None else " (and it is not 1-D)")
+                + "; the rest of its configuration was measured only with that block")
+            return outcome
+        block_flag = (found[0], x)
+        max_threads = x  # every launch of the kernel takes its block from that macro
+    if best.launch_bounds is not None and max_threads and best.launch_bounds[0] < max_threads:
+        outcome.not_applied.append(
+            f"nothing: its winner's __launch_bounds__({best.launch_bounds[0]}) is below the "
+            f"{max_threads} threads per block the application launches this kernel with "
+            "(those launches would fail)")
+        return outcome
     refusal = (check_candidate(best.original, best.source)
                if best.source != best.original else None)
     if refusal is not None and refusal.refused:
@@ -303,16 +329,9 @@ def apply_campaign(
             outcome.applied.append(f"__maxnreg__({registers}) on {best.kernel} (this kernel only, "
                                    "instead of -maxrregcount for the whole unit)")
     unit.write_text(text)
-    if best.block is not None:
-        found = block_macro(text, best.kernel) or _launching_macro(best.kernel, tree, launcher)
-        x, y, z = best.block
-        if found is None or y != 1 or z != 1:
-            outcome.not_applied.append(
-                f"block {x}x{y}x{z}: the host code does not take this kernel's block size from "
-                "a #ifndef macro" + ("" if found is None else " (and it is not 1-D)")
-            )
-        else:
-            _add_flag(flags, option_owner, f"-D{found[0]}=", str(x), best, outcome, "block")
+    if block_flag is not None:
+        _add_flag(flags, option_owner, f"-D{block_flag[0]}=", str(block_flag[1]), best, outcome,
+                  "block")
     for key, value in sorted(best.tunables.items()):
         _add_flag(flags, option_owner, f"-D{key}=", str(value), best, outcome, "tunable")
     if options:
@@ -464,7 +483,8 @@ def write_tree(
     for best in bests:
         share = (context.shares or {}).get(best.campaign_id)
         outcome = apply_campaign(best, into, flags, owners, share, units, include_noise,
-                                 (withheld or {}).get(best.campaign_id))
+                                 (withheld or {}).get(best.campaign_id),
+                                 context.max_threads.get(best.campaign_id))
         outcome.entry_point = _entry_point(best, context)
         outcomes.append(outcome)
     flag_list = [_flag(k, v) for k, v in flags.items()]

@@ -153,3 +153,35 @@ def test_a_tuned_block_ships_through_the_macro_of_the_launch_in_another_file(
     outcome = apply_campaign(best, tree, flags, {}, 0.5, {})
     assert outcome.file == "include/multi/stencil.cuh" and not outcome.not_applied, outcome
     assert flags == {"-DSMOOTH_BLOCK=": "128"}
+
+
+def test_a_winner_that_cannot_ship_whole_ships_nothing(tmp_path: Path) -> None:
+    """Rodinia bfs on the H200: the winner ran with block 256 and __launch_bounds__(256, 8);
+    the host code launches 512 threads from a plain #define, so only the bounds and the
+    options were applied, every launch of the kernel failed and bfs ran on with a wrong
+    answer.  A configuration is applied whole or not at all."""
+    bundle = app_bundle(tmp_path / "b")
+    original = seed_unit(bundle).source.text
+    tuned = original.replace(LOOP, "  #pragma unroll\n" + LOOP)
+    tree = tmp_path / "tree"
+    for name, text in {**HEADERS, "src/main.cu": MAIN_CU}.items():
+        (tree / name).parent.mkdir(parents=True, exist_ok=True)
+        (tree / name).write_text(text)
+    flags: dict[str, str] = {}
+    # a block shape the host code does not take from a #ifndef macro
+    reshaped = _Best(7, KERNEL, original, tuned, ("--use_fast_math",), (128, 1, 1), (128, 8),
+                     {}, "nvrtc", 1.2, bundle.path)
+    outcome = apply_campaign(reshaped, tree, flags, {}, 0.5, {})
+    assert outcome.applied == [] and not flags, outcome
+    assert outcome.not_applied[0].startswith("nothing: its winner runs with block 128x1x1")
+    assert (tree / "src/kernels.cuh").read_text() == HEADERS["src/kernels.cuh"]
+    # bounds below the threads per block the application launched the kernel with
+    bounded = _Best(8, KERNEL, original, tuned, ("--use_fast_math",), None, (128, 8), {},
+                    "nvrtc", 1.2, bundle.path)
+    outcome = apply_campaign(bounded, tree, flags, {}, 0.5, {}, max_threads=256)
+    assert outcome.applied == [] and not flags, outcome
+    assert "__launch_bounds__(128) is below the 256 threads" in outcome.not_applied[0]
+    assert (tree / "src/kernels.cuh").read_text() == HEADERS["src/kernels.cuh"]
+    # at or above them it ships
+    outcome = apply_campaign(bounded, tree, flags, {}, 0.5, {}, max_threads=128)
+    assert "__launch_bounds__(128, 8)" in outcome.applied and not outcome.not_applied
