@@ -416,7 +416,7 @@ def run_inner_campaign(job: InnerCampaign, progress: Progress | None = None) -> 
     from r3tui.compile.cache import CompileCache, default_cache_dir
     from r3tui.compile.pool import CompilePool
     from r3tui.domain import Campaign, CampaignStatus, Variant, VariantOrigin
-    from r3tui.engine.unit_source import preflight
+    from r3tui.engine.unit_source import preflight, searched_launch, seed_unit
     from r3tui.errors import R3Error
     from r3tui.record.bundle import Bundle
     from r3tui.record.commands import recording_of
@@ -425,7 +425,9 @@ def run_inner_campaign(job: InnerCampaign, progress: Progress | None = None) -> 
 
     bundle = Bundle.open(job.bundle_path, verify=True)
     manifest = bundle.manifest
-    source = seed_source(bundle)
+    seed = seed_unit(bundle)
+    source = seed.source
+    launch, kept = searched_launch(bundle, seed)
     text = source.text
     settings = job.settings
     database = open_database(job.db_path, create=True, upgrade=True)
@@ -479,10 +481,12 @@ def run_inner_campaign(job: InnerCampaign, progress: Progress | None = None) -> 
                 f"inner search on {info.gpu}, {len(history)} trials already stored"
                 + (f"; {checked.note}" if checked.note else ""),
             )
-        space = build_space(manifest.launch, source, settings, device_limits(info))
-        if space.launch_notes():
+        space = build_space(launch, source, settings, device_limits(info))
+        notes = [kept] if kept else []
+        if space.launch_notes() or notes:
             with database.session_scope() as s:
-                repo.add_event(s, campaign_id, "launch", "; ".join(space.launch_notes()))
+                repo.add_event(s, campaign_id, "launch",
+                               "; ".join([*notes, *space.launch_notes()]))
         search = make_strategy(space, settings)
         search.resume(history)
         budget = Budget(max_trials=job.budget_trials, max_seconds=job.budget_seconds)

@@ -71,8 +71,9 @@ def replay_campaign(
     from db import repository as repo
     from db.session import open_database
     from r3tui.domain import Campaign, CampaignStatus
-    from r3tui.engine.inner import device_limits, provenance, seed_source
+    from r3tui.engine.inner import device_limits, provenance
     from r3tui.engine.tune import _gpu, make_mutator_from
+    from r3tui.engine.unit_source import searched_launch, seed_unit
     from r3tui.errors import R3Error
     from r3tui.record.bundle import Bundle
     from r3tui.remix.recorded import RecordedBackend
@@ -118,12 +119,13 @@ def replay_campaign(
 
             with database.session_scope() as s:
                 repo.set_campaign_provenance(s, new_id, provenance(info, settings.inner.toolchain))
+            seed = seed_unit(bundle)
             run = CampaignRun(
                 database,
                 new_id,
                 settings,
-                seed_source(bundle),
-                bundle.manifest.launch,
+                seed.source,
+                searched_launch(bundle, seed)[0],  # as the campaign it re-runs searched
                 device_limits(info),
                 mutator,
                 evaluator_for,

@@ -21,7 +21,7 @@ from r3tui.engine.inner import (
     device_limits,
     provenance,
 )
-from r3tui.engine.unit_source import OriginalUnusable, preflight, seed_unit
+from r3tui.engine.unit_source import OriginalUnusable, preflight, searched_launch, seed_unit
 
 if TYPE_CHECKING:
     from db.session import Database
@@ -159,6 +159,7 @@ def run_campaign(
         bundle = Bundle.open(bundle_path, verify=True)
         seed = seed_unit(bundle)
         source = seed.source
+        launch, kept = searched_launch(bundle, seed)
         mutator = None if evaluate_only else make_mutator(settings, job.backend)
         needs_gpu = generate_only is None
         with (
@@ -181,6 +182,8 @@ def run_campaign(
                                    {"file": seed.unit.file, "dropped": list(seed.unit.dropped)})
                 if checked is not None and checked.note:
                     repo.add_event(s, campaign_id, "toolchain", checked.note)
+                if kept is not None and job.resume_campaign is None:
+                    repo.add_event(s, campaign_id, "launch", kept)
                 if gpu is not None:
                     worker, pool, info = gpu
                     arch = info.arch
@@ -203,7 +206,7 @@ def run_campaign(
                 campaign_id,
                 settings,
                 source,
-                bundle.manifest.launch,
+                launch,
                 device_limits(gpu[2] if gpu is not None else None),
                 mutator,
                 evaluator_for,

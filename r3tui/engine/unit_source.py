@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from r3tui.analysis.device_unit import DeviceUnit
     from r3tui.engine.inner import KernelSource
     from r3tui.record.bundle import Bundle
+    from r3tui.record.manifest import LaunchInfo
 
 
 class OriginalUnusable(R3Error):
@@ -94,6 +95,28 @@ def seed_unit(bundle: Bundle) -> SeedUnit:
     except DeviceUnitError as exc:
         raise RecordingError(f"{bundle.path}: {exc}") from exc
     return SeedUnit(replace(source, text=unit.text, confined=True), unit, text)
+
+
+def searched_launch(bundle: Bundle, seed: SeedUnit) -> tuple[LaunchInfo, str | None]:
+    """The launch a campaign on ``bundle`` searches, and why its block stays as recorded.
+
+    In an application the host code chooses the block; ``r3 apply`` can ship another shape
+    only through the ``#ifndef``-guarded macro its launches take it from
+    (:func:`r3tui.engine.splice.block_macro`).  Where there is none, a searched shape could
+    never ship (and its tuned launch bounds would not fit the launches that do), so the
+    block is kept."""
+    from r3tui.engine.splice import block_macro
+
+    launch = bundle.manifest.launch
+    recorder = (bundle.manifest.provenance or {}).get("recorder")
+    if not launch.block_tunable or recorder != "app interposer":
+        return launch, None
+    if block_macro(seed.recorded_text, bundle.manifest.kernel.name) is not None:
+        return launch, None
+    x, y, z = launch.block.as_tuple()
+    return replace(launch, block_tunable=False), (
+        f"block {x}x{y}x{z} kept: the application's launches of this kernel do not take their "
+        "block size from an #ifndef-guarded macro, so r3 apply could not ship another shape")
 
 
 def defining_file(bundle: Bundle, seed: SeedUnit) -> tuple[str, str] | None:

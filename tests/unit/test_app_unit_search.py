@@ -185,3 +185,41 @@ def test_a_winner_that_cannot_ship_whole_ships_nothing(tmp_path: Path) -> None:
     # at or above them it ships
     outcome = apply_campaign(bounded, tree, flags, {}, 0.5, {}, max_threads=128)
     assert "__launch_bounds__(128, 8)" in outcome.applied and not outcome.not_applied
+
+
+def test_an_applications_block_is_searched_only_where_r3_apply_could_ship_it(
+        tmp_path: Path) -> None:
+    """main.cu launches app::stencil with a dim3 built from TILE (no #ifndef macro): the
+    block stays as recorded and the campaign says why; through an #ifndef-guarded macro
+    of the launch it is searched."""
+    from r3tui.engine.unit_source import searched_launch
+
+    def bundle_of(main_cu: str, path: Path, recorder: str = "app interposer") -> Bundle:
+        with BundleWriter(path) as w:
+            unit = w.add_blob(main_cu.encode())
+            headers = tuple(SourceFile(name, w.add_blob(text.encode()))
+                            for name, text in sorted(HEADERS.items()))
+            manifest = Manifest(
+                kernel=KernelInfo(KERNEL, ENTRY, (SourceFile("main.cu", unit),), "nvcc",
+                                  "nvcc 13.0", ("-O3",), headers=headers, include_dirs=("src",)),
+                launch=LaunchInfo(Dim3(16, 1), Dim3(256, 1), 0, Dim3(4096, 1), True),
+                params=(), allocations=(), arena=ArenaInfo(ARENA_BASE, 2 << 20),
+                recorded_at="2026-12-04T07:00:00+00:00", blobs=dict(w.blobs),
+                provenance={"recorder": recorder})
+            return w.commit(manifest)
+
+    fixed = bundle_of(MAIN_CU, tmp_path / "fixed")
+    launch, kept = searched_launch(fixed, seed_unit(fixed))
+    assert not launch.block_tunable and kept is not None
+    assert kept.startswith("block 256x1x1 kept: the application's launches")
+    guarded = MAIN_CU.replace(
+        "<<<grid, block>>>", "<<<grid, STENCIL_BLOCK>>>").replace(
+        "int main", "#ifndef STENCIL_BLOCK\n#define STENCIL_BLOCK 256\n#endif\nint main", 1)
+    assert guarded != MAIN_CU
+    tunable = bundle_of(guarded, tmp_path / "tunable")
+    launch, kept = searched_launch(tunable, seed_unit(tunable))
+    assert launch.block_tunable and kept is None
+    # a kernel recorded on its own has no host code to ship through: its block is searched
+    standalone = bundle_of(MAIN_CU, tmp_path / "standalone", recorder="kernel recorder")
+    launch, kept = searched_launch(standalone, seed_unit(standalone))
+    assert launch.block_tunable and kept is None
