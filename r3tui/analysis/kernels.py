@@ -44,6 +44,9 @@ class KernelDeclaration:
     defined: bool
     body_open: int = -1  # the '{' of a definition
     end: int = -1  # after the definition's '}' or the declaration's ';'
+    # C linkage (``extern "C"`` on it or around it): its symbol is its name; otherwise the
+    # mangled symbol spells each parameter's type, the pointee's const/volatile included
+    extern_c: bool = False
 
 
 def kernel_declarations(source: str, name: str) -> list[KernelDeclaration]:
@@ -79,8 +82,20 @@ def kernel_declarations(source: str, name: str) -> list[KernelDeclaration]:
             defined=defined,
             body_open=char(body.start_byte) if body is not None else -1,
             end=char(outer.end_byte),
+            extern_c=_c_linkage(node, data),
         ))
     return found
+
+
+def _c_linkage(node: ts.Node, data: bytes) -> bool:
+    """Whether the innermost linkage specification around ``node`` says ``"C"``."""
+    parent = node.parent
+    while parent is not None:
+        if parent.type == "linkage_specification":
+            value = parent.child_by_field_name("value")
+            return value is not None and data[value.start_byte:value.end_byte] == b'"C"'
+        parent = parent.parent
+    return False
 
 
 # `k(...) __launch_bounds__(256) {`: the attribute after the parameters, which the grammar

@@ -351,6 +351,7 @@ class KernelSpan:
     body_end: int  # after the matching '}'
     params: tuple[Param, ...]
     declarations: int  # other declarations of the same function in the source
+    extern_c: bool = False  # C linkage: parameter qualifiers do not reach its symbol
 
     def signature(self) -> tuple[tuple[str, ...], ...]:
         """What the replay depends on: each parameter's type, qualifiers and name aside."""
@@ -386,7 +387,7 @@ def find_kernel(source: str, kernel_name: str) -> KernelSpan | None:
     params = tuple(_param(source[a:b], a, b) for a, b in (
         (a, b) for a, b in d.params) if source[a:b].strip() not in ("", "void"))
     return KernelSpan(name, d.start, d.params_open, d.params_close, d.body_open, d.end,
-                      params, len(found) - len(definitions))
+                      params, len(found) - len(definitions), d.extern_c)
 
 
 def entry_point_problem(parent: str, child: str, kernel_name: str) -> str | None:
@@ -420,4 +421,27 @@ def outside_kernel_problem(parent: str, child: str, kernel_name: str) -> str | N
     if old[: before.start] != new[: after.start] or old[before.body_end :] != new[after.body_end :]:
         return (f"it changes code outside the definition of {base_name(kernel_name)} "
                 "(only the kernel is written back to the application)")
+    return symbol_problem(before, after)
+
+
+def symbol_problem(before: KernelSpan, after: KernelSpan) -> str | None:
+    """Why ``after`` would not keep the symbol the application launches, or ``None``: with
+    C++ linkage a pointee's ``const``/``volatile`` is part of the mangled name, so the host
+    code's launches and prototypes would name another function."""
+    if before.extern_c:
+        return None
+    for old, new in zip(before.params, after.params, strict=False):
+        was, now = _pointee_cv(old), _pointee_cv(new)
+        if was != now:
+            return (f"it changes the type of parameter {old.name or '?'} of {before.name} "
+                    f"({old.text.strip()} -> {new.text.strip()}): with C++ linkage that "
+                    "changes the kernel's mangled name, which the application launches")
     return None
+
+
+def _pointee_cv(param: Param) -> frozenset[str]:
+    """The const/volatile written before a pointer parameter's ``*`` (its pointee's)."""
+    if not param.is_pointer:
+        return frozenset()
+    before, _ = param.qualifiers()
+    return frozenset(q for q in before if q in ("const", "volatile"))

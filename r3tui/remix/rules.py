@@ -130,7 +130,9 @@ def read_only_pointers(source: str, span: KernelSpan) -> list[str]:
 
 
 def restrict_const(source: str, kernel_name: str, rng: random.Random) -> RuleResult:
-    """``const T* __restrict__`` on every pointer parameter the kernel only reads."""
+    """``const T* __restrict__`` on every pointer parameter the kernel only reads; with C++
+    linkage ``__restrict__`` alone, since the pointee's ``const`` would change the kernel's
+    mangled name, the symbol the application launches (``__ldg`` gives the read-only loads)."""
     span = _kernel(source, kernel_name)
     if isinstance(span, RuleResult):
         return span
@@ -149,17 +151,18 @@ def restrict_const(source: str, kernel_name: str, rng: random.Random) -> RuleRes
         if "__restrict__" not in after and "__restrict" not in after:
             star = text.rindex("*")
             text = f"{text[: star + 1].rstrip()} __restrict__ {text[star + 1 :].lstrip()}"
-        if "const" not in before:
+        if "const" not in before and span.extern_c:
             text = "const " + text
         if text != param.text:
             edits.append((param.start, param.end, text))
             changed.append(param.name)
+    qualified = "const __restrict__" if span.extern_c else "__restrict__"
     if not edits:
-        return _declined("every read-only pointer parameter is already const __restrict__")
+        return _declined(f"every read-only pointer parameter is already {qualified}")
     out = source
     for start, end, text in sorted(edits, reverse=True):
         out = out[:start] + text + out[end:]
-    return _finish(source, out, kernel_name, "const __restrict__ on " + ", ".join(changed))
+    return _finish(source, out, kernel_name, f"{qualified} on " + ", ".join(changed))
 
 
 def ldg_loads(source: str, kernel_name: str, rng: random.Random) -> RuleResult:

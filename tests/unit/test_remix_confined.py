@@ -16,9 +16,11 @@ from r3tui.compile.nvrtc import default_include_dirs
 from r3tui.domain import LLMCall
 from r3tui.remix.backends import Sampling, render_prompt
 from r3tui.remix.catalogue import transformation
+from r3tui.remix.edits import find_kernel, symbol_problem
 from r3tui.remix.mutation import ANCHORED_GRAMMAR, Mutator, MutatorSettings, view_chars
 from r3tui.remix.prompt import MutationContext, build_messages
 from r3tui.remix.recorded import RecordedBackend
+from r3tui.remix.rules import apply_rule
 from tests.unit.test_device_unit import HEADERS, MAIN_CU
 
 UNIT = device_unit(MAIN_CU, "stencil", HEADERS, ["src"],
@@ -89,3 +91,38 @@ def test_a_rule_on_an_applications_kernel_changes_only_the_kernel() -> None:
         head = UNIT.index("template <typename T, int R>\n__global__")
         assert proposal.source[:head] == UNIT[:head]
     assert made > 0
+
+
+def test_an_edit_that_would_change_the_kernels_symbol_is_refused() -> None:
+    """app::stencil has C++ linkage: `const` on a pointee is part of its mangled name, so the
+    application's launches would name another function (Rodinia bfs's entry point vanished
+    from the patched build's timed runs after restrict_const added it)."""
+    at = UNIT.index("__global__ void stencil(")
+    line = UNIT[at:UNIT.index("\n", at) + 1]
+    assert "T* out," in line
+    context = ctx()
+    call = answer_for(context, edit(line, line.replace("T* out,", "volatile T* out,")))
+    proposal = Mutator(RecordedBackend([call]), MutatorSettings(llm_share=1.0)).propose(
+        context, random.Random(0))
+    assert not proposal.ok and proposal.reason is not None
+    assert "changes the kernel's mangled name" in proposal.reason, proposal.reason
+    # the rule qualifies a C++ kernel's read-only pointers with __restrict__ alone
+    axpy = ("namespace ops {\n"
+            "__global__ void axpy(float a, float* x, float* y, int n) {\n"
+            "  int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+            "  if (i < n) y[i] = a * x[i] + y[i];\n"
+            "}\n"
+            "}\n")
+    result = apply_rule("restrict_const", axpy, "ops::axpy", random.Random(0))
+    assert result.ok and result.source is not None, result.reason
+    assert "float* __restrict__ x" in result.source and "const" not in result.source
+    assert result.detail == "__restrict__ on x"
+    before, after = find_kernel(axpy, "ops::axpy"), find_kernel(result.source, "ops::axpy")
+    assert before is not None and after is not None and not before.extern_c
+    assert symbol_problem(before, after) is None
+    compiled = get_toolchain("nvrtc").compile(CompileRequest(result.source, "ops::axpy"))
+    assert compiled.ok, compiled.log
+    # with C linkage the pointee's const is not in the symbol: the rule adds it
+    c_axpy = axpy.replace("namespace ops {\n", 'extern "C" {\n')
+    result = apply_rule("restrict_const", c_axpy, "axpy", random.Random(0))
+    assert result.ok and "const float* __restrict__ x" in (result.source or "")
