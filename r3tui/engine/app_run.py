@@ -288,6 +288,21 @@ class TreeComparison:
     def kernels_done(self) -> bool:
         return self._narrow([self.kernel_total(), *map(self.kernel, self.kernels_wanted)])
 
+    def launch_changes(self) -> list[str]:
+        """Kernels the patched build launched a different number of times than the original
+        (median over the timed runs), where the original's own runs agree: its behaviour
+        changed (a launch that fails, a loop that stops early), whatever its times say."""
+        changes = []
+        for entry in sorted({e for t in self.original_times for e in t.launches}
+                            | {e for t in self.patched_times for e in t.launches}):
+            before = [t.launches.get(entry, 0) for t in self.original_times]
+            after = [t.launches.get(entry, 0) for t in self.patched_times]
+            if not before or not after or len(set(before)) != 1:
+                continue  # no runs, or the original itself varies from run to run
+            if statistics.median(after) != before[0]:
+                changes.append(f"{entry} {before[0]} -> {statistics.median(after):g}")
+        return changes
+
     def _pairs(self, n: int, done: bool) -> str:
         bound = (f"; stopped at --max-runs, the interval is wider than "
                  f"{self.options.ci_width:.1%}" if n >= self.options.max_runs and not done
@@ -418,11 +433,18 @@ def measure_and_ship(
     first = measure(original, into, command, options, kernels, runner, timer)
     withheld: dict[int, str] = {}
     verdicts: dict[int, tuple[dict[str, Any] | None, bool]] = {}
+    changed = first.launch_changes()
+    if changed:
+        say("the patched application launched kernels a different number of times than the "
+            f"original ({'; '.join(changed)}): its behaviour changed, nothing ships")
     for o in candidates:
         measured = first.kernel(o.entry_point) if o.entry_point else None
-        shipped = measured is not None and measured.verdict == "faster"
+        shipped = measured is not None and measured.verdict == "faster" and not changed
         verdicts[o.campaign_id] = (measured.to_json() if measured else None, shipped)
-        if measured is None:
+        if changed:
+            verdict = ("not shipped: the patched application launched kernels a different "
+                       f"number of times ({'; '.join(changed)})")
+        elif measured is None:
             why = ("no entry point is known for its kernel" if o.entry_point is None
                    else f"{o.entry_point} did not run in the timed runs")
             verdict = f"not shipped: its kernel's device time was not measured ({why})"

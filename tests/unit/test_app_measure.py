@@ -92,8 +92,9 @@ class FakeTimer:
     with multiplicative jitter, a kernel faster where the tree's flags file sets its flag."""
 
     def __init__(self, kernels: dict[str, tuple[float, str | None, float]], spread: float,
-                 seed: int = 0) -> None:
+                 seed: int = 0, fails: tuple[str, str] | None = None) -> None:
         self.kernels = kernels  # entry -> (seconds, flag that speeds it up, by how much)
+        self.fails = fails  # (entry, flag): with that flag the kernel's launches all fail
         self.spread = spread
         self.rng = random.Random(seed)
         self.calls: list[Path] = []
@@ -106,6 +107,11 @@ class FakeTimer:
         for entry, (seconds, flag, speedup) in self.kernels.items():
             t = seconds / speedup if flag in flags else seconds
             times[entry] = t * (1 + self.rng.uniform(-self.spread, self.spread))
+        if self.fails is not None and self.fails[1] in flags:
+            # as the interposer counts it: a failed launch is neither timed nor counted, and
+            # an application that does not check stops iterating early
+            times.pop(self.fails[0], None)
+            return KernelTimes(times, {e: 1 for e in times})
         return KernelTimes(times, {e: 100 for e in times})
 
 
@@ -282,6 +288,28 @@ def test_when_nothing_is_faster_nothing_ships_and_the_figures_say_of_what(
     assert summary["measured"]["tree"].startswith("the tree before reverting")
     assert all(not c["applied"] for c in summary["campaigns"])
     assert summary["predicted_kernel_speedup"] == pytest.approx(1.0)
+
+
+def test_a_patched_build_that_launches_its_kernels_differently_ships_nothing(
+    tmp_path: Path,
+) -> None:
+    """Rodinia bfs on the H200: its kernel's launches failed in the patched build and the
+    application ran on; all kernel time looked 13.7x faster."""
+    tree, rec = _tree(tmp_path)
+    ids, into, context, bests, result = _applied(tmp_path, tree, rec)
+    timer = FakeTimer({SPMV: (0.5, "-DCG_BLOCK_SPMV=256", 1.25), XPAY: (0.05, None, 1.0)},
+                      spread=0.01, fails=(XPAY, "--maxrregcount=32"))
+    lines: list[str] = []
+    measure_and_ship(bests, tree, into, (sys.executable, "app.py"), result, context, "true",
+                     MeasureOptions(min_runs=3, max_runs=4), say=lines.append, timer=timer)
+    out = "\n".join(lines)
+    assert ("the patched application launched kernels a different number of times than the "
+            f"original ({XPAY} 100 -> 0; {SPMV} 100 -> 1)") in out, out
+    assert "nothing ships" in out and not (into / "r3-flags.txt").exists()
+    summary = json.loads((into / "r3-apply.json").read_text())
+    assert all(not c["applied"] and c["shipped"] is not True for c in summary["campaigns"])
+    assert any("a different number of times" in n for c in summary["campaigns"]
+               for n in c["not_applied"])
 
 
 # -- printed predictions and bad input ------------------------------------------------------
