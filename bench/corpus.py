@@ -646,11 +646,12 @@ PIPELINE = ("record", "tune", "tune-bo", "apply")
 
 def program_estimate(state: dict[str, Any], args: argparse.Namespace) -> float:
     """Seconds one program's whole pipeline needs at most (the stages' own estimates)."""
+    # from the H200 (2026-12-04): record 4-24 s, tune 12-19 s at --budget 8s --top 1,
+    # apply 42 s (backprop, 0.7 s a run) and 80 s (bfs, 1.2 s) at 10 pairs, a timed run
+    # costing about twice a plain one; each with a margin
     wall = state["steps"].get("plain", {}).get("median_wall_s") or 3
-    tune = 60 + budget_seconds(args.budget) * args.top * 1.5
-    # apply: two builds, then up to --max-runs pairs of plain and timed runs (a timed run
-    # cost about twice a plain one on the H200: backprop 42 s, bfs 80 s at 10 pairs)
-    return (60 + 10 * wall) + 2 * tune + (60 + 2 * (1 + 2) * args.max_runs * wall)
+    tune = 20 + budget_seconds(args.budget) * args.top * 1.5
+    return (30 + 10 * wall) + 2 * tune + (30 + 2 * (1 + 2) * args.max_runs * wall)
 
 
 def stage_all(recipe: Recipe, state: dict[str, Any], ctx: StageContext) -> str | None:
@@ -896,8 +897,13 @@ def program_row(recipe: Recipe, state: dict[str, Any],
     row["kernel_pred"] = plan.get("predicted_kernel_speedup", plan.get("predicted_app_speedup"))
     row["wall_pred"] = plan.get("predicted_wall_speedup", "n/a" if plan else None)
     summary = apply.get("summary") or {}
-    measured = summary.get("measured") or {}
     row["shipped"] = any(c.get("applied") for c in summary.get("campaigns", []))
+    # figures of a tree that ships nothing are of the reverted candidate: not shown as results
+    measured = (summary.get("measured") or {}) if row["shipped"] else {}
+    if summary and not row["shipped"] and "note" not in row:
+        why = next((n for c in summary.get("campaigns", []) for n in c.get("not_applied", [])),
+                   "no campaign applied anything")
+        row["note"] = f"nothing shipped: {why[:110]}"
     row["kernel_meas"] = measured.get("kernel_speedup", "n/a" if measured else None)
     row["kernel_meas_ci"] = measured.get("kernel_speedup_ci")
     row["wall_meas"] = measured.get("wall_speedup")
