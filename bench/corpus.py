@@ -30,7 +30,6 @@ import hashlib
 import json
 import os
 import platform
-import random
 import shlex
 import shutil
 import signal
@@ -40,202 +39,29 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "bench"))
 
-from corpus_inputs import (  # noqa: E402
-    CFD_HELPER_CUDA,
-    KMEANS_TEXTURE_SHIM,
-    InputFile,
-    bfs_graph,
-    cfd_mesh,
-    hotspot3d_grid,
-    kmeans_rows,
+from corpus_recipes import (  # noqa: E402
+    BY_NAME,
+    CORPUS,
+    DEPS,
+    HECBENCH,
+    NVCC_BASE,
+    RECIPES,
+    RODINIA,
+    STATE,
+    Recipe,
+    Suite,
+    Unit,
+    load_state,
+    write_json,
 )
-
-CORPUS = REPO / "bench" / "work" / "corpus"
-STATE = REPO / "bench" / "work" / "corpus-state"
-MIRRORS = Path("/work/.mirror")
-
-
-@dataclass(frozen=True)
-class Suite:
-    repo: str  # owner/name on GitHub
-    commit: str  # pinned: every file is checked against this commit's blob ids
-
-    @property
-    def mirror(self) -> Path:
-        return MIRRORS / self.repo.replace("/", "+") / "repo"
-
-
-RODINIA = Suite("yuhc/gpu-rodinia", "9c10d3ea16ddba2ba057cc3951a9efc4c2cc18a4")
-HECBENCH = Suite("zjin-lcf/HeCBench", "f27000a5188f8ac79bd43fc95a1b3f890c18823d")
-# files outside a program's folder that its build reads, under bench/work/corpus/_deps/
-DEPS: dict[str, tuple[Suite, str, tuple[str, ...]]] = {
-    "rodinia-util": (RODINIA, "cuda/util", ("timing.h",)),
-    "rodinia-hybridsort": (RODINIA, "cuda/hybridsort", ("helper_timer.h", "exception.h")),
-}
-
-NVCC_BASE = ("-O3", "-arch=sm_90")
-TS = "-DcudaThreadSynchronize=cudaDeviceSynchronize"  # removed in CUDA 12; same semantics
-
-
-@dataclass(frozen=True)
-class Unit:
-    """One translation unit: ``src`` relative to the program folder, compiled in ``cwd``."""
-
-    src: str
-    flags: tuple[str, ...] = ()  # after NVCC_BASE for nvcc; {deps} and {shims} expand
-    tool: str = "nvcc"  # or "gcc" for the C host files the upstream build gives to gcc
-    cwd: str = "."
-
-
-@dataclass(frozen=True)
-class Recipe:
-    name: str
-    suite: Suite
-    folder: str  # in the suite
-    files: tuple[str, ...]  # relative to folder: only what the build and the run read
-    units: tuple[Unit, ...]
-    binary: str  # relative to the program folder, where the app runs
-    args: tuple[str, ...]
-    size_note: str  # where the run arguments come from
-    link_flags: tuple[str, ...] = ()
-    deps: tuple[str, ...] = ()  # keys of DEPS
-    shims: dict[str, str] = field(default_factory=dict)  # file name -> text, in _shims/<name>
-    inputs: tuple[InputFile, ...] = ()
-    time_key: str | None = None  # a `key: number` line the app prints (parse_output's format)
-    notes: str = ""
-
-
-R = RODINIA
-H = HECBENCH
-DEP_UTIL = "-I{deps}/rodinia-util"
-RECIPES: tuple[Recipe, ...] = (
-    Recipe("backprop", R, "cuda/backprop",
-           ("backprop.c", "backprop.h", "backprop_cuda.cu", "backprop_cuda_kernel.cu",
-            "facetrain.c", "imagenet.c"),
-           (Unit("backprop_cuda.cu", (TS,)), Unit("backprop.c", ("-O2",), "gcc"),
-            Unit("facetrain.c", ("-O2",), "gcc"), Unit("imagenet.c", ("-O2",), "gcc")),
-           "backprop", ("524288",),
-           "input layer of 512K units: the run file's 2M fails on the H200 (2M/16 = 131072 "
-           "blocks along y, over the 65535 limit: 'bpnn kernel error: invalid argument')",
-           link_flags=("-lm",)),
-    Recipe("bfs", R, "cuda/bfs", ("bfs.cu", "kernel.cu", "kernel2.cu"),
-           (Unit("bfs.cu", (DEP_UTIL, "-DTIMING")),), "bfs.out", ("inputs/graph1MW_6.txt",),
-           "1M nodes, 6 edges each: Rodinia's graph1MW_6.txt, generated",
-           deps=("rodinia-util",),
-           inputs=(InputFile("inputs/graph1MW_6.txt", bfs_graph(1_000_000, 6), True),),
-           time_key="Total", notes="Total: ms from before the file read to the end"),
-    Recipe("gaussian", R, "cuda/gaussian", ("gaussian.cu",),
-           (Unit("gaussian.cu", (TS, "-DclockRate=warpSize",
-                                 "-DdeviceOverlap=asyncEngineCount")),),
-           "gaussian", ("-s", "4096", "-q"),
-           "README's -s mode at 4096 (run file: -s 16); 2x4096 launches"),
-    Recipe("lud", R, "cuda/lud",
-           ("cuda/lud.cu", "cuda/lud_kernel.cu", "common/common.c", "common/common.h"),
-           tuple(Unit(src, ("-I../common", "-DGPU_TIMER", "-use_fast_math"), cwd="cuda")
-                 for src in ("cuda/lud.cu", "cuda/lud_kernel.cu", "common/common.c")),
-           "cuda/lud_cuda", ("-s", "4096"),
-           "run file's -s mode at 4096 (run file: -s 256 -v; -v is an O(n^3) CPU check)",
-           link_flags=("-use_fast_math",)),
-    Recipe("nw", R, "cuda/nw", ("needle.cu", "needle.h", "needle_kernel.cu"),
-           (Unit("needle.cu"),), "needle", ("8192", "10"),
-           "run file's penalty 10 at 8192 (run file: 2048)"),
-    Recipe("lavaMD", R, "cuda/lavaMD",
-           ("main.c", "main.h", "kernel/kernel_gpu_cuda.cu", "kernel/kernel_gpu_cuda_wrapper.cu",
-            "kernel/kernel_gpu_cuda_wrapper.h", "util/device/device.cu", "util/device/device.h",
-            "util/num/num.c", "util/num/num.h", "util/timer/timer.c", "util/timer/timer.h"),
-           (Unit("main.c", ("-O3",), "gcc"), Unit("kernel/kernel_gpu_cuda_wrapper.cu", (TS,)),
-            Unit("util/num/num.c", ("-O3",), "gcc"), Unit("util/timer/timer.c", ("-O3",), "gcc"),
-            Unit("util/device/device.cu", (TS,))),
-           "lavaMD", ("-boxes1d", "30"),
-           "README's -boxes1d at 30 (run file: 10), 2.7M particles", link_flags=("-lm",)),
-    Recipe("hotspot3D", R, "cuda/hotspot3D", ("3D.cu", "opt1.cu"),
-           (Unit("3D.cu"),), "3D",
-           ("512", "8", "100", "inputs/power_512x8", "inputs/temp_512x8", "output.out"),
-           "run file exactly (512x512x8, 100 iterations); power/temp generated",
-           inputs=(InputFile("inputs/power_512x8", hotspot3d_grid(512 * 512 * 8, "power"), True),
-                   InputFile("inputs/temp_512x8", hotspot3d_grid(512 * 512 * 8, "temp"), True)),
-           notes="upstream builds with -g -G; -O3 here"),
-    Recipe("streamcluster", R, "cuda/streamcluster",
-           ("streamcluster_cuda_cpu.cpp", "streamcluster_cuda.cu", "streamcluster_header.cu"),
-           (Unit("streamcluster_cuda_cpu.cpp", (TS,)), Unit("streamcluster_cuda.cu", (TS,)),
-            Unit("streamcluster_header.cu", (TS,))),
-           "sc_gpu", ("10", "20", "256", "65536", "65536", "1000", "none", "output.txt", "1"),
-           "run file exactly (65536 random points of 256 dims)"),
-    Recipe("kmeans", R, "cuda/kmeans",
-           ("cluster.c", "getopt.c", "getopt.h", "kmeans.c", "kmeans.h", "kmeans_clustering.c",
-            "kmeans_cuda.cu", "kmeans_cuda_kernel.cu", "rmse.c", "unistd.h"),
-           (Unit("cluster.c", ("-O2", "-fopenmp"), "gcc"),
-            Unit("getopt.c", ("-O2", "-fopenmp"), "gcc"),
-            Unit("kmeans.c", ("-O2", "-fopenmp"), "gcc"),
-            Unit("kmeans_clustering.c", ("-O2", "-fopenmp"), "gcc"),
-            Unit("rmse.c", ("-O2", "-fopenmp"), "gcc"),
-            Unit("kmeans_cuda.cu", (TS, "-include", "{shims}/texture_shim.h"))),
-           "kmeans", ("-o", "-i", "inputs/204800.txt"),
-           "run file's options on 204800 rows x 34 features (Rodinia's 204800.txt size)",
-           link_flags=("-Xcompiler", "-fopenmp"),
-           shims={"texture_shim.h": KMEANS_TEXTURE_SHIM},
-           inputs=(InputFile("inputs/204800.txt", kmeans_rows(204800, 34), True),),
-           notes="cudaMemcpyToSymbol(\"c_clusters\") fails silently; cudaSetDevice(1) fails "
-                 "on one GPU (upstream behaviour, kept)"),
-    Recipe("cfd", R, "cuda/cfd", ("euler3d.cu",),
-           (Unit("euler3d.cu", (TS, "-I{shims}", "-I{deps}/rodinia-hybridsort")),),
-           "euler3d", ("inputs/mesh.domn.097K",),
-           "97,344 elements like fvcorr.domn.097K; 2000 iterations (fixed in the source)",
-           deps=("rodinia-hybridsort",), shims={"helper_cuda.h": CFD_HELPER_CUDA},
-           inputs=(InputFile("inputs/mesh.domn.097K", cfd_mesh(312, 312), True),)),
-    Recipe("jacobi", H, "src/jacobi-cuda", ("main.cu",), (Unit("main.cu"),), "main", (),
-           "no arguments (size fixed in the source)"),
-    Recipe("heat", H, "src/heat-cuda", ("heat.cu",), (Unit("heat.cu"),), "main",
-           ("4096", "1000"), "Makefile's run target exactly"),
-    Recipe("convolution3D", H, "src/convolution3D-cuda", ("main.cu", "conv3d_s4.cu"),
-           (Unit("main.cu"),), "main", ("32", "32", "64", "26", "26", "5", "100"),
-           "Makefile's third run (32 96 256 26 26 5 100) with C=32, M=64: its CPU reference "
-           "is 9.5 G MACs there, 0.8 G here"),
-    Recipe("gelu", H, "src/gelu-cuda", ("main.cu", "reference.h"),
-           (Unit("main.cu", ("-Xcompiler", "-fopenmp")),), "main", ("8", "4096", "2048", "100"),
-           "Makefile's second run (the third's OpenMP CPU reference took 16.6 s on 2 cores)",
-           link_flags=("-Xcompiler", "-fopenmp")),
-    Recipe("adam", H, "src/adam-cuda", ("main.cu", "reference.h"), (Unit("main.cu"),), "main",
-           ("10000", "200", "100"),
-           "Makefile's run target exactly (its CPU reference: 4.4 s on 2 cores)"),
-    Recipe("rmsnorm", H, "src/rmsnorm-cuda",
-           ("main.cu", "common.h", "reduce.cuh", "reference.h", "utils.cuh"),
-           (Unit("main.cu"),), "main", ("1024", "12288", "1000"), "Makefile's larger run"),
-    Recipe("lulesh", H, "src/lulesh-cuda",
-           ("lulesh.cu", "lulesh-viz.cu", "lulesh-util.cu", "lulesh-init.cu", "lulesh.h"),
-           tuple(Unit(s) for s in ("lulesh.cu", "lulesh-viz.cu", "lulesh-util.cu",
-                                   "lulesh-init.cu")),
-           "main", ("-i", "500", "-s", "64", "-r", "11", "-b", "1", "-c", "1"),
-           "Makefile's run with -s 64 -i 500 (there: -s 128 -i 100, ~1 GB of live device "
-           "memory, which every recorded configuration would snapshot)"),
-    Recipe("xsbench", H, "src/xsbench-cuda",
-           ("Main.cu", "Simulation.cu", "io.cu", "GridInit.cu", "Materials.cu", "XSutils.cu",
-            "XSbench_header.h"),
-           tuple(Unit(s) for s in ("Main.cu", "Simulation.cu", "io.cu", "GridInit.cu",
-                                   "Materials.cu", "XSutils.cu")),
-           "main", ("-s", "small", "-m", "event", "-l", "1000000", "-r", "100"),
-           "Makefile's run (-s large -m event -r 10) with -s small -l 1000000 -r 100: large "
-           "builds a 5.7 GB unionized grid, and every run repeats all lookups on the host for "
-           "verification (17M lookups: 20 s on 2 cores)",
-           link_flags=("-lm",)),
-    Recipe("su3", H, "src/su3-cuda",
-           ("su3_nn_bench.cu", "lattice.hpp", "mat_nn_cuda.hpp", "su3.h", "su3.hpp"),
-           (Unit("su3_nn_bench.cu", ("-DMILC_COMPLEX",)),), "main",
-           ("-i", "1000", "-l", "32", "-t", "128", "-v", "3", "-w", "1"),
-           "Makefile's run target exactly"),
-    Recipe("bezier-surface", H, "src/bezier-surface-cuda", ("main.cu", "input/control.txt"),
-           (Unit("main.cu"),), "main", ("-n", "2048"),
-           "Makefile's run with -n 2048 (there: 8192, a CPU reference of ~40 s)",
-           notes="the kernel's `if (i > RESOLUTIONI) return;` writes one row past the output"),
-)
-BY_NAME = {r.name: r for r in RECIPES}
+from corpus_report import campaign_facts, cmd_report, recording_summary, report_lines  # noqa: E402
 
 
 # -- extraction ----------------------------------------------------------------------------
@@ -449,18 +275,6 @@ def cmd_clean(args: argparse.Namespace) -> int:
 
 
 # -- device stages -------------------------------------------------------------------------
-def write_json(path: Path, data: Any) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2) + "\n")
-    tmp.replace(path)
-
-
-def load_state(name: str) -> dict[str, Any]:
-    path = STATE / f"{name}.json"
-    return json.loads(path.read_text()) if path.is_file() else {"program": name, "steps": {}}
-
-
 def r3_argv(*args: str) -> list[str]:
     return [sys.executable, "-m", "r3tui", *args]
 
@@ -543,7 +357,7 @@ def stage_record(recipe: Recipe, state: dict[str, Any], ctx: StageContext) -> st
             "runs": [{k: v for k, v in r.items() if k != "stdout_tail"} for r in runs],
             "stdout_tail": runs[-1]["stdout_tail"][-60:] if runs else [],
         }
-    estimate = 60 + 10 * (steps["plain"].get("median_wall_s") or 3)
+    estimate: float = 60 + 10 * (steps["plain"].get("median_wall_s") or 3)
     if ctx.args.stage == "all":  # the whole program, now that its wall time is known
         estimate = program_estimate(state, ctx.args)
     if ctx.left() < estimate:
@@ -557,20 +371,6 @@ def stage_record(recipe: Recipe, state: dict[str, Any], ctx: StageContext) -> st
     steps["record"]["recording"] = str(rec)
     steps["record"]["summary"] = recording_summary(rec)
     return None
-
-
-def recording_summary(rec: Path) -> dict[str, Any] | None:
-    """What the report needs of recording.json, kept in the state so that the report holds
-    after the recording itself is gone (the device machine's disk is not kept)."""
-    path = rec / "recording.json"
-    if not path.is_file():
-        return None
-    data = json.loads(path.read_text())
-    kernels = data.get("kernels", [])
-    return {"kernels": len(kernels),
-            "replayable": sum(any(c.get("replayable") for c in k.get("configs", []))
-                              for k in kernels),
-            "warnings": data.get("warnings", []), "exit_code": data.get("exit_code", 0)}
 
 
 def _tune(step: str, extra: Sequence[str]) -> Callable[
@@ -764,214 +564,6 @@ def cmd_import(args: argparse.Namespace) -> int:
             f"{k}={v.get('status')}" for k, v in state["steps"].items()))
     print(f"imported {taken} program state(s) from {args.source}")
     return 0 if taken else 2
-
-
-# -- the report ----------------------------------------------------------------------------
-def bootstrap_ratio(a: Sequence[float], b: Sequence[float], seed: int = 18,
-                    n: int = 2000) -> tuple[float, float] | None:
-    """95% percentile-bootstrap interval of median(a) / median(b)."""
-    if len(a) < 2 or len(b) < 2:
-        return None
-    rng = random.Random(seed)
-    ratios = sorted(
-        statistics.median(rng.choices(a, k=len(a))) / statistics.median(rng.choices(b, k=len(b)))
-        for _ in range(n))
-    return ratios[int(0.025 * n)], ratios[int(0.975 * n) - 1]
-
-
-def campaign_facts(campaign_ids: Sequence[int]) -> dict[int, dict[str, Any]]:
-    """Per campaign from the R3 database (read only): which levels it searched, verified
-    variants per origin, and the level of its re-timed winner."""
-    db = STATE / "r3.sqlite"
-    if not campaign_ids or not db.is_file():
-        return {}
-    from db import repository as repo
-    from db.session import open_database
-    from r3tui.domain import TrialConfig, VariantOrigin, VariantStatus
-
-    good = {VariantStatus.VERIFIED, VariantStatus.IMPROVED}
-    facts: dict[int, dict[str, Any]] = {}
-    with open_database(db, readonly=True, create=False) as database, \
-            database.session_scope() as s:
-        for cid in campaign_ids:
-            campaign = repo.get_campaign(s, cid)
-            if campaign is None:
-                continue
-            recording = repo.get_recording(s, campaign.recording_id)
-            recorded_block = recording.launch.block.as_tuple() if recording else None
-            variants = {v.id: v for v in repo.campaign_variants(s, cid)}
-            trials = repo.finished_trials(s, cid)
-            source = any(variants[t.variant_id].origin is not VariantOrigin.SEED
-                         for t in trials if t.variant_id in variants)
-            options = {tuple(t.config.options) for t in trials}
-            blocks = {(t.config.block.as_tuple() if t.config.block else recorded_block,
-                       t.config.launch_bounds) for t in trials}
-            yields: dict[str, list[int]] = {}
-            for v in variants.values():
-                if v.origin is VariantOrigin.SEED:
-                    continue
-                counts = yields.setdefault(v.origin.value, [0, 0])
-                counts[0] += v.status in good
-                counts[1] += 1
-            level = None
-            finals = [e.data for e in repo.events(s, cid, limit=1_000_000)
-                      if e.data and e.data.get("speedup") and e.kind in ("final", "inner_done")
-                      and (e.data.get("config") or e.data.get("winner"))]
-            # the remix campaign's re-timed best, else the best inner search (as r3 apply)
-            chosen = ([d for d in finals if "config" in d] or
-                      sorted(finals, key=lambda d: float(d["speedup"]))[-1:])
-            if chosen:
-                data = chosen[-1]
-                config = TrialConfig.from_json(data.get("config") or data["winner"])
-                winner = variants.get(int(data.get("variant_id") or 0))
-                parts = [p for p, on in (
-                    ("source", winner is not None and winner.origin is not VariantOrigin.SEED),
-                    ("compiler", bool(config.options) or bool(config.tunables)),
-                    ("launch", (config.block is not None
-                                and config.block.as_tuple() != recorded_block)
-                     or config.launch_bounds is not None)) if on]
-                level = "+".join(parts) or "original"
-            facts[cid] = {"levels": {"source": source, "compiler": len(options) > 1,
-                                     "launch": len(blocks) > 1},
-                          "yield": yields, "best_level": level}
-    return facts
-
-
-def _fmt(x: float | str | None, ci: Sequence[float] | None = None) -> str:
-    if x is None or isinstance(x, str):
-        return x or "-"
-    return f"{x:.3f}" + (f" [{ci[0]:.3f},{ci[1]:.3f}]" if ci else "")
-
-
-def program_row(recipe: Recipe, state: dict[str, Any],
-                facts: dict[int, dict[str, Any]]) -> dict[str, Any]:
-    steps = state["steps"]
-    plain, record = steps.get("plain", {}), steps.get("record", {})
-    tune, apply = steps.get("tune", {}), steps.get("apply", {})
-    row: dict[str, Any] = {"name": recipe.name, "recorded": record.get("status") == "ok"}
-    recording = record.get("summary") or recording_summary(
-        Path(record.get("recording", "/nonexistent")))
-    if recording:
-        row["replayable"] = f"{recording['replayable']}/{recording['kernels']}"
-        warnings = " ".join(recording.get("warnings", [])).lower()
-        plain_ok = plain.get("status") == "ok"
-        plain_out = " ".join(plain.get("stdout_tail", [])).upper()
-        rec_out = " ".join(record.get("stdout_tail", [])).upper()
-        row["fault"] = plain_ok and (recording.get("exit_code", 0) != 0 or "fault" in warnings
-                                     or "captur" in warnings
-                                     or ("FAIL" in rec_out and "FAIL" not in plain_out))
-    elif plain.get("status") == "ok" and record.get("status") == "failed":
-        # no recording: a fault only where r3 says the application faulted under it
-        row["fault"] = "fault" in " ".join(record.get("tail", [])).lower()
-    row["wall"] = plain.get("median_wall_s")
-    for name, step in (("plain run", plain), ("record", record), ("tune-app", tune),
-                       ("apply", apply)):
-        if step.get("status") in ("failed", "timeout"):
-            last = next((ln for ln in reversed(step.get("tail", [])) if ln.strip()), "")
-            row["note"] = f"{name} {step['status']}: {last.strip()[:90]}"
-            break
-    plan = tune.get("plan") or {}
-    ids = [int(k["campaign_id"]) for k in plan.get("kernels", []) if k.get("campaign_id")]
-    # the facts taken when the step ran (its database may be on a machine long gone)
-    facts = {**facts, **{int(c): f for c, f in (tune.get("facts") or {}).items()}}
-    mine = [facts[c] for c in ids if c in facts]
-    row["levels"] = ("".join(
-        letter if all(f["levels"][lv] for f in mine) else "-"
-        for letter, lv in (("S", "source"), ("C", "compiler"), ("L", "launch")))
-        if mine else None)
-    yields: dict[str, list[int]] = {}
-    for f in mine:
-        for origin, (ok, total) in f["yield"].items():
-            acc = yields.setdefault(origin, [0, 0])
-            acc[0] += ok
-            acc[1] += total
-    row["yield"] = " ".join(f"{o} {a}/{b}" for o, (a, b) in sorted(yields.items())) or None
-    best = max((k for k in plan.get("kernels", []) if k.get("speedup")),
-               key=lambda k: k["speedup"], default=None)
-    if best:
-        level = facts.get(int(best["campaign_id"]), {}).get("best_level")
-        row["best"] = f"{_fmt(best['speedup'], best.get('ci'))} {level or '?'}"
-    bo = max((k["speedup"] for k in (steps.get("tune_bo", {}).get("plan") or {}).get(
-        "kernels", []) if k.get("speedup")), default=None)
-    row["r3_over_bo"] = best["speedup"] / bo if best and bo else None
-    row["kernel_pred"] = plan.get("predicted_kernel_speedup", plan.get("predicted_app_speedup"))
-    row["wall_pred"] = plan.get("predicted_wall_speedup", "n/a" if plan else None)
-    summary = apply.get("summary") or {}
-    row["shipped"] = any(c.get("applied") for c in summary.get("campaigns", []))
-    # figures of a tree that ships nothing are of the reverted candidate: not shown as results
-    measured = (summary.get("measured") or {}) if row["shipped"] else {}
-    if summary and not row["shipped"] and "note" not in row:
-        why = next((n for c in summary.get("campaigns", []) for n in c.get("not_applied", [])),
-                   "no campaign applied anything")
-        row["note"] = f"nothing shipped: {why[:110]}"
-    row["kernel_meas"] = measured.get("kernel_speedup", "n/a" if measured else None)
-    row["kernel_meas_ci"] = measured.get("kernel_speedup_ci")
-    row["wall_meas"] = measured.get("wall_speedup")
-    row["wall_meas_ci"] = measured.get("wall_speedup_ci") or bootstrap_ratio(
-        measured.get("original_wall_s", []), measured.get("patched_wall_s", []))
-    return row
-
-
-def report_lines() -> list[str]:
-    states = {r.name: load_state(r.name) for r in RECIPES}
-    ids = [int(k["campaign_id"]) for st in states.values()
-           for k in (st["steps"].get("tune", {}).get("plan") or {}).get("kernels", [])
-           if k.get("campaign_id") and "facts" not in st["steps"]["tune"]]
-    facts = campaign_facts(ids)
-    rows = [program_row(r, states[r.name], facts) for r in RECIPES]
-    out = [f"# bench/corpus.py report on {platform.node()}, {time.strftime('%Y-%m-%d %H:%M')}; "
-           f"state {STATE}",
-           "# levels: S source, C compiler options, L launch shape (all campaigns of the "
-           "program); best: re-timed winner over the recorded configuration [95% CI] and the "
-           "level it came from; wall CI: bootstrap of r3 apply's interleaved runs",
-           f"{'program':<15} {'wall s':>6} {'rec':>3} {'replay':>6} {'lvl':>3}  {'yield':<22} "
-           f"{'best kernel speedup':<30} {'kernel pred/meas':<24} {'wall pred/meas':<30} note"]
-    if any(r["wall_pred"] == "n/a" for r in rows):
-        out.append("# wall pred n/a: tune-app.json has no predicted_wall_speedup yet")
-    if any(r["kernel_meas"] == "n/a" for r in rows):
-        out.append("# kernel meas n/a: r3-apply.json's measured has no kernel_speedup yet")
-    for r in rows:
-        kernel = f"{_fmt(r['kernel_pred'])} / {_fmt(r['kernel_meas'], r['kernel_meas_ci'])}"
-        wall = f"{_fmt(r['wall_pred'])} / {_fmt(r['wall_meas'], r['wall_meas_ci'])}"
-        plain_wall = f"{r['wall']:6.2f}" if r.get("wall") else f"{'-':>6}"
-        out.append(f"{r['name']:<15} {plain_wall} {'yes' if r['recorded'] else 'no':>3} "
-                   f"{r.get('replayable') or '-':>6} {r['levels'] or '-':>3}  "
-                   f"{r['yield'] or '-':<22} {r.get('best') or '-':<30} {kernel:<24} {wall:<30} "
-                   f"{r.get('note', '')}")
-    n = len(RECIPES)
-    out.append(f"corpus_recorded: {sum(r['recorded'] for r in rows)}/{n}")
-    out.append(f"corpus_searched_all_levels: {sum(r['levels'] == 'SCL' for r in rows)}/{n}")
-    recorded = [r for r in rows if "fault" in r]
-    out.append(f"corpus_recording_faults_introduced: {sum(r['fault'] for r in recorded)}"
-               if recorded else "corpus_recording_faults_introduced: n/a (nothing recorded yet)")
-    shipped = [r for r in rows if r["shipped"]]
-    with_ci = [r for r in shipped if r["wall_meas_ci"]]
-    out.append("corpus_regressions_shipped: "
-               + (f"{sum(r['wall_meas_ci'][1] < 1 for r in with_ci)} (of {len(shipped)} "
-                  "shipped; wall-time interval below 1)" if with_ci
-                  else "n/a (no shipped change with measured runs yet)"))
-    errors = [abs(r["kernel_meas"] / r["kernel_pred"] - 1) * 100 for r in shipped
-              if isinstance(r["kernel_meas"], float) and r["kernel_pred"]]
-    out.append(f"corpus_prediction_error_pct: {max(errors):.1f}" if errors else
-               "corpus_prediction_error_pct: n/a (no shipped program has a measured kernel time)"
-               if shipped else "corpus_prediction_error_pct: n/a (nothing shipped yet)")
-    bests = [float(r["best"].split()[0]) for r in rows if r.get("best")]
-    out.append(f"corpus_median_kernel_speedup: {statistics.median(bests):.3f}" if bests else
-               "corpus_median_kernel_speedup: n/a (no tuned kernel yet)")
-    ratios = [r["r3_over_bo"] for r in rows if r["r3_over_bo"]]
-    out.append(f"corpus_r3_over_bo_only: {statistics.median(ratios):.3f} (median over "
-               f"{len(ratios)} programs of best full-campaign / best BO-only kernel speedup)"
-               if ratios else "corpus_r3_over_bo_only: n/a (run --stage tune-bo as well)")
-    return out
-
-
-def cmd_report(args: argparse.Namespace) -> int:
-    lines = report_lines()
-    print("\n".join(lines))
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text("\n".join(lines) + "\n")
-    return 0
 
 
 # -- the command line ----------------------------------------------------------------------

@@ -1,0 +1,238 @@
+"""The report of bench/corpus.py: one row per program and the corpus_* figures of issue #18,
+from the state files alone (each holds its recording's summary and its campaigns' facts, taken
+when the step ran), or from the R3 database where an older state file lacks them."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import random
+import statistics
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from corpus_recipes import RECIPES, STATE, Recipe, load_state
+
+
+def recording_summary(rec: Path) -> dict[str, Any] | None:
+    """What the report needs of recording.json, kept in the state so that the report holds
+    after the recording itself is gone (the device machine's disk is not kept)."""
+    path = rec / "recording.json"
+    if not path.is_file():
+        return None
+    data = json.loads(path.read_text())
+    kernels = data.get("kernels", [])
+    return {"kernels": len(kernels),
+            "replayable": sum(any(c.get("replayable") for c in k.get("configs", []))
+                              for k in kernels),
+            "warnings": data.get("warnings", []), "exit_code": data.get("exit_code", 0)}
+
+
+def bootstrap_ratio(a: Sequence[float], b: Sequence[float], seed: int = 18,
+                    n: int = 2000) -> tuple[float, float] | None:
+    """95% percentile-bootstrap interval of median(a) / median(b)."""
+    if len(a) < 2 or len(b) < 2:
+        return None
+    rng = random.Random(seed)
+    ratios = sorted(
+        statistics.median(rng.choices(a, k=len(a))) / statistics.median(rng.choices(b, k=len(b)))
+        for _ in range(n))
+    return ratios[int(0.025 * n)], ratios[int(0.975 * n) - 1]
+
+
+def campaign_facts(campaign_ids: Sequence[int]) -> dict[int, dict[str, Any]]:
+    """Per campaign from the R3 database (read only): which levels it searched, verified
+    variants per origin, and the level of its re-timed winner."""
+    db = STATE / "r3.sqlite"
+    if not campaign_ids or not db.is_file():
+        return {}
+    from db import repository as repo
+    from db.session import open_database
+    from r3tui.domain import TrialConfig, VariantOrigin, VariantStatus
+
+    good = {VariantStatus.VERIFIED, VariantStatus.IMPROVED}
+    facts: dict[int, dict[str, Any]] = {}
+    with open_database(db, readonly=True, create=False) as database, \
+            database.session_scope() as s:
+        for cid in campaign_ids:
+            campaign = repo.get_campaign(s, cid)
+            if campaign is None:
+                continue
+            recording = repo.get_recording(s, campaign.recording_id)
+            recorded_block = recording.launch.block.as_tuple() if recording else None
+            variants = {v.id: v for v in repo.campaign_variants(s, cid)}
+            trials = repo.finished_trials(s, cid)
+            source = any(variants[t.variant_id].origin is not VariantOrigin.SEED
+                         for t in trials if t.variant_id in variants)
+            options = {tuple(t.config.options) for t in trials}
+            blocks = {(t.config.block.as_tuple() if t.config.block else recorded_block,
+                       t.config.launch_bounds) for t in trials}
+            yields: dict[str, list[int]] = {}
+            for v in variants.values():
+                if v.origin is VariantOrigin.SEED:
+                    continue
+                counts = yields.setdefault(v.origin.value, [0, 0])
+                counts[0] += v.status in good
+                counts[1] += 1
+            level = None
+            finals = [e.data for e in repo.events(s, cid, limit=1_000_000)
+                      if e.data and e.data.get("speedup") and e.kind in ("final", "inner_done")
+                      and (e.data.get("config") or e.data.get("winner"))]
+            # the remix campaign's re-timed best, else the best inner search (as r3 apply)
+            chosen = ([d for d in finals if "config" in d] or
+                      sorted(finals, key=lambda d: float(d["speedup"]))[-1:])
+            if chosen:
+                data = chosen[-1]
+                config = TrialConfig.from_json(data.get("config") or data["winner"])
+                winner = variants.get(int(data.get("variant_id") or 0))
+                parts = [p for p, on in (
+                    ("source", winner is not None and winner.origin is not VariantOrigin.SEED),
+                    ("compiler", bool(config.options) or bool(config.tunables)),
+                    ("launch", (config.block is not None
+                                and config.block.as_tuple() != recorded_block)
+                     or config.launch_bounds is not None)) if on]
+                level = "+".join(parts) or "original"
+            facts[cid] = {"levels": {"source": source, "compiler": len(options) > 1,
+                                     "launch": len(blocks) > 1},
+                          "yield": yields, "best_level": level}
+    return facts
+
+
+def _fmt(x: float | str | None, ci: Sequence[float] | None = None) -> str:
+    if x is None or isinstance(x, str):
+        return x or "-"
+    return f"{x:.3f}" + (f" [{ci[0]:.3f},{ci[1]:.3f}]" if ci else "")
+
+
+def program_row(recipe: Recipe, state: dict[str, Any],
+                facts: dict[int, dict[str, Any]]) -> dict[str, Any]:
+    steps = state["steps"]
+    plain, record = steps.get("plain", {}), steps.get("record", {})
+    tune, apply = steps.get("tune", {}), steps.get("apply", {})
+    row: dict[str, Any] = {"name": recipe.name, "recorded": record.get("status") == "ok"}
+    recording = record.get("summary") or recording_summary(
+        Path(record.get("recording", "/nonexistent")))
+    if recording:
+        row["replayable"] = f"{recording['replayable']}/{recording['kernels']}"
+        warnings = " ".join(recording.get("warnings", [])).lower()
+        plain_ok = plain.get("status") == "ok"
+        plain_out = " ".join(plain.get("stdout_tail", [])).upper()
+        rec_out = " ".join(record.get("stdout_tail", [])).upper()
+        row["fault"] = plain_ok and (recording.get("exit_code", 0) != 0 or "fault" in warnings
+                                     or "captur" in warnings
+                                     or ("FAIL" in rec_out and "FAIL" not in plain_out))
+    elif plain.get("status") == "ok" and record.get("status") == "failed":
+        # no recording: a fault only where r3 says the application faulted under it
+        row["fault"] = "fault" in " ".join(record.get("tail", [])).lower()
+    row["wall"] = plain.get("median_wall_s")
+    for name, step in (("plain run", plain), ("record", record), ("tune-app", tune),
+                       ("apply", apply)):
+        if step.get("status") in ("failed", "timeout"):
+            last = next((ln for ln in reversed(step.get("tail", [])) if ln.strip()), "")
+            row["note"] = f"{name} {step['status']}: {last.strip()[:90]}"
+            break
+    plan = tune.get("plan") or {}
+    ids = [int(k["campaign_id"]) for k in plan.get("kernels", []) if k.get("campaign_id")]
+    # the facts taken when the step ran (its database may be on a machine long gone)
+    facts = {**facts, **{int(c): f for c, f in (tune.get("facts") or {}).items()}}
+    mine = [facts[c] for c in ids if c in facts]
+    row["levels"] = ("".join(
+        letter if all(f["levels"][lv] for f in mine) else "-"
+        for letter, lv in (("S", "source"), ("C", "compiler"), ("L", "launch")))
+        if mine else None)
+    yields: dict[str, list[int]] = {}
+    for f in mine:
+        for origin, (ok, total) in f["yield"].items():
+            acc = yields.setdefault(origin, [0, 0])
+            acc[0] += ok
+            acc[1] += total
+    row["yield"] = " ".join(f"{o} {a}/{b}" for o, (a, b) in sorted(yields.items())) or None
+    best = max((k for k in plan.get("kernels", []) if k.get("speedup")),
+               key=lambda k: k["speedup"], default=None)
+    if best:
+        level = facts.get(int(best["campaign_id"]), {}).get("best_level")
+        row["best"] = f"{_fmt(best['speedup'], best.get('ci'))} {level or '?'}"
+    bo = max((k["speedup"] for k in (steps.get("tune_bo", {}).get("plan") or {}).get(
+        "kernels", []) if k.get("speedup")), default=None)
+    row["r3_over_bo"] = best["speedup"] / bo if best and bo else None
+    row["kernel_pred"] = plan.get("predicted_kernel_speedup", plan.get("predicted_app_speedup"))
+    row["wall_pred"] = plan.get("predicted_wall_speedup", "n/a" if plan else None)
+    summary = apply.get("summary") or {}
+    row["shipped"] = any(c.get("applied") for c in summary.get("campaigns", []))
+    # figures of a tree that ships nothing are of the reverted candidate: not shown as results
+    measured = (summary.get("measured") or {}) if row["shipped"] else {}
+    if summary and not row["shipped"] and "note" not in row:
+        why = next((n for c in summary.get("campaigns", []) for n in c.get("not_applied", [])),
+                   "no campaign applied anything")
+        row["note"] = f"nothing shipped: {why[:110]}"
+    row["kernel_meas"] = measured.get("kernel_speedup", "n/a" if measured else None)
+    row["kernel_meas_ci"] = measured.get("kernel_speedup_ci")
+    row["wall_meas"] = measured.get("wall_speedup")
+    row["wall_meas_ci"] = measured.get("wall_speedup_ci") or bootstrap_ratio(
+        measured.get("original_wall_s", []), measured.get("patched_wall_s", []))
+    return row
+
+
+def report_lines() -> list[str]:
+    states = {r.name: load_state(r.name) for r in RECIPES}
+    ids = [int(k["campaign_id"]) for st in states.values()
+           for k in (st["steps"].get("tune", {}).get("plan") or {}).get("kernels", [])
+           if k.get("campaign_id") and "facts" not in st["steps"]["tune"]]
+    facts = campaign_facts(ids)
+    rows = [program_row(r, states[r.name], facts) for r in RECIPES]
+    out = [f"# bench/corpus.py report on {platform.node()}, {time.strftime('%Y-%m-%d %H:%M')}; "
+           f"state {STATE}",
+           "# levels: S source, C compiler options, L launch shape (all campaigns of the "
+           "program); best: re-timed winner over the recorded configuration [95% CI] and the "
+           "level it came from; wall CI: bootstrap of r3 apply's interleaved runs",
+           f"{'program':<15} {'wall s':>6} {'rec':>3} {'replay':>6} {'lvl':>3}  {'yield':<22} "
+           f"{'best kernel speedup':<30} {'kernel pred/meas':<24} {'wall pred/meas':<30} note"]
+    if any(r["wall_pred"] == "n/a" for r in rows):
+        out.append("# wall pred n/a: tune-app.json has no predicted_wall_speedup yet")
+    if any(r["kernel_meas"] == "n/a" for r in rows):
+        out.append("# kernel meas n/a: r3-apply.json's measured has no kernel_speedup yet")
+    for r in rows:
+        kernel = f"{_fmt(r['kernel_pred'])} / {_fmt(r['kernel_meas'], r['kernel_meas_ci'])}"
+        wall = f"{_fmt(r['wall_pred'])} / {_fmt(r['wall_meas'], r['wall_meas_ci'])}"
+        plain_wall = f"{r['wall']:6.2f}" if r.get("wall") else f"{'-':>6}"
+        out.append(f"{r['name']:<15} {plain_wall} {'yes' if r['recorded'] else 'no':>3} "
+                   f"{r.get('replayable') or '-':>6} {r['levels'] or '-':>3}  "
+                   f"{r['yield'] or '-':<22} {r.get('best') or '-':<30} {kernel:<24} {wall:<30} "
+                   f"{r.get('note', '')}")
+    n = len(RECIPES)
+    out.append(f"corpus_recorded: {sum(r['recorded'] for r in rows)}/{n}")
+    out.append(f"corpus_searched_all_levels: {sum(r['levels'] == 'SCL' for r in rows)}/{n}")
+    recorded = [r for r in rows if "fault" in r]
+    out.append(f"corpus_recording_faults_introduced: {sum(r['fault'] for r in recorded)}"
+               if recorded else "corpus_recording_faults_introduced: n/a (nothing recorded yet)")
+    shipped = [r for r in rows if r["shipped"]]
+    with_ci = [r for r in shipped if r["wall_meas_ci"]]
+    out.append("corpus_regressions_shipped: "
+               + (f"{sum(r['wall_meas_ci'][1] < 1 for r in with_ci)} (of {len(shipped)} "
+                  "shipped; wall-time interval below 1)" if with_ci
+                  else "n/a (no shipped change with measured runs yet)"))
+    errors = [abs(r["kernel_meas"] / r["kernel_pred"] - 1) * 100 for r in shipped
+              if isinstance(r["kernel_meas"], float) and r["kernel_pred"]]
+    out.append(f"corpus_prediction_error_pct: {max(errors):.1f}" if errors else
+               "corpus_prediction_error_pct: n/a (no shipped program has a measured kernel time)"
+               if shipped else "corpus_prediction_error_pct: n/a (nothing shipped yet)")
+    bests = [float(r["best"].split()[0]) for r in rows if r.get("best")]
+    out.append(f"corpus_median_kernel_speedup: {statistics.median(bests):.3f}" if bests else
+               "corpus_median_kernel_speedup: n/a (no tuned kernel yet)")
+    ratios = [r["r3_over_bo"] for r in rows if r["r3_over_bo"]]
+    out.append(f"corpus_r3_over_bo_only: {statistics.median(ratios):.3f} (median over "
+               f"{len(ratios)} programs of best full-campaign / best BO-only kernel speedup)"
+               if ratios else "corpus_r3_over_bo_only: n/a (run --stage tune-bo as well)")
+    return out
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    lines = report_lines()
+    print("\n".join(lines))
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text("\n".join(lines) + "\n")
+    return 0
