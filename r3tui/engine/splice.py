@@ -68,7 +68,7 @@ def splice_definition(tree_text: str, variant_text: str, kernel: str) -> str | N
 def block_macro(text: str, kernel: str) -> tuple[str, str] | None:
     """The ``#ifndef``-guarded macro that gives the kernel's block size at its launches, and
     its default; None when the launches use anything else or disagree."""
-    from r3tui.record.sources import mask
+    from r3tui.analysis.text import mask
 
     _, name = _kernel_parts(kernel)
     masked = mask(text)

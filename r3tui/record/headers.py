@@ -70,7 +70,7 @@ class _Include:
 
 def includes(text: str) -> list[_Include]:
     """The ``#include`` lines of ``text``, outside comments, in order."""
-    from r3tui.record.sources import mask
+    from r3tui.analysis.text import mask
 
     masked = mask(text)
     found: list[_Include] = []

@@ -227,39 +227,6 @@ def qualified_name(symbol: str) -> QualifiedName | None:
 
 
 # -- finding the definition ----------------------------------------------------------------
-def mask(text: str) -> str:
-    """``text`` with comments, string and character literals blanked (offsets kept), so that
-    braces and names inside them are not read as code."""
-    out = list(text)
-    i, n = 0, len(text)
-    while i < n:
-        two = text[i : i + 2]
-        if two == "//":
-            end = text.find("\n", i)
-            end = n if end < 0 else end
-        elif two == "/*":
-            end = text.find("*/", i + 2)
-            end = n if end < 0 else end + 2
-        elif text[i] in "\"'":
-            quote, end = text[i], i + 1
-            while end < n and text[end] != quote and text[end] != "\n":
-                end += 2 if text[end] == "\\" else 1
-            end = min(end + 1, n)
-            for j in range(i + 1, end - 1):
-                if out[j] != "\n":
-                    out[j] = " "
-            i = end
-            continue
-        else:
-            i += 1
-            continue
-        for j in range(i, end):
-            if out[j] != "\n":
-                out[j] = " "
-        i = end
-    return "".join(out)
-
-
 @dataclass(frozen=True)
 class Definition:
     """Where a ``__global__`` function is defined: ``start`` is the start of its declaration

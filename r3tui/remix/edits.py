@@ -274,10 +274,6 @@ def apply_whole(parent: str, answer_source: str, kernel_name: str) -> ApplyResul
 # ----------------------------------------------------------------------------------------
 # Finding the kernel
 
-_MASKED = re.compile(
-    r"//[^\n]*|/\*.*?(?:\*/|\Z)|\"(?:\\.|[^\"\\\n])*\"|'(?:\\.|[^'\\\n])*'|^[ \t]*#[^\n]*",
-    re.DOTALL | re.MULTILINE,
-)
 _COMMENTS = re.compile(r"//[^\n]*|/\*.*?(?:\*/|\Z)", re.DOTALL)
 _QUALIFIERS = frozenset({"const", "volatile", "__restrict__", "__restrict", "restrict"})
 _TOKENS = re.compile(r"[A-Za-z_][A-Za-z0-9_]*|::|[0-9]+|\S")
@@ -286,13 +282,9 @@ _TOKENS = re.compile(r"[A-Za-z_][A-Za-z0-9_]*|::|[0-9]+|\S")
 def mask_source(source: str) -> str:
     """``source`` with comments, literals and preprocessor lines blanked, offsets kept; a
     preprocessor line starts with ';' so that it ends a declaration head."""
+    from r3tui.analysis.text import mask
 
-    def blank(match: re.Match[str]) -> str:
-        text = match.group(0)
-        filler = re.sub(r"[^\n]", " ", text)
-        return ";" + filler[1:] if text.lstrip().startswith("#") else filler
-
-    return _MASKED.sub(blank, source)
+    return mask(source, directives=True)
 
 
 def matching(masked: str, open_at: int) -> int | None:

@@ -35,6 +35,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from r3tui.analysis.text import mask
 from r3tui.errors import ConfigError, KernelNotFound
 from r3tui.search.expressions import Relation
 
@@ -182,7 +183,7 @@ def parse_shared(source: str) -> Relation | None:
             found = Relation.parse(rest)
         except ConfigError as exc:
             raise DeclarationError(f"line {line}: {exc}", hint=exc.hint) from None
-        if not _EXTERN_SHARED.search(_mask(source)):
+        if not _EXTERN_SHARED.search(mask(source, directives=True)):
             raise DeclarationError(
                 f"line {line}: '// r3: shared' but the source declares no extern __shared__ "
                 "array", hint="dynamic shared memory is an `extern __shared__ T name[];` array")
@@ -213,23 +214,7 @@ def guard_defines(source: str, names: set[str] | frozenset[str]) -> str:
 # ----------------------------------------------------------------------------------------
 # __launch_bounds__ injection
 
-_MASKED = re.compile(
-    r"//[^\n]*|/\*.*?\*/|\"(?:\\.|[^\"\\\n])*\"|'(?:\\.|[^'\\\n])*'|^[ \t]*#[^\n]*",
-    re.DOTALL | re.MULTILINE,
-)
 _EXISTING_BOUNDS = re.compile(r"__launch_bounds__\s*\([^()]*\)\s*")
-
-
-def _mask(source: str) -> str:
-    """``source`` with comments, literals and preprocessor lines blanked (offsets kept);
-    a preprocessor line becomes ';' so that it ends a declaration head."""
-
-    def blank(match: re.Match[str]) -> str:
-        text = match.group(0)
-        filler = re.sub(r"[^\n]", " ", text)
-        return ";" + filler[1:] if text.lstrip().startswith("#") else filler
-
-    return _MASKED.sub(blank, source)
 
 
 def inject_launch_bounds(
@@ -258,7 +243,7 @@ def inject_launch_bounds(
     edits: list[tuple[int, int, str]] = []  # (start, end, replacement)
     for found in kernel_declarations(source, base):
         head = source[found.start : found.name_at]
-        for existing in _EXISTING_BOUNDS.finditer(_mask(head)):
+        for existing in _EXISTING_BOUNDS.finditer(mask(head, directives=True)):
             edits.append((found.start + existing.start(), found.start + existing.end(), ""))
         edits.append((found.name_at, found.name_at, bounds + " "))
     if not edits:
