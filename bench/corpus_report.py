@@ -162,6 +162,9 @@ def program_row(recipe: Recipe, state: dict[str, Any],
     row["wall_pred"] = plan.get("predicted_wall_speedup", "n/a" if plan else None)
     summary = apply.get("summary") or {}
     row["shipped"] = any(c.get("applied") for c in summary.get("campaigns", []))
+    if row["shipped"]:  # apply's prediction is of what it shipped, not of every campaign
+        row["kernel_pred"] = summary.get("predicted_kernel_speedup", row["kernel_pred"])
+        row["wall_pred"] = summary.get("predicted_wall_speedup", row["wall_pred"])
     # figures of a tree that ships nothing are of the reverted candidate: not shown as results
     measured = (summary.get("measured") or {}) if row["shipped"] else {}
     if summary and not row["shipped"] and "note" not in row:
