@@ -296,7 +296,7 @@ def test_a_patched_build_that_launches_its_kernels_differently_ships_nothing(
     """Rodinia bfs on the H200: its kernel's launches failed in the patched build and the
     application ran on; all kernel time looked 13.7x faster."""
     tree, rec = _tree(tmp_path)
-    ids, into, context, bests, result = _applied(tmp_path, tree, rec)
+    _, into, context, bests, result = _applied(tmp_path, tree, rec)
     timer = FakeTimer({SPMV: (0.5, "-DCG_BLOCK_SPMV=256", 1.25), XPAY: (0.05, None, 1.0)},
                       spread=0.01, fails=(XPAY, "--maxrregcount=32"))
     lines: list[str] = []
