@@ -12,7 +12,7 @@ declarator with the unit's object-like macros expanded, as :mod:`r3tui.analysis.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import tree_sitter as ts
@@ -52,12 +52,30 @@ class KernelDeclaration:
 def kernel_declarations(source: str, name: str) -> list[KernelDeclaration]:
     """Every declaration and definition of the ``__global__`` function ``name`` (unqualified,
     no template arguments) in ``source``, in source order."""
+    return [d for _, d in declared_kernels(source, name)[0]]
+
+
+@dataclass(frozen=True)
+class Parsed:
+    """A parse of a text: its bytes, and byte offset -> character offset."""
+
+    data: bytes
+    char: Callable[[int], int]
+
+    def text(self, node: ts.Node) -> str:
+        return self.data[node.start_byte:node.end_byte].decode("utf-8", "replace")
+
+
+def declared_kernels(source: str, name: str
+                     ) -> tuple[list[tuple[ts.Node, KernelDeclaration]], Parsed]:
+    """:func:`kernel_declarations` with each declaration's node in the parse (a definition's
+    ``body`` field is its body), for the analyses of a body (:mod:`r3tui.analysis.body`)."""
     data = source.encode("utf-8")
     root = _parser().parse(_BOUNDS_AFTER.sub(_blank_after_paren,
                                              _GRAMMAR_GAPS.sub(_blank, data))).root_node
     char = char_index(data)
     expansions = _expansions(source)
-    found: list[KernelDeclaration] = []
+    found: list[tuple[ts.Node, KernelDeclaration]] = []
     for node, declarator, defined in _functions(root):
         named = declarator.child_by_field_name("declarator")
         if named is None or _leaf_name(named, data) != name:
@@ -70,7 +88,7 @@ def kernel_declarations(source: str, name: str) -> list[KernelDeclaration]:
             continue
         outer = _outer(node)
         body = node.child_by_field_name("body") if defined else None
-        found.append(KernelDeclaration(
+        found.append((node, KernelDeclaration(
             name=name,
             scopes=_scopes(node, data) + _written_scopes(named, data),
             start=char(outer.start_byte),
@@ -83,8 +101,8 @@ def kernel_declarations(source: str, name: str) -> list[KernelDeclaration]:
             body_open=char(body.start_byte) if body is not None else -1,
             end=char(outer.end_byte),
             extern_c=_c_linkage(node, data),
-        ))
-    return found
+        )))
+    return found, Parsed(data, char)
 
 
 def _c_linkage(node: ts.Node, data: bytes) -> bool:

@@ -6,9 +6,10 @@ source that keeps the kernel's entry point and parameter types; whether the chan
 for the recorded data is for the replay to verify, as for any variant.  The ``rng`` picks among
 the places and values an operator could use, so a campaign's seed fixes what it does.
 
-The analysis is textual and conservative: a pointer parameter counts as "only read" when
-every use of it is an element read ``p[...]`` or initializes a ``const`` pointer; anything it
-cannot classify (``*p``, ``&p[i]``, ``p + i`` passed to a call) counts as a write.
+The analysis reads the parse (:mod:`r3tui.analysis.body`) and is conservative: a pointer
+parameter counts as "only read" when every use of it is an element read ``p[...]`` (through
+``__ldg`` too) or initializes a ``const`` pointer; anything else (``*p``, ``&p[i]``, ``p + i``
+passed to a call, code the parser could not read) counts as a write.
 """
 
 from __future__ import annotations
@@ -18,8 +19,9 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from r3tui.analysis.body import PointerUse, for_loops, pointer_uses
 from r3tui.errors import ConfigError
-from r3tui.remix.edits import KernelSpan, entry_point_problem, find_kernel, mask_source, matching
+from r3tui.remix.edits import KernelSpan, entry_point_problem, find_kernel, mask_source
 
 
 @dataclass(frozen=True)
@@ -32,11 +34,6 @@ class RuleResult:
 
 Rule = Callable[[str, str, random.Random], RuleResult]
 
-_ASSIGN = re.compile(r"\s*(?:[-+*/%&|^]|<<|>>)?=(?!=)|\s*(?:\+\+|--)")
-_MEMBER = re.compile(r"\s*(?:\.|->)\s*[A-Za-z_]\w*")
-_CONST_POINTER_INIT = re.compile(
-    r"^\s*const\s+[A-Za-z_][\w:<>\s]*\*\s*(?:__restrict__\s*)?[A-Za-z_]\w*\s*=[^=]"
-)
 # Element types __ldg has an overload for (sm_35 and later).
 LDG_TYPES = frozenset(
     {
@@ -67,58 +64,12 @@ def _finish(parent: str, child: str, kernel_name: str, detail: str) -> RuleResul
     return RuleResult(True, child, None, detail)
 
 
-# ----------------------------------------------------------------------------------------
-# Uses of a pointer parameter inside the kernel body
-
-
-@dataclass(frozen=True)
-class Use:
-    start: int  # of the name, in the source
-    kind: str  # "read" (p[...] as a value), "const_alias" (initializes a const T*), "other"
-    index_open: int | None = None  # the '[' of a read
-    index_close: int | None = None  # its ']'
-
-
-def _uses(masked: str, span: KernelSpan, name: str) -> list[Use]:
-    uses = []
-    for match in re.finditer(rf"\b{re.escape(name)}\b", masked[span.body_open : span.body_end]):
-        at = span.body_open + match.start()
-        before = masked[:at].rstrip()
-        if before.endswith((".", "->")):  # a member of something else that has this name
-            continue
-        after = match.end() + span.body_open
-        rest = masked[after:]
-        gap = len(rest) - len(rest.lstrip())
-        if rest[gap : gap + 1] == "[":
-            open_at = after + gap
-            close_at = matching(masked, open_at)
-            if close_at is None:
-                uses.append(Use(at, "other"))
-                continue
-            tail = close_at + 1
-            while member := _MEMBER.match(masked, tail):
-                tail = member.end()
-            address_taken = before.endswith("&") and not before.endswith("&&")
-            stepped = before.endswith(("++", "--"))
-            written = _ASSIGN.match(masked, tail) is not None
-            kind = "other" if (address_taken or stepped or written) else "read"
-            uses.append(Use(at, kind, open_at, close_at))
-            continue
-        statement_start = max(masked.rfind(c, 0, at) for c in ";{}") + 1
-        if _CONST_POINTER_INIT.match(masked[statement_start:at] + " "):
-            uses.append(Use(at, "const_alias"))
-        else:
-            uses.append(Use(at, "other"))
-    return uses
-
-
 def read_only_pointers(source: str, span: KernelSpan) -> list[str]:
     """Names of the kernel's pointer parameters that the body reads and never writes."""
-    masked = mask_source(source)
     names = []
     for param in span.params:
         if param.is_pointer and param.name:
-            uses = _uses(masked, span, param.name)
+            uses = pointer_uses(source, span.name, param.name)
             # An unused parameter is not "read": qualifying it would change nothing.
             if uses and all(use.kind != "other" for use in uses):
                 names.append(param.name)
@@ -171,21 +122,20 @@ def ldg_loads(source: str, kernel_name: str, rng: random.Random) -> RuleResult:
     span = _kernel(source, kernel_name)
     if isinstance(span, RuleResult):
         return span
-    masked = mask_source(source)
     by_name = {p.name: p for p in span.params if p.name}
     eligible = []
     for name in read_only_pointers(source, span):
         param = by_name[name]
-        uses = _uses(masked, span, name)
+        uses = pointer_uses(source, span.name, name)
         if param.element_type in LDG_TYPES and any(u.kind == "read" for u in uses):
             eligible.append(name)
     if not eligible:
         return _declined("no read-only pointer parameter of a type __ldg loads is read")
     chosen = eligible if rng.random() < 0.5 or len(eligible) == 1 else [rng.choice(eligible)]
-    reads: dict[int, Use] = {}
+    reads: dict[int, PointerUse] = {}
     for name in chosen:
-        for use in _uses(masked, span, name):
-            if use.kind == "read" and not _inside_ldg(masked, use.start):
+        for use in pointer_uses(source, span.name, name):
+            if use.kind == "read" and not use.in_ldg:
                 reads[use.start] = use
     if not reads:
         return _declined("every read of the read-only parameters already goes through __ldg")
@@ -194,11 +144,7 @@ def ldg_loads(source: str, kernel_name: str, rng: random.Random) -> RuleResult:
     return _finish(source, out, kernel_name, "__ldg loads of " + ", ".join(chosen))
 
 
-def _inside_ldg(masked: str, at: int) -> bool:
-    return re.search(r"__ldg\s*\(\s*&\s*$", masked[max(0, at - 16) : at]) is not None
-
-
-def _rewrite_reads(source: str, start: int, end: int, reads: dict[int, Use]) -> str:
+def _rewrite_reads(source: str, start: int, end: int, reads: dict[int, PointerUse]) -> str:
     """``source[start:end]`` with every read in ``reads`` (nested ones too) wrapped in __ldg."""
     out = []
     cursor = start
@@ -220,21 +166,11 @@ def unroll_pragma(source: str, kernel_name: str, rng: random.Random) -> RuleResu
     span = _kernel(source, kernel_name)
     if isinstance(span, RuleResult):
         return span
-    masked = mask_source(source)
     candidates = []
-    for match in re.finditer(r"\bfor\s*\(", masked[span.body_open : span.body_end]):
-        at = span.body_open + match.start()
-        header_close = matching(masked, span.body_open + match.end() - 1)
-        if header_close is None:
+    for loop in for_loops(source, span.name):
+        if not loop.innermost:
             continue
-        rest = masked[header_close + 1 :]
-        body_at = header_close + 1 + len(rest) - len(rest.lstrip())
-        if masked[body_at : body_at + 1] == "{":
-            body_end = matching(masked, body_at) or body_at
-        else:
-            body_end = masked.find(";", body_at)
-        if re.search(r"\b(?:for|while|do)\b", masked[body_at:body_end]):
-            continue  # not innermost
+        at = loop.start
         line_start = source.rfind("\n", 0, at) + 1
         if source[line_start:at].strip():
             continue  # the loop does not start its line (`if (c) for (...)`): no room
