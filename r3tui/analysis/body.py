@@ -163,3 +163,14 @@ def for_loops(source: str, kernel: str) -> list[ForLoop]:
                                                     "do_statement", "for_range_loop"))
         loops.append(ForLoop(parsed.char(loop.start_byte), not nested))
     return sorted(loops, key=lambda f: f.start)
+
+
+def body_identifiers(source: str, kernel: str) -> set[str]:
+    """The identifiers ``kernel``'s body names (macros included, as the parser reads them):
+    whether a ``#define`` reaches the kernel."""
+    found = _body(source, kernel)
+    if found is None:
+        return set()
+    body, parsed = found
+    kinds = ("identifier", "type_identifier", "field_identifier")
+    return {parsed.text(n) for kind in kinds for n in _descendants(body, kind)}

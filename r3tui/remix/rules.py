@@ -19,9 +19,10 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from r3tui.analysis.body import PointerUse, for_loops, pointer_uses
+from r3tui.analysis.body import PointerUse, body_identifiers, for_loops, pointer_uses
+from r3tui.analysis.text import mask
 from r3tui.errors import ConfigError
-from r3tui.remix.edits import KernelSpan, entry_point_problem, find_kernel, mask_source
+from r3tui.remix.edits import KernelSpan, entry_point_problem, find_kernel
 
 
 @dataclass(frozen=True)
@@ -219,12 +220,13 @@ def expose_tunable(source: str, kernel_name: str, rng: random.Random) -> RuleRes
     except DeclarationError as exc:
         return _declined(f"the source's r3 declarations do not parse: {exc}")
     candidates = []
-    for match in _DEFINE.finditer(source):
+    used = body_identifiers(source, span.name)
+    for match in _DEFINE.finditer(mask(source)):  # a #define in a comment is not one
         name, value = match.group(1), int(match.group(2))
         values = _tunable_values(name, value)
         if name in tuned or name.startswith("__") or value < 1 or len(values) < 2:
             continue
-        if not re.search(rf"\b{name}\b", mask_source(source)[span.body_open : span.body_end]):
+        if name not in used:
             continue  # the kernel does not use it: tuning it changes nothing
         candidates.append((match, name, values))
     if not candidates:

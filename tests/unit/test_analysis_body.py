@@ -68,3 +68,11 @@ def test_code_the_parser_cannot_read_counts_as_a_write() -> None:
     broken = "__global__ void k(const float* a, float* b) { b[0] = a[0] +; }"
     assert all(u.kind == "other" for u in pointer_uses(broken, "k", "a"))
     assert pointer_uses("__global__ void other(float* a) { a[0] = 1; }", "k", "a") == []
+
+
+def test_the_names_a_body_uses_leave_comments_out() -> None:
+    from r3tui.analysis.body import body_identifiers
+
+    names = body_identifiers(KERNEL, "k")
+    assert {"N", "blockIdx", "row", "u", "x", "y"} <= names
+    assert "comment" not in names and "namespace" not in names and "ops" not in names
