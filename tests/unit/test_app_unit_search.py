@@ -23,17 +23,19 @@ KERNEL = "app::stencil<float, 2>"
 LOOP = "  for (int d = -R; d <= R; ++d)\n"
 
 
-def app_bundle(path: Path) -> Bundle:
+def app_bundle(path: Path, main_cu: str = MAIN_CU, launch: LaunchInfo | None = None,
+               recorder: str | None = None) -> Bundle:
     with BundleWriter(path) as w:
-        unit = w.add_blob(MAIN_CU.encode())
+        unit = w.add_blob(main_cu.encode())
         headers = tuple(SourceFile(name, w.add_blob(text.encode()))
                         for name, text in sorted(HEADERS.items()))
         manifest = Manifest(
             kernel=KernelInfo(KERNEL, ENTRY, (SourceFile("main.cu", unit),), "nvcc",
                               "nvcc 13.0", ("-O3",), headers=headers, include_dirs=("src",)),
-            launch=LaunchInfo(Dim3(16, 16), Dim3(16, 16), 0, Dim3(256, 256), False),
+            launch=launch or LaunchInfo(Dim3(16, 16), Dim3(16, 16), 0, Dim3(256, 256), False),
             params=(), allocations=(), arena=ArenaInfo(ARENA_BASE, 2 << 20),
-            recorded_at="2026-12-04T07:00:00+00:00", blobs=dict(w.blobs))
+            recorded_at="2026-12-04T07:00:00+00:00", blobs=dict(w.blobs),
+            provenance={"recorder": recorder} if recorder else {})
         return w.commit(manifest)
 
 
@@ -194,19 +196,10 @@ def test_an_applications_block_is_searched_only_where_r3_apply_could_ship_it(
     of the launch it is searched."""
     from r3tui.engine.unit_source import searched_launch
 
+    recorded = LaunchInfo(Dim3(16, 1), Dim3(256, 1), 0, Dim3(4096, 1), True)
+
     def bundle_of(main_cu: str, path: Path, recorder: str = "app interposer") -> Bundle:
-        with BundleWriter(path) as w:
-            unit = w.add_blob(main_cu.encode())
-            headers = tuple(SourceFile(name, w.add_blob(text.encode()))
-                            for name, text in sorted(HEADERS.items()))
-            manifest = Manifest(
-                kernel=KernelInfo(KERNEL, ENTRY, (SourceFile("main.cu", unit),), "nvcc",
-                                  "nvcc 13.0", ("-O3",), headers=headers, include_dirs=("src",)),
-                launch=LaunchInfo(Dim3(16, 1), Dim3(256, 1), 0, Dim3(4096, 1), True),
-                params=(), allocations=(), arena=ArenaInfo(ARENA_BASE, 2 << 20),
-                recorded_at="2026-12-04T07:00:00+00:00", blobs=dict(w.blobs),
-                provenance={"recorder": recorder})
-            return w.commit(manifest)
+        return app_bundle(path, main_cu, recorded, recorder)
 
     fixed = bundle_of(MAIN_CU, tmp_path / "fixed")
     launch, kept = searched_launch(fixed, seed_unit(fixed))
