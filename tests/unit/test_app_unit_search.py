@@ -39,6 +39,14 @@ def app_bundle(path: Path, main_cu: str = MAIN_CU, launch: LaunchInfo | None = N
         return w.commit(manifest)
 
 
+def app_tree(tree: Path) -> Path:
+    """The application's source tree: its headers and main.cu."""
+    for name, text in {**HEADERS, "src/main.cu": MAIN_CU}.items():
+        (tree / name).parent.mkdir(parents=True, exist_ok=True)
+        (tree / name).write_text(text)
+    return tree
+
+
 def test_a_campaign_on_a_header_kernel_searches_its_device_unit(tmp_path: Path) -> None:
     seed = seed_unit(app_bundle(tmp_path / "b"))
     assert seed.unit is not None and seed.unit.file == "src/kernels.cuh"
@@ -53,10 +61,7 @@ def test_apply_writes_the_tuned_kernel_into_the_header_that_defines_it(tmp_path:
     bundle = app_bundle(tmp_path / "b")
     original = seed_unit(bundle).source.text
     tuned = original.replace(LOOP, "  #pragma unroll\n" + LOOP)
-    tree = tmp_path / "tree"
-    for name, text in {**HEADERS, "src/main.cu": MAIN_CU}.items():
-        (tree / name).parent.mkdir(parents=True, exist_ok=True)
-        (tree / name).write_text(text)
+    tree = app_tree(tmp_path / "tree")
     best = _Best(7, KERNEL, original, tuned, (), None, (256, 2), {}, "nvrtc", 1.2, bundle.path)
     outcome = apply_campaign(best, tree, {}, {}, 0.5, {})
     assert outcome.file == "src/kernels.cuh" and not outcome.not_applied, outcome
@@ -95,10 +100,7 @@ def test_a_register_cap_ships_on_the_kernel_alone_where_cuda_allows_it(tmp_path:
 
     bundle = app_bundle(tmp_path / "b")
     original = seed_unit(bundle).source.text
-    tree = tmp_path / "tree"
-    for name, text in {**HEADERS, "src/main.cu": MAIN_CU}.items():
-        (tree / name).parent.mkdir(parents=True, exist_ok=True)
-        (tree / name).write_text(text)
+    tree = app_tree(tmp_path / "tree")
     flags: dict[str, str] = {}
     best = _Best(7, KERNEL, original, original, ("-maxrregcount=24", "--use_fast_math"), None,
                  None, {}, "nvrtc", 1.2, bundle.path)
@@ -165,10 +167,7 @@ def test_a_winner_that_cannot_ship_whole_ships_nothing(tmp_path: Path) -> None:
     bundle = app_bundle(tmp_path / "b")
     original = seed_unit(bundle).source.text
     tuned = original.replace(LOOP, "  #pragma unroll\n" + LOOP)
-    tree = tmp_path / "tree"
-    for name, text in {**HEADERS, "src/main.cu": MAIN_CU}.items():
-        (tree / name).parent.mkdir(parents=True, exist_ok=True)
-        (tree / name).write_text(text)
+    tree = app_tree(tmp_path / "tree")
     flags: dict[str, str] = {}
     # a block shape the host code does not take from a #ifndef macro
     reshaped = _Best(7, KERNEL, original, tuned, ("--use_fast_math",), (128, 1, 1), (128, 8),
