@@ -141,7 +141,7 @@ class _Flat:
 
 def device_unit(unit: str, kernel: str, headers: Mapping[str, str] | None = None,
                 include_dirs: Sequence[str] = (), *, cuda_include_dirs: Sequence[str] = (),
-                scopes: Sequence[str] | None = None) -> DeviceUnit:
+                scopes: Sequence[str] | None = None, forced: Sequence[str] = ()) -> DeviceUnit:
     """The device-only unit of the kernel named ``kernel`` (unqualified, no template
     arguments), defined in ``unit`` or a header it includes.
 
@@ -149,11 +149,23 @@ def device_unit(unit: str, kernel: str, headers: Mapping[str, str] | None = None
     tree directories searched in order, the unit's own directory first.  A system include is
     kept when it names a file under ``cuda_include_dirs`` and is no standard header.  With
     ``scopes`` (the namespaces of the recorded entry point), only a definition inside them is
-    the kernel.  Raises :class:`DeviceUnitError` when no definition is found.
+    the kernel.  ``forced``: header tree paths the build puts before the unit's first line
+    (nvcc ``-include FILE``), inlined first, in order.  Raises :class:`DeviceUnitError` when no
+    definition is found.
     """
     flat = _Flat()
     base = include_dirs[0] if include_dirs else "."
-    _flatten(unit, None, base, headers or {}, include_dirs, cuda_include_dirs, flat, 0)
+    headers = headers or {}
+    for path in forced:
+        if path not in headers:
+            raise DeviceUnitError(f"the forced include {path} is not among the headers")
+        if path not in flat.seen:
+            flat.seen.add(path)
+            text = headers[path]
+            _flatten(text if text.endswith("\n") else text + "\n", path,
+                     posixpath.dirname(path) or ".", headers, include_dirs, cuda_include_dirs,
+                     flat, 1)
+    _flatten(unit, None, base, headers, include_dirs, cuda_include_dirs, flat, 0)
     text = "".join(flat.text)
     data = text.encode("utf-8")
     parsed = parse_translation_unit(text)
@@ -390,15 +402,23 @@ def _closure(top: Sequence[Item], roots: Sequence[Item]) -> set[int]:
     pending = list(roots)
     # module state is kept whether or not the kernel names it: other device code may
     pending += [i for i in top if i.kind is ItemKind.DECLARATION and i.memory_space is not None]
+    # a macro the kept code names reaches what its replacement names (`#define texture
+    # __device__ r3_texture_reference` makes `texture<float, 1> t;` need that template)
+    macros = {i.name: words(i.text) for i in top if i.kind is ItemKind.DEFINE and i.name}
     seen_words: set[str] = set()
     while pending:
         item = pending.pop()
         if id(item) in kept:
             continue
         kept.add(id(item))
-        for word in words(item.text) - seen_words:
+        found = list(words(item.text) - seen_words)
+        while found:
+            word = found.pop()
+            if word in seen_words:
+                continue
             seen_words.add(word)
             pending.extend(by_name.get(word, ()))
+            found.extend(macros.get(word, ()))
     # prototypes only for what is defined and kept; instantiations and statements of what is kept
     for item in top:
         if item.kind is ItemKind.DECLARATION and item.prototype and id(item) in kept:

@@ -81,7 +81,8 @@ def seed_unit(bundle: Bundle) -> SeedUnit:
         include_dirs=bundle.include_dirs(),  # the application headers the bundle carries
     )
     headers = bundle.header_texts()
-    if not needs_device_unit(text, bool(headers)):
+    forced = manifest.kernel.forced_includes
+    if not forced and not needs_device_unit(text, bool(headers)):
         return SeedUnit(source, None, text)
     wanted = qualified_name(manifest.kernel.entry_point)
     base = wanted.name if wanted is not None else manifest.kernel.name.split("<")[0]
@@ -91,7 +92,8 @@ def seed_unit(bundle: Bundle) -> SeedUnit:
     include_dirs = [str(PurePosixPath(d)) for d in manifest.kernel.include_dirs] or ["."]
     try:
         unit = device_unit(text, base, headers, include_dirs,
-                           cuda_include_dirs=default_include_dirs(), scopes=scopes)
+                           cuda_include_dirs=default_include_dirs(), scopes=scopes,
+                           forced=forced)
     except DeviceUnitError as exc:
         raise RecordingError(f"{bundle.path}: {exc}") from exc
     return SeedUnit(replace(source, text=unit.text, confined=True), unit, text)

@@ -358,6 +358,7 @@ class SourceChoice:
     header_origins: tuple[str, ...] = ()
     unresolved: tuple[str, ...] = ()
     problem: str | None = None  # why the unit cannot go into a bundle (a header is missing)
+    forced_includes: tuple[str, ...] = ()  # tree paths of the -include FILEs, in order
 
     @property
     def usable(self) -> bool:
@@ -426,7 +427,8 @@ def write_bundle(proc: RawProcess, cfg: RawConfig, dest: Path, *, entry_point: s
                 sources=sources, toolchain="nvcc" if source else None,
                 options=source.options if source else (),
                 defines=source.defines if source else (), binary=binary, headers=headers,
-                include_dirs=source.include_dirs if source and headers else ()),
+                include_dirs=source.include_dirs if source and headers else (),
+                forced_includes=source.forced_includes if source and headers else ()),
             launch=LaunchInfo(grid=cfg.grid, block=cfg.block, shared_mem_bytes=cfg.shared,
                               work=launched_threads(cfg.grid, cfg.block), block_tunable=True,
                               count=max(cfg.count, 1), total_time_s=cfg.time_s),

@@ -173,12 +173,13 @@ def _source_choice(found: KernelSource) -> app_dump.SourceChoice:
         # compile layer takes them only through CompileRequest.include_dirs
         options=tuple(found.options), defines=tuple(found.defines))
     try:
-        tree = collect(found.path, found.text, found.include_dirs)
+        tree = collect(found.path, found.text, found.include_dirs,
+                       forced=found.forced_includes)
     except RecordingError as exc:
         return replace(choice, problem=exc.one_line())
     return replace(choice, headers=tree.files, include_dirs=tree.include_dirs,
                    header_origins=tuple(str(p) for p in tree.origins),
-                   unresolved=tree.unresolved)
+                   unresolved=tree.unresolved, forced_includes=tree.forced)
 
 
 def _demangler() -> Callable[[str], str]:

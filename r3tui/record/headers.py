@@ -54,6 +54,7 @@ class HeaderTree:
     include_dirs: tuple[str, ...]  # posix paths under the root ("." is the root)
     origins: tuple[Path, ...]  # where each file was read, in the order of ``files``
     unresolved: tuple[str, ...] = ()  # quoted includes under a conditional, found nowhere
+    forced: tuple[str, ...] = ()  # the forced includes (-include FILE), as tree paths
 
     @property
     def size(self) -> int:
@@ -140,10 +141,13 @@ def _absolute(path: Path) -> Path:
 
 
 def collect(unit: Path, text: str, include_dirs: Sequence[Path],
-            system_dirs: Sequence[Path] | None = None) -> HeaderTree:
+            system_dirs: Sequence[Path] | None = None,
+            forced: Sequence[Path] = ()) -> HeaderTree:
     """The application headers ``text`` (the unit at ``unit``) reaches through
-    ``include_dirs``, transitively; :class:`MissingHeader` names the first quoted include
-    found nowhere, :class:`RecordingError` a tree over the size limits."""
+    ``include_dirs``, transitively, and the ``forced`` ones the build puts before its first
+    line (nvcc ``-include FILE``) with what they reach; :class:`MissingHeader` names the first
+    quoted include (or forced file) found nowhere, :class:`RecordingError` a tree over the
+    size limits."""
     system = tuple(system_include_dirs() if system_dirs is None else system_dirs)
     unit_dir = _absolute(unit).parent
     search = [_absolute(d) for d in include_dirs]
@@ -151,7 +155,19 @@ def collect(unit: Path, text: str, include_dirs: Sequence[Path],
     used_dirs: set[Path] = {unit_dir}
     unresolved: list[str] = []
     total = 0
-    pending: list[tuple[Path, str]] = [(_absolute(unit), text)]
+    pending: list[tuple[Path, str]] = []
+    forced_paths = []
+    for path in map(_absolute, forced):
+        if not path.is_file():
+            raise MissingHeader(f"{unit}: the forced include (-include) {path} does not exist")
+        if path in files:
+            continue
+        data = path.read_bytes()
+        total += len(data)
+        files[path] = data
+        forced_paths.append(path)
+        pending.append((path, data.decode("utf-8", errors="replace")))
+    pending.append((_absolute(unit), text))
     while pending:
         including, content = pending.pop(0)
         for inc in includes(content):
@@ -190,6 +206,7 @@ def collect(unit: Path, text: str, include_dirs: Sequence[Path],
         include_dirs=tuple(d.relative_to(root).as_posix() for d in kept),
         origins=tuple(files),
         unresolved=tuple(unresolved),
+        forced=tuple(p.relative_to(root).as_posix() for p in forced_paths),
     )
 
 

@@ -63,6 +63,9 @@ class KernelInfo:
     # whose source needs no headers of its own, and absent from their JSON.
     headers: tuple[SourceFile, ...] = ()
     include_dirs: tuple[str, ...] = ()
+    # headers the build forces in before the unit's first line (nvcc -include FILE), by their
+    # path in the header tree, in order; absent from the JSON of bundles without them
+    forced_includes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -213,6 +216,8 @@ class Manifest:
             kernel["headers"] = [{"name": s.name, "sha256": s.sha256} for s in k.headers]
         if k.include_dirs:
             kernel["include_dirs"] = list(k.include_dirs)
+        if k.forced_includes:
+            kernel["forced_includes"] = list(k.forced_includes)
         out = {
             "format_version": self.format_version,
             "kernel": kernel,
@@ -501,6 +506,13 @@ def _parse_kernel(r: _Reader) -> KernelInfo:
         why = "expected a string" if not isinstance(d, str) else check_relative(d, allow_root=True)
         if why is not None:
             raise ManifestError(f"manifest field '{r._name('include_dirs')}[{i}]': {why}")
+    forced = r.array("forced_includes", optional=True)
+    names = {h.name for h in headers}
+    for i, f in enumerate(forced):
+        why = ("expected a string" if not isinstance(f, str)
+               else "not one of the bundle's headers" if f not in names else None)
+        if why is not None:
+            raise ManifestError(f"manifest field '{r._name('forced_includes')}[{i}]': {why}")
     return KernelInfo(
         name=r.text("name"),
         entry_point=r.text("entry_point"),
@@ -512,6 +524,7 @@ def _parse_kernel(r: _Reader) -> KernelInfo:
         binary=binary,
         headers=headers,
         include_dirs=tuple(include_dirs),
+        forced_includes=tuple(forced),
     )
 
 

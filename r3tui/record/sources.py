@@ -65,6 +65,7 @@ class KernelSource:
     include_dirs: tuple[Path, ...] = ()
     defines: tuple[tuple[str, str], ...] = ()
     options: tuple[str, ...] = ()
+    forced_includes: tuple[Path, ...] = ()  # nvcc -include FILE, in order
 
 
 @dataclass(frozen=True)
@@ -289,6 +290,7 @@ class CompileCommand:
     include_dirs: tuple[Path, ...]
     defines: tuple[tuple[str, str], ...]
     options: tuple[str, ...]
+    forced_includes: tuple[Path, ...] = ()  # -include / --pre-include FILE, in order
 
 
 def read_compile_db(compile_db: Path) -> list[CompileCommand]:
@@ -320,10 +322,21 @@ def _parse_command(directory: Path, file: Path, args: list[str]) -> CompileComma
     includes: list[Path] = []
     defines: list[tuple[str, str]] = []
     options: list[str] = []
+    forced: list[Path] = []
     i = 0
     while i < len(args):
         arg = args[i]
         value: str | None = None
+        if arg in ("-include", "--pre-include") and i + 1 < len(args):
+            f = Path(args[i + 1])
+            forced.append(f if f.is_absolute() else (directory / f).resolve())
+            i += 2
+            continue
+        if arg.startswith("--pre-include="):
+            f = Path(arg.split("=", 1)[1])
+            forced.append(f if f.is_absolute() else (directory / f).resolve())
+            i += 1
+            continue
         for flag in ("-I", "--include-path", "-isystem", "-D", "--define-macro"):
             if arg == flag and i + 1 < len(args):
                 value, i = args[i + 1], i + 1
@@ -349,7 +362,8 @@ def _parse_command(directory: Path, file: Path, args: list[str]) -> CompileComma
                     options.append(arg)
         i += 1
     path = file if file.is_absolute() else directory / file
-    return CompileCommand(path.resolve(), tuple(includes), tuple(defines), tuple(options))
+    return CompileCommand(path.resolve(), tuple(includes), tuple(defines), tuple(options),
+                          tuple(forced))
 
 
 # -- association ---------------------------------------------------------------------------
@@ -419,5 +433,6 @@ def associate(
             include_dirs=tuple(dict.fromkeys(include_dirs)),
             defines=command.defines,
             options=command.options,
+            forced_includes=command.forced_includes,
         )
     return None
