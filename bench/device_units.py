@@ -68,15 +68,16 @@ def kernel_rows(program: str, work: Path) -> list[dict[str, object]]:
         if command.path.suffix != ".cu":
             continue
         includes = list(command.include_dirs)
+        forced = [a for f in command.forced_includes for a in ("-include", str(f))]
         seconds, cubin, error = nvcc_cubin(command.path, includes, list(command.defines),
-                                           [o for o in command.options if o != "-Xptxas"],
-                                           work / f"{program}-{index}.cubin")
+                                           [*(o for o in command.options if o != "-Xptxas"),
+                                            *forced], work / f"{program}-{index}.cubin")
         if cubin is None:
             rows.append({"program": program, "unit": command.path.name, "kernel": None,
                          "nvcc_s": seconds, "ok": False, "why": f"nvcc: {error}"})
             continue
         text = command.path.read_text(errors="replace")
-        tree = collect(command.path, text, includes)
+        tree = collect(command.path, text, includes, forced=command.forced_includes)
         root = _root(command.path, tree.origins, tree.files)
         headers = {name: data.decode("utf-8", "replace") for name, data in tree.files}
         dirs = list(tree.include_dirs) or ["."]
@@ -92,7 +93,8 @@ def kernel_rows(program: str, work: Path) -> list[dict[str, object]]:
                       for s in wanted.scopes] if entry.startswith("_Z") else None
             try:
                 unit = device_unit(text, wanted.name, headers, dirs or [unit_dir],
-                                   cuda_include_dirs=default_include_dirs(), scopes=scopes)
+                                   cuda_include_dirs=default_include_dirs(), scopes=scopes,
+                                   forced=tree.forced)
             except DeviceUnitError as exc:
                 rows.append({**row, "ok": False, "why": f"device unit: {exc}"})
                 continue
