@@ -197,6 +197,7 @@ def device_unit(unit: str, kernel: str, headers: Mapping[str, str] | None = None
                 cut.append((member.start, member.end))
     cut += _error_gaps(data, parsed.items, top)
     pieces, body = _cut(data, flat.pieces, sorted(cut))
+    body = _balance_conditionals(body)
     prelude = _prelude(flat.system, text)
     shift = len(prelude)
     pieces = [Piece(p.start + shift, p.end + shift, p.file, p.file_start) for p in pieces]
@@ -404,7 +405,10 @@ def _closure(top: Sequence[Item], roots: Sequence[Item]) -> set[int]:
     pending += [i for i in top if i.kind is ItemKind.DECLARATION and i.memory_space is not None]
     # a macro the kept code names reaches what its replacement names (`#define texture
     # __device__ r3_texture_reference` makes `texture<float, 1> t;` need that template)
-    macros = {i.name: words(i.text) for i in top if i.kind is ItemKind.DEFINE and i.name}
+    macros: dict[str, set[str]] = {}  # a name defined in several branches: all of them
+    for i in top:
+        if i.kind is ItemKind.DEFINE and i.name:
+            macros.setdefault(i.name, set()).update(words(i.text))
     seen_words: set[str] = set()
     while pending:
         item = pending.pop()
@@ -431,6 +435,37 @@ def _closure(top: Sequence[Item], roots: Sequence[Item]) -> set[int]:
             if any(mentioned & _names(o) for o in top if id(o) in kept):
                 kept.add(id(item))
     return kept
+
+
+_CONDITIONAL = re.compile(r"^[ \t]*#[ \t]*(if|ifdef|ifndef|elif|else|endif)\b")
+
+
+def _balance_conditionals(text: str) -> str:
+    """``text`` with the conditional directives that lost their partners blanked (same
+    length, so offsets hold): an ``#ifdef`` kept from a cut host function whose ``#endif``
+    went with it (SU3's main) would make the rest of the unit conditional."""
+    from r3tui.analysis.text import mask
+
+    lines = text.split("\n")
+    masked = mask(text).split("\n")  # a directive inside a comment is none
+    open_groups: list[list[int]] = []
+    orphans: list[int] = []
+    for index, line in enumerate(masked):
+        match = _CONDITIONAL.match(line)
+        if match is None:
+            continue
+        word = match.group(1)
+        if word.startswith("if"):
+            open_groups.append([index])
+        elif not open_groups:
+            orphans.append(index)
+        elif word == "endif":
+            open_groups.pop()
+        else:
+            open_groups[-1].append(index)
+    for index in orphans + [i for group in open_groups for i in group]:
+        lines[index] = " " * len(lines[index])
+    return "\n".join(lines)
 
 
 def _cut(data: bytes, flat_pieces: Sequence[Piece], cut: Sequence[tuple[int, int]]
