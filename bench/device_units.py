@@ -9,6 +9,7 @@ recording would see).  For each kernel, R3 makes its device unit (headers collec
 `r3 record` does) and compiles it with NVRTC twice (the second compile is what every candidate
 after the first costs: the precompiled header is warm).  Prints a row per program and:
 
+    device_unit_kernels_compiled: C/N   (by NVRTC, else by nvcc as a campaign falls back)
     device_unit_kernels_nvrtc_ok: K/N   (kernels whose device unit NVRTC compiles)
     device_unit_programs_nvrtc_ok: P/20 (programs where it does for every kernel)
     nvrtc_compile_ms_median: first, warm
@@ -102,10 +103,15 @@ def kernel_rows(program: str, work: Path) -> list[dict[str, object]]:
                                      defines=tuple(command.defines), source_name=command.path.name)
             first = nvrtc.compile(request)
             warm = nvrtc.compile(request) if first.ok else first
+            # where NVRTC cannot, a campaign compiles the device unit with nvcc (preflight)
+            fallback = None if first.ok else get_toolchain("nvcc").compile(request)
             rows.append({**row, "ok": first.ok, "first_ms": first.seconds * 1e3,
                          "warm_ms": warm.seconds * 1e3, "file": unit.file or command.path.name,
                          "why": "" if first.ok else f"nvrtc: {first_error_line(first.log)}",
-                         "root": str(root)})
+                         "root": str(root),
+                         "nvcc_ok": None if fallback is None else fallback.ok,
+                         "nvcc_why": "" if fallback is None or fallback.ok
+                         else first_error_line(fallback.log)})
     return rows
 
 
@@ -139,6 +145,11 @@ def main() -> int:
             line = f"{recipe.name:16} kernels {len(ok)}/{len(kernels)} compile with NVRTC"
             if failed:
                 line += f"; first failure: {failed[0]['kernel']}: {str(failed[0]['why'])[:160]}"
+                saved = [r for r in failed if r.get("nvcc_ok")]
+                line += f"; nvcc compiles {len(saved)}/{len(failed)} of those device units"
+                lost = [r for r in failed if r["kernel"] and not r.get("nvcc_ok")]
+                if lost:
+                    line += f" ({lost[0]['kernel']}: {str(lost[0]['nvcc_why'])[:120]})"
             lines.append(line)
             print(lines[-1], flush=True)
     kernels = [r for r in rows if r["kernel"]]
@@ -149,7 +160,10 @@ def main() -> int:
     warm = [float(str(r["warm_ms"])) for r in ok]
     nvcc = sorted({(str(r["program"]), str(r["unit"])): float(str(r["nvcc_s"]))
                    for r in rows}.values())
+    either = [r for r in kernels if r["ok"] or r.get("nvcc_ok")]
     lines += [
+        f"device_unit_kernels_compiled: {len(either)}/{len(kernels)} "
+        f"({len(ok)} by NVRTC, {len(either) - len(ok)} by nvcc where NVRTC cannot)",
         f"device_unit_kernels_nvrtc_ok: {len(ok)}/{len(kernels)}",
         f"device_unit_programs_nvrtc_ok: {len(good)}/{len(programs)}",
         f"nvrtc_compile_ms_median: first {statistics.median(first):.0f}, "
@@ -157,7 +171,7 @@ def main() -> int:
         f"nvcc_unit_compile_s_median: {statistics.median(nvcc):.2f}" if nvcc else
         "nvcc_unit_compile_s_median: n/a",
     ]
-    for line in lines[-4:]:
+    for line in lines[-5:]:
         print(line)
     if args.out:
         args.out.write_text("\n".join(lines) + "\n")
