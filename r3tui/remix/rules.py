@@ -88,7 +88,9 @@ def restrict_const(source: str, kernel_name: str, rng: random.Random) -> RuleRes
     span = _kernel(source, kernel_name)
     if isinstance(span, RuleResult):
         return span
-    if span.declarations:
+    if span.declarations and span.extern_c:
+        # a pointee's const would differ from the prototype's (__restrict__ alone, a top-level
+        # qualifier of the parameter, is not part of the function's type)
         return _declined("the kernel is also declared elsewhere; qualifiers would mismatch")
     read_only = set(read_only_pointers(source, span))
     if not read_only:

@@ -126,3 +126,19 @@ def test_an_edit_that_would_change_the_kernels_symbol_is_refused() -> None:
     c_axpy = axpy.replace("namespace ops {\n", 'extern "C" {\n')
     result = apply_rule("restrict_const", c_axpy, "axpy", random.Random(0))
     assert result.ok and "const float* __restrict__ x" in (result.source or "")
+
+
+def test_restrict_on_a_cpp_kernel_with_a_prototype_compiles() -> None:
+    """Rodinia gaussian declares Fan2 before defining it: __restrict__ alone is not part of
+    the function's type, so the definition may add it; NVRTC agrees."""
+    source = ("__global__ void fan(float* m, float* a, int n);\n"
+              "__global__ void fan(float* m, float* a, int n) {\n"
+              "  int i = threadIdx.x;\n"
+              "  if (i < n) a[i] -= m[i] * a[0];\n"
+              "}\n")
+    result = apply_rule("restrict_const", source, "fan", random.Random(0))
+    assert result.ok and result.source is not None, result.reason
+    assert "float* __restrict__ m" in result.source
+    assert "__global__ void fan(float* m, float* a, int n);" in result.source  # prototype kept
+    compiled = get_toolchain("nvrtc").compile(CompileRequest(result.source, "fan"))
+    assert compiled.ok, compiled.log
