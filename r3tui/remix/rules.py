@@ -207,9 +207,15 @@ def _tunable_values(name: str, value: int) -> list[int]:
 
 
 def expose_tunable(source: str, kernel_name: str, rng: random.Random) -> RuleResult:
-    """``// r3: tune NAME ...`` above one ``#define NAME <integer>`` that is not yet tuned.
+    """``// r3: tune NAME ...`` for one ``#ifndef NAME`` / ``#define NAME <integer>`` that the
+    kernel uses and that is not yet tuned.
 
-    A thread-count constant (its name says THREAD) that sizes per-thread storage also gets
+    Only a guarded macro: ``-DNAME=v`` reaches the code through the guard, where a plain
+    ``#define`` would override it and the tunable would change nothing (also in the
+    application's build, where ``r3 apply`` sends it through ``r3-flags.txt``).  The
+    declaration goes at the top of the kernel's body, inside its definition, so that an
+    application's kernel (whose edits must stay there) gets it too.  A thread-count constant
+    (its name says THREAD) that sizes per-thread storage also gets
     ``// r3: require BLOCK_THREADS <= NAME``, so the tuner never launches more threads than it.
     """
     from r3tui.search.source import DeclarationError, parse_relations, parse_tunables
@@ -223,27 +229,30 @@ def expose_tunable(source: str, kernel_name: str, rng: random.Random) -> RuleRes
         return _declined(f"the source's r3 declarations do not parse: {exc}")
     candidates = []
     used = body_identifiers(source, span.name)
-    for match in _DEFINE.finditer(mask(source)):  # a #define in a comment is not one
+    masked = mask(source)  # a #define in a comment is not one
+    for match in _DEFINE.finditer(masked):
         name, value = match.group(1), int(match.group(2))
         values = _tunable_values(name, value)
         if name in tuned or name.startswith("__") or value < 1 or len(values) < 2:
             continue
         if name not in used:
             continue  # the kernel does not use it: tuning it changes nothing
-        candidates.append((match, name, values))
+        at = masked.rfind("\n", 0, match.start()) + 1
+        previous = masked[masked.rfind("\n", 0, max(at - 1, 0)) + 1 : at]
+        if not re.match(rf"[ \t]*#[ \t]*if(?:ndef[ \t]+{name}\b|[ \t]+!defined)", previous):
+            continue  # unguarded: a -D would not reach the code
+        candidates.append((name, values))
     if not candidates:
-        return _declined("no #define NAME <integer> that the kernel uses and is not yet tuned")
-    match, name, values = rng.choice(candidates)
+        return _declined("no #ifndef-guarded #define NAME <integer> that the kernel uses and "
+                         "is not yet tuned")
+    name, values = rng.choice(candidates)
     lines = [f"// r3: tune {name} {' '.join(str(v) for v in values)}"]
     if _THREADS_NAME.search(name):
         lines.append(f"// r3: require BLOCK_THREADS <= {name}")
-    at = source.rfind("\n", 0, match.start()) + 1
-    previous_start = source.rfind("\n", 0, max(at - 1, 0)) + 1
-    if re.match(
-        rf"[ \t]*#[ \t]*if(?:ndef[ \t]+{name}\b|[ \t]+!defined)", source[previous_start:at]
-    ):
-        at = previous_start  # above its #ifndef guard, so the guard stays intact
-    out = source[:at] + "".join(line + "\n" for line in lines) + source[at:]
+    body = span.body_open + 1
+    indent = "    "
+    out = source[:body] + "\n" + "".join(indent + line + "\n" for line in lines) + \
+        source[body:].lstrip(" \t").removeprefix("\n")
     try:
         parse_tunables(out)
         parse_relations(out)

@@ -215,3 +215,23 @@ def test_an_applications_block_is_searched_only_where_r3_apply_could_ship_it(
     standalone = bundle_of(MAIN_CU, tmp_path / "standalone", recorder="kernel recorder")
     launch, kept = searched_launch(standalone, seed_unit(standalone))
     assert launch.block_tunable and kept is None
+
+
+def test_the_searchs_declarations_stay_out_of_the_applications_file() -> None:
+    """expose_tunable declares its tunable inside the kernel's body; r3 apply ships the value
+    as -DNAME=v and writes the definition without that declaration."""
+    from r3tui.engine.splice import splice_definition
+
+    tree = ("#ifndef TILE\n#define TILE 16\n#endif\n"
+            "__global__ void k(float* a) {\n    a[threadIdx.x] *= TILE;\n}\n"
+            "int main() { return 0; }\n")
+    variant = tree.replace("__global__ void k(float* a) {\n",
+                           "__global__ void k(float* __restrict__ a) {\n"
+                           "    // r3: tune TILE 8 16 32\n")
+    spliced = splice_definition(tree, variant, "k")
+    assert spliced is not None and "// r3:" not in spliced
+    assert "__global__ void k(float* __restrict__ a) {\n    a[threadIdx.x] *= TILE;" in spliced
+    # a declaration the application wrote itself stays
+    own = tree.replace("{\n    a[", "{\n    // r3: tune TILE 16 32\n    a[")
+    kept = splice_definition(own, own.replace("float* a", "float* __restrict__ a"), "k")
+    assert kept is not None and "// r3: tune TILE 16 32" in kept

@@ -147,8 +147,20 @@ def test_expose_tunable_declares_a_parseable_tunable_with_its_relation() -> None
     assert relation.names == {"BLOCK_THREADS", "MAX_THREADS"}
     assert not relation.holds({"BLOCK_THREADS": 512, "MAX_THREADS": 256})
     assert relation.holds({"BLOCK_THREADS": 256, "MAX_THREADS": 256})
-    # the declaration sits above the #ifndef guard, which stays intact
-    assert "// r3: require BLOCK_THREADS <= MAX_THREADS\n#ifndef MAX_THREADS\n" in result.source
+    # the declaration opens the kernel's body (inside its definition, where an application
+    # kernel's edits must stay); the #ifndef guard stays intact
+    span = find_kernel(result.source, "reduce_sum")
+    assert span is not None
+    body = result.source[span.body_open : span.body_end]
+    assert body.startswith("{\n    // r3: tune MAX_THREADS 256 512 1024\n"
+                           "    // r3: require BLOCK_THREADS <= MAX_THREADS\n")
+    assert "#ifndef MAX_THREADS\n#define MAX_THREADS 1024" in result.source
+    # an unguarded #define is not offered: a -D would not reach the code through it
+    unguarded = KERNELS["reduce_sum"].replace("#ifndef MAX_THREADS\n", "", 1).replace(
+        "#define MAX_THREADS 1024\n#endif\n", "#define MAX_THREADS 1024\n", 1)
+    assert unguarded != KERNELS["reduce_sum"]
+    declined = apply_rule("expose_tunable", unguarded, "reduce_sum", random.Random(0))
+    assert not declined.ok and "#ifndef-guarded" in (declined.reason or "")
     small = get_toolchain("nvrtc").compile(
         CompileRequest(result.source, "reduce_sum", defines=(("MAX_THREADS", "256"),))
     )
