@@ -36,6 +36,9 @@ class PointerUse:
 class ForLoop:
     start: int  # the ``for`` keyword
     innermost: bool  # no for, while or do loop in its body
+    # every loop in its body is a for loop under ``#pragma unroll`` (so after unrolling it is
+    # straight-line code: rmsnorm's grid-stride loops around their unrolled element loops)
+    inner_unrolled: bool = False
 
 
 def _body(source: str, kernel: str) -> tuple[ts.Node, Parsed] | None:
@@ -158,11 +161,19 @@ def for_loops(source: str, kernel: str) -> list[ForLoop]:
     loops = []
     for loop in _descendants(body, "for_statement"):
         inner = loop.child_by_field_name("body")
-        nested = inner is not None and any(
-            _descendants(inner, kind) for kind in ("for_statement", "while_statement",
-                                                    "do_statement", "for_range_loop"))
-        loops.append(ForLoop(parsed.char(loop.start_byte), not nested))
+        nested = [] if inner is None else [
+            n for kind in ("for_statement", "while_statement", "do_statement", "for_range_loop")
+            for n in _descendants(inner, kind)]
+        unrolled = bool(nested) and all(
+            n.type == "for_statement" and _under_unroll_pragma(n, parsed) for n in nested)
+        loops.append(ForLoop(parsed.char(loop.start_byte), not nested, unrolled))
     return sorted(loops, key=lambda f: f.start)
+
+
+def _under_unroll_pragma(loop: ts.Node, parsed: Parsed) -> bool:
+    before = loop.prev_named_sibling
+    return (before is not None and before.type == "preproc_call"
+            and parsed.text(before).split()[:2] == ["#pragma", "unroll"])
 
 
 def body_identifiers(source: str, kernel: str) -> set[str]:

@@ -165,13 +165,14 @@ def _rewrite_reads(source: str, start: int, end: int, reads: dict[int, PointerUs
 
 
 def unroll_pragma(source: str, kernel_name: str, rng: random.Random) -> RuleResult:
-    """``#pragma unroll N`` (N from 2, 4, 8) before one innermost ``for`` loop without one."""
+    """``#pragma unroll N`` (N from 2, 4, 8) before one ``for`` loop without one that is
+    innermost, or whose inner loops are all unrolled already."""
     span = _kernel(source, kernel_name)
     if isinstance(span, RuleResult):
         return span
     candidates = []
     for loop in for_loops(source, span.name):
-        if not loop.innermost:
+        if not (loop.innermost or loop.inner_unrolled):
             continue
         at = loop.start
         line_start = source.rfind("\n", 0, at) + 1
@@ -182,7 +183,7 @@ def unroll_pragma(source: str, kernel_name: str, rng: random.Random) -> RuleResu
             continue
         candidates.append((line_start, at))
     if not candidates:
-        return _declined("no innermost for loop without an unroll pragma")
+        return _declined("no innermost (or inner-unrolled) for loop without an unroll pragma")
     line_start, at = rng.choice(candidates)
     factor = rng.choice((2, 4, 8))
     indent = source[line_start:at]

@@ -62,6 +62,24 @@ def test_loops_and_which_are_innermost() -> None:
     assert heads == ["for (int j = 0; j < N; ++j)", "for (int q = 0; q < 2; ++q)",
                      "for (int r = 0; r < 3; ++r)"]
     assert [f.innermost for f in loops] == [False, True, True]
+    assert [f.inner_unrolled for f in loops] == [False, False, False]  # q's has no pragma
+
+
+def test_a_loop_around_unrolled_loops_counts_as_unrollable() -> None:
+    from r3tui.analysis.body import for_loops
+
+    source = """__global__ void k(float* a, int n) {
+  for (int o = threadIdx.x; o < n; o += 4 * blockDim.x) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) a[o + i] += 1;
+  }
+  for (int o = 0; o < n; ++o) {
+    for (int i = 0; i < 4; ++i) a[i] += o;
+  }
+}"""
+    outer, inner, plain, plain_inner = for_loops(source, "k")
+    assert outer.inner_unrolled and not outer.innermost and inner.innermost
+    assert not plain.inner_unrolled and plain_inner.innermost
 
 
 def test_code_the_parser_cannot_read_counts_as_a_write() -> None:

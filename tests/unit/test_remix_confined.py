@@ -142,3 +142,23 @@ def test_restrict_on_a_cpp_kernel_with_a_prototype_compiles() -> None:
     assert "__global__ void fan(float* m, float* a, int n);" in result.source  # prototype kept
     compiled = get_toolchain("nvrtc").compile(CompileRequest(result.source, "fan"))
     assert compiled.ok, compiled.log
+
+
+def test_unroll_reaches_a_grid_stride_loop_around_unrolled_loops() -> None:
+    """HeCBench rmsnorm: every innermost loop is already `#pragma unroll`; the loop around
+    them is not, and is what is left to unroll."""
+    source = ("template <typename T, int U>\n"
+              "__global__ void norm(const T* __restrict__ x, T* y, long n) {\n"
+              "  for (long o = threadIdx.x * U; o < n; o += blockDim.x * U) {\n"
+              "#pragma unroll\n"
+              "    for (int i = 0; i < U; ++i) y[o + i] = x[o + i] * 2;\n"
+              "  }\n"
+              "}\n"
+              "template __global__ void norm<float, 4>(const float*, float*, long);\n")
+    result = apply_rule("unroll_pragma", source, "norm<float, 4>", random.Random(0))
+    assert result.ok and result.source is not None, result.reason
+    lines = result.source.splitlines()
+    at = next(i for i, line in enumerate(lines) if "for (long o" in line)
+    assert lines[at - 1].strip().startswith("#pragma unroll ")
+    compiled = get_toolchain("nvrtc").compile(CompileRequest(result.source, "norm<float, 4>"))
+    assert compiled.ok, compiled.log
