@@ -9,6 +9,7 @@ recording would see).  For each kernel, R3 makes its device unit (headers collec
 `r3 record` does) and compiles it with NVRTC twice (the second compile is what every candidate
 after the first costs: the precompiled header is warm).  Prints a row per program and:
 
+    device_unit_kernels_with_a_rule: R/N (a rule operator changes the kernel, seed 0)
     device_unit_kernels_compiled: C/N   (by NVRTC, else by nvcc as a campaign falls back)
     device_unit_kernels_nvrtc_ok: K/N   (kernels whose device unit NVRTC compiles)
     device_unit_programs_nvrtc_ok: P/20 (programs where it does for every kernel)
@@ -103,16 +104,35 @@ def kernel_rows(program: str, work: Path) -> list[dict[str, object]]:
                                      defines=tuple(command.defines), source_name=command.path.name)
             first = nvrtc.compile(request)
             warm = nvrtc.compile(request) if first.ok else first
+            rules = applicable_rules(unit.text, kernel_expression(entry))
             # where NVRTC cannot, a campaign compiles the device unit with nvcc (preflight)
             fallback = None if first.ok else get_toolchain("nvcc").compile(request)
             rows.append({**row, "ok": first.ok, "first_ms": first.seconds * 1e3,
                          "warm_ms": warm.seconds * 1e3, "file": unit.file or command.path.name,
                          "why": "" if first.ok else f"nvrtc: {first_error_line(first.log)}",
                          "root": str(root),
+                         "rules": rules,
                          "nvcc_ok": None if fallback is None else fallback.ok,
                          "nvcc_why": "" if fallback is None or fallback.ok
                          else first_error_line(fallback.log)})
     return rows
+
+
+def applicable_rules(text: str, kernel: str) -> list[str]:
+    """The rule operators that change this kernel's device unit (seed 0) the way a campaign
+    on an application's kernel accepts: inside the kernel's definition, its symbol kept."""
+    import random
+
+    from r3tui.remix.edits import outside_kernel_problem
+    from r3tui.remix.rules import RULES, apply_rule
+
+    found = []
+    for name in RULES:
+        result = apply_rule(name, text, kernel, random.Random(0))
+        if result.ok and result.source is not None and \
+                outside_kernel_problem(text, result.source, kernel) is None:
+            found.append(name)
+    return found
 
 
 def _root(unit: Path, origins: tuple[Path, ...], files: tuple[tuple[str, bytes], ...]) -> Path:
@@ -142,7 +162,9 @@ def main() -> int:
             kernels = [r for r in found if r["kernel"]]
             ok = [r for r in kernels if r["ok"]]
             failed = [r for r in found if not r["ok"]]
-            line = f"{recipe.name:16} kernels {len(ok)}/{len(kernels)} compile with NVRTC"
+            ruled = [r for r in kernels if r.get("rules")]
+            line = (f"{recipe.name:16} kernels {len(ok)}/{len(kernels)} compile with NVRTC, "
+                    f"{len(ruled)}/{len(kernels)} have a rule that applies")
             if failed:
                 line += f"; first failure: {failed[0]['kernel']}: {str(failed[0]['why'])[:160]}"
                 saved = [r for r in failed if r.get("nvcc_ok")]
@@ -161,7 +183,13 @@ def main() -> int:
     nvcc = sorted({(str(r["program"]), str(r["unit"])): float(str(r["nvcc_s"]))
                    for r in rows}.values())
     either = [r for r in kernels if r["ok"] or r.get("nvcc_ok")]
+    counts: dict[str, int] = {}
+    for r in kernels:
+        for name in r.get("rules") or ():  # type: ignore[attr-defined]
+            counts[name] = counts.get(name, 0) + 1
     lines += [
+        f"device_unit_kernels_with_a_rule: {sum(bool(r.get('rules')) for r in kernels)}/"
+        f"{len(kernels)} (" + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())) + ")",
         f"device_unit_kernels_compiled: {len(either)}/{len(kernels)} "
         f"({len(ok)} by NVRTC, {len(either) - len(ok)} by nvcc where NVRTC cannot)",
         f"device_unit_kernels_nvrtc_ok: {len(ok)}/{len(kernels)}",
@@ -171,7 +199,7 @@ def main() -> int:
         f"nvcc_unit_compile_s_median: {statistics.median(nvcc):.2f}" if nvcc else
         "nvcc_unit_compile_s_median: n/a",
     ]
-    for line in lines[-5:]:
+    for line in lines[-6:]:
         print(line)
     if args.out:
         args.out.write_text("\n".join(lines) + "\n")
