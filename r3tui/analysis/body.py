@@ -185,3 +185,27 @@ def body_identifiers(source: str, kernel: str) -> set[str]:
     body, parsed = found
     kinds = ("identifier", "type_identifier", "field_identifier")
     return {parsed.text(n) for kind in kinds for n in _descendants(body, kind)}
+
+
+def scalar_aliases(source: str) -> dict[str, str]:
+    """``typedef double Real_t;`` and ``using Index_t = int;`` of ``source``: alias -> the
+    type it names, followed through aliases of aliases (LULESH's element types)."""
+    import re
+
+    from r3tui.analysis.cuda import ItemKind, parse_translation_unit
+
+    aliases: dict[str, str] = {}
+    for item in parse_translation_unit(source).items:
+        if item.kind is not ItemKind.ALIAS or not item.name:
+            continue
+        text = " ".join(item.text.split())
+        match = (re.fullmatch(rf"typedef (.+) {re.escape(item.name)} ;", text)
+                 or re.fullmatch(rf"using {re.escape(item.name)} = (.+) ;", text))
+        if match and "{" not in match.group(1) and "(" not in match.group(1):
+            aliases[item.name] = match.group(1)
+    for name in list(aliases):
+        seen = {name}
+        while aliases[name] in aliases and aliases[name] not in seen:
+            seen.add(aliases[name])
+            aliases[name] = aliases[aliases[name]]
+    return aliases

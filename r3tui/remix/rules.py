@@ -19,7 +19,13 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from r3tui.analysis.body import PointerUse, body_identifiers, for_loops, pointer_uses
+from r3tui.analysis.body import (
+    PointerUse,
+    body_identifiers,
+    for_loops,
+    pointer_uses,
+    scalar_aliases,
+)
 from r3tui.analysis.text import mask
 from r3tui.errors import ConfigError
 from r3tui.remix.edits import KernelSpan, entry_point_problem, find_kernel
@@ -126,11 +132,13 @@ def ldg_loads(source: str, kernel_name: str, rng: random.Random) -> RuleResult:
     if isinstance(span, RuleResult):
         return span
     by_name = {p.name: p for p in span.params if p.name}
+    aliases = scalar_aliases(source)
     eligible = []
     for name in read_only_pointers(source, span):
         param = by_name[name]
         uses = pointer_uses(source, span.name, name)
-        if param.element_type in LDG_TYPES and any(u.kind == "read" for u in uses):
+        element = aliases.get(param.element_type, param.element_type)
+        if element in LDG_TYPES and any(u.kind == "read" for u in uses):
             eligible.append(name)
     if not eligible:
         return _declined("no read-only pointer parameter of a type __ldg loads is read")

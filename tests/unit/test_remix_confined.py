@@ -162,3 +162,26 @@ def test_unroll_reaches_a_grid_stride_loop_around_unrolled_loops() -> None:
     assert lines[at - 1].strip().startswith("#pragma unroll ")
     compiled = get_toolchain("nvrtc").compile(CompileRequest(result.source, "norm<float, 4>"))
     assert compiled.ok, compiled.log
+
+
+def test_ldg_sees_through_a_typedef_of_its_element_type() -> None:
+    """LULESH reads `const Real_t* __restrict__ x` with `typedef double Real_t;`."""
+    from r3tui.analysis.body import scalar_aliases
+
+    source = ("typedef double real8;\n"
+              "typedef real8 Real_t;\n"
+              "using Index_t = int;\n"
+              "__global__ void sum(const Real_t* __restrict__ x, const Index_t* __restrict__ i,\n"
+              "                    Real_t* __restrict__ out, int n) {\n"
+              "  int t = threadIdx.x;\n"
+              "  if (t < n) out[t] = x[i[t]];\n"
+              "}\n")
+    assert scalar_aliases(source) == {"real8": "double", "Real_t": "double", "Index_t": "int"}
+    rng = random.Random(0)
+    while True:  # all read-only parameters, or (by the rng) one of them
+        result = apply_rule("ldg_loads", source, "sum", rng)
+        assert result.ok and result.source is not None, result.reason
+        if "__ldg(&x[__ldg(&i[t])])" in result.source:
+            break
+    compiled = get_toolchain("nvrtc").compile(CompileRequest(result.source, "sum"))
+    assert compiled.ok, compiled.log
