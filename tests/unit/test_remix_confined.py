@@ -46,6 +46,15 @@ def edit(search: str, replace: str) -> str:
     return f"<<<<<<< SEARCH\n{search}=======\n{replace}>>>>>>> REPLACE\n"
 
 
+def compiled_rule(rule: str, source: str, kernel: str) -> tuple[str, str | None]:
+    """``rule`` applied (seed 0) and its variant compiled by real NVRTC: (source, detail)."""
+    result = apply_rule(rule, source, kernel, random.Random(0))
+    assert result.ok and result.source is not None, result.reason
+    compiled = get_toolchain("nvrtc").compile(CompileRequest(result.source, kernel))
+    assert compiled.ok, compiled.log
+    return result.source, result.detail
+
+
 def test_the_prompt_holds_the_kernel_and_the_device_code_it_reaches() -> None:
     user = build_messages(ctx())[1].content
     assert "__global__ void stencil" in user and "square(T x)" in user and "struct Grid" in user
@@ -113,15 +122,12 @@ def test_an_edit_that_would_change_the_kernels_symbol_is_refused() -> None:
             "  if (i < n) y[i] = a * x[i] + y[i];\n"
             "}\n"
             "}\n")
-    result = apply_rule("restrict_const", axpy, "ops::axpy", random.Random(0))
-    assert result.ok and result.source is not None, result.reason
-    assert "float* __restrict__ x" in result.source and "const" not in result.source
-    assert result.detail == "__restrict__ on x"
-    before, after = find_kernel(axpy, "ops::axpy"), find_kernel(result.source, "ops::axpy")
+    restricted, detail = compiled_rule("restrict_const", axpy, "ops::axpy")
+    assert "float* __restrict__ x" in restricted and "const" not in restricted
+    assert detail == "__restrict__ on x"
+    before, after = find_kernel(axpy, "ops::axpy"), find_kernel(restricted, "ops::axpy")
     assert before is not None and after is not None and not before.extern_c
     assert symbol_problem(before, after) is None
-    compiled = get_toolchain("nvrtc").compile(CompileRequest(result.source, "ops::axpy"))
-    assert compiled.ok, compiled.log
     # with C linkage the pointee's const is not in the symbol: the rule adds it
     c_axpy = axpy.replace("namespace ops {\n", 'extern "C" {\n')
     result = apply_rule("restrict_const", c_axpy, "axpy", random.Random(0))
@@ -136,12 +142,9 @@ def test_restrict_on_a_cpp_kernel_with_a_prototype_compiles() -> None:
               "  int i = threadIdx.x;\n"
               "  if (i < n) a[i] -= m[i] * a[0];\n"
               "}\n")
-    result = apply_rule("restrict_const", source, "fan", random.Random(0))
-    assert result.ok and result.source is not None, result.reason
-    assert "float* __restrict__ m" in result.source
-    assert "__global__ void fan(float* m, float* a, int n);" in result.source  # prototype kept
-    compiled = get_toolchain("nvrtc").compile(CompileRequest(result.source, "fan"))
-    assert compiled.ok, compiled.log
+    restricted, _ = compiled_rule("restrict_const", source, "fan")
+    assert "float* __restrict__ m" in restricted
+    assert "__global__ void fan(float* m, float* a, int n);" in restricted  # prototype kept
 
 
 def test_unroll_reaches_a_grid_stride_loop_around_unrolled_loops() -> None:
@@ -155,13 +158,10 @@ def test_unroll_reaches_a_grid_stride_loop_around_unrolled_loops() -> None:
               "  }\n"
               "}\n"
               "template __global__ void norm<float, 4>(const float*, float*, long);\n")
-    result = apply_rule("unroll_pragma", source, "norm<float, 4>", random.Random(0))
-    assert result.ok and result.source is not None, result.reason
-    lines = result.source.splitlines()
+    unrolled, _ = compiled_rule("unroll_pragma", source, "norm<float, 4>")
+    lines = unrolled.splitlines()
     at = next(i for i, line in enumerate(lines) if "for (long o" in line)
     assert lines[at - 1].strip().startswith("#pragma unroll ")
-    compiled = get_toolchain("nvrtc").compile(CompileRequest(result.source, "norm<float, 4>"))
-    assert compiled.ok, compiled.log
 
 
 def test_ldg_sees_through_a_typedef_of_its_element_type() -> None:
