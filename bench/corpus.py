@@ -384,10 +384,11 @@ def _tune(step: str, extra: Sequence[str]) -> Callable[
         if steps.get("record", {}).get("status") != "ok":
             return "not recorded"
         rec = Path(steps["record"]["recording"])
-        estimate = 60 + budget_seconds(ctx.args.budget) * ctx.args.top * 1.5
+        budget = tune_budget(recipe, ctx.args.budget)
+        estimate = 60 + budget_seconds(budget) * ctx.args.top * 1.5
         if ctx.left() < estimate:
             return "deadline"
-        argv = r3_argv("tune-app", str(rec), "--budget", ctx.args.budget, "--top",
+        argv = r3_argv("tune-app", str(rec), "--budget", budget, "--top",
                        str(ctx.args.top), "--db", str(STATE / "r3.sqlite"), *extra,
                        *ctx.args.tune_args)
         plan = rec / "tune-app.json"
@@ -444,13 +445,21 @@ STAGES: dict[str, tuple[str, Callable[[Recipe, dict[str, Any], StageContext], st
 PIPELINE = ("record", "tune", "tune-bo", "apply")
 
 
+def tune_budget(recipe: Recipe, budget: str) -> str:
+    """``budget``, raised to the recipe's floor (the same for the full and the BO-only arm)."""
+    if recipe.min_budget_s and budget_seconds(budget) < recipe.min_budget_s:
+        return f"{recipe.min_budget_s:g}s"
+    return budget
+
+
 def program_estimate(state: dict[str, Any], args: argparse.Namespace) -> float:
     """Seconds one program's whole pipeline needs at most (the stages' own estimates)."""
     # from the H200 (2026-12-04): record 4-24 s, tune 12-19 s at --budget 8s --top 1,
     # apply 42 s (backprop, 0.7 s a run) and 80 s (bfs, 1.2 s) at 10 pairs, a timed run
     # costing about twice a plain one; each with a margin
     wall = state["steps"].get("plain", {}).get("median_wall_s") or 3
-    tune = 20 + budget_seconds(args.budget) * args.top * 1.5
+    tune = 20 + budget_seconds(tune_budget(BY_NAME[state["program"]], args.budget)) \
+        * args.top * 1.5
     return (30 + 10 * wall) + 2 * tune + (30 + 2 * (1 + 2) * args.max_runs * wall)
 
 
