@@ -112,7 +112,7 @@ case $bench in *" corpus "*)
   # issue #18: every stage of each program back to back (record, tune, tune --inner-only,
   # apply), so a program finished here needs nothing of this machine again; carry
   # bench/work/corpus and, to resume, bench/work/corpus-state after `corpus.py import`.
-  # R3_CORPUS_ONLY limits the programs; the state files come back under $OUT/corpus-state.
+  # R3_CORPUS_ONLY limits the programs; the state comes back as $OUT/corpus-state.tgz.
   only=${R3_CORPUS_ONLY:+--only $R3_CORPUS_ONLY}
   run_bench corpus_prepare python3 bench/corpus.py prepare --build-only $only
   run_bench corpus_all python3 bench/corpus.py run --stage all $only --plain-runs 2 \
