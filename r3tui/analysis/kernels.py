@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from functools import lru_cache
 
 import tree_sitter as ts
 
@@ -66,10 +67,12 @@ class Parsed:
         return self.data[node.start_byte:node.end_byte].decode("utf-8", "replace")
 
 
+@lru_cache(maxsize=32)
 def declared_kernels(source: str, name: str
-                     ) -> tuple[list[tuple[ts.Node, KernelDeclaration]], Parsed]:
+                     ) -> tuple[tuple[tuple[ts.Node, KernelDeclaration], ...], Parsed]:
     """:func:`kernel_declarations` with each declaration's node in the parse (a definition's
-    ``body`` field is its body), for the analyses of a body (:mod:`r3tui.analysis.body`)."""
+    ``body`` field is its body), for the analyses of a body (:mod:`r3tui.analysis.body`).
+    Cached: a rule asks about every parameter of one kernel of one source."""
     data = source.encode("utf-8")
     root = _parser().parse(_BOUNDS_AFTER.sub(_blank_after_paren,
                                              _GRAMMAR_GAPS.sub(_blank, data))).root_node
@@ -102,7 +105,7 @@ def declared_kernels(source: str, name: str
             end=char(outer.end_byte),
             extern_c=_c_linkage(node, data),
         )))
-    return found, Parsed(data, char)
+    return tuple(found), Parsed(data, char)
 
 
 def _c_linkage(node: ts.Node, data: bytes) -> bool:
