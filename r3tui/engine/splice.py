@@ -56,21 +56,20 @@ def definition_span(text: str, kernel: str) -> tuple[int, int] | None:
     return (defs[0].start, defs[0].end) if len(defs) == 1 else None
 
 
-# an R3 declaration (`// r3: tune NAME ...`) a rule put inside the kernel: the search's, not
-# the application's (its value ships as -DNAME=v in r3-flags.txt)
-_R3_DIRECTIVE_LINE = re.compile(r"^[ \t]*//[ \t]*r3[ \t]*:.*\n", re.MULTILINE)
-
-
 def splice_definition(tree_text: str, variant_text: str, kernel: str) -> str | None:
     """``tree_text`` with the kernel's definition taken from ``variant_text`` (less the R3
     declarations the search added to it); None when either has no unique definition of it."""
     here, there = definition_span(tree_text, kernel), definition_span(variant_text, kernel)
     if here is None or there is None:
         return None
+    from r3tui.search.source import without_directives
+
+    # an R3 declaration (`// r3: tune NAME ...`) a rule put inside the kernel is the search's,
+    # not the application's (its value ships as -DNAME=v in r3-flags.txt)
     definition = variant_text[there[0] : there[1]]
     original = tree_text[here[0] : here[1]]
-    if not _R3_DIRECTIVE_LINE.search(original):  # the application's own are kept
-        definition = _R3_DIRECTIVE_LINE.sub("", definition)
+    if without_directives(original) == original:  # the application's own are kept
+        definition = without_directives(definition)
     return tree_text[: here[0]] + definition + tree_text[here[1] :]
 
 

@@ -103,6 +103,14 @@ def _value(raw: object) -> TunableValue:
         return text
 
 
+def without_directives(text: str) -> str:
+    """``text`` less its ``// r3:`` comment lines (each with its newline)."""
+    return _DIRECTIVE_LINE.sub("", text)
+
+
+_DIRECTIVE_LINE = re.compile(_DIRECTIVE.pattern + r"\n?", re.MULTILINE)
+
+
 def _directives(source: str) -> list[tuple[int, str, str]]:
     """``(line number, verb, rest)`` of every ``// r3:`` comment line."""
     found = []
