@@ -318,6 +318,12 @@ def read_compile_db(compile_db: Path) -> list[CompileCommand]:
     return commands
 
 
+def _in(directory: Path, value: str) -> Path:
+    """A path of a compile command: absolute, or relative to its directory."""
+    path = Path(value)
+    return path if path.is_absolute() else (directory / path).resolve()
+
+
 def _parse_command(directory: Path, file: Path, args: list[str]) -> CompileCommand:
     includes: list[Path] = []
     defines: list[tuple[str, str]] = []
@@ -328,13 +334,11 @@ def _parse_command(directory: Path, file: Path, args: list[str]) -> CompileComma
         arg = args[i]
         value: str | None = None
         if arg in ("-include", "--pre-include") and i + 1 < len(args):
-            f = Path(args[i + 1])
-            forced.append(f if f.is_absolute() else (directory / f).resolve())
+            forced.append(_in(directory, args[i + 1]))
             i += 2
             continue
         if arg.startswith("--pre-include="):
-            f = Path(arg.split("=", 1)[1])
-            forced.append(f if f.is_absolute() else (directory / f).resolve())
+            forced.append(_in(directory, arg.split("=", 1)[1]))
             i += 1
             continue
         for flag in ("-I", "--include-path", "-isystem", "-D", "--define-macro"):
@@ -350,8 +354,7 @@ def _parse_command(directory: Path, file: Path, args: list[str]) -> CompileComma
                 key, _, val = value.partition("=")
                 defines.append((key, val if "=" in value else "1"))
             else:
-                d = Path(value)
-                includes.append(d if d.is_absolute() else (directory / d).resolve())
+                includes.append(_in(directory, value))
             break
         else:
             if arg.startswith(_DEVICE_FLAG_PREFIXES):
