@@ -43,16 +43,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "bench"))
-
-from corpus_recipes import (  # noqa: E402
+from corpus_recipes import (  # bench/ is on sys.path: this script's own directory
     BY_NAME,
     CORPUS,
     DEPS,
     HECBENCH,
     NVCC_BASE,
     RECIPES,
+    REPO,
     RODINIA,
     STATE,
     Recipe,
@@ -61,7 +59,7 @@ from corpus_recipes import (  # noqa: E402
     load_state,
     write_json,
 )
-from corpus_report import campaign_facts, cmd_report, recording_summary, report_lines  # noqa: E402
+from corpus_report import campaign_facts, cmd_report, recording_summary, report_lines
 
 
 # -- extraction ----------------------------------------------------------------------------
