@@ -27,6 +27,25 @@ from r3tui.record import app_dump, interposer
 from r3tui.record.bundle import Bundle, BundleWriter
 
 BOUNDS_PROGRAM = r"""
+#ifdef DIRTY_REALLOC
+/* realloc's new bytes are unspecified: here they are 0xab, as reused heap memory can be */
+#define _GNU_SOURCE
+#include <malloc.h>
+#include <stdlib.h>
+#include <string.h>
+static void *dirty_realloc(void *p, size_t n) {
+    unsigned char *q = malloc(n);
+    if (!q) return NULL;
+    memset(q, 0xab, n);
+    if (p) {
+        size_t old = malloc_usable_size(p);
+        memcpy(q, p, old < n ? old : n);
+        free(p);
+    }
+    return q;
+}
+#define realloc dirty_realloc
+#endif
 #include "r3rec.c"
 
 /* Fakes of the driver: kernels that run at once and take 1 ms, two live arena blocks of
@@ -113,20 +132,24 @@ SNAPSHOT = 2 * 2 * 4096  # two blocks, prologue and epilogue
 NAMES = {"_Z4manyPf": "many(float*)", "_Z3onePf": "one(float*)"}
 
 
-@pytest.fixture(scope="module")
-def bounds_program(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def _build(work: Path, *defines: str) -> Path:
     try:
         include = interposer.find_cuda_header()
         compiler = interposer.find_compiler()
     except Exception as exc:  # no cuda.h or no cc on this machine
         pytest.skip(f"cannot build the interposer here: {exc}")
-    work = tmp_path_factory.mktemp("bounds")
     (work / "bounds.c").write_text(BOUNDS_PROGRAM)
     exe = work / "bounds"
     subprocess.run([compiler, "-O2", "-std=gnu11", "-Wall", "-Werror", f"-I{include}",
-                    f"-I{interposer.SOURCE.parent}", "-o", str(exe), str(work / "bounds.c"),
-                    "-ldl", "-lpthread"], check=True, capture_output=True, text=True)
+                    f"-I{interposer.SOURCE.parent}", *defines, "-o", str(exe),
+                    str(work / "bounds.c"), "-ldl", "-lpthread"],
+                   check=True, capture_output=True, text=True)
     return exe
+
+
+@pytest.fixture(scope="module")
+def bounds_program(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _build(tmp_path_factory.mktemp("bounds"))
 
 
 def _run(exe: Path, scenario: str, raw: Path, **env: str) -> dict[str, str]:
@@ -181,6 +204,17 @@ def test_only_the_first_configurations_of_a_kernel_are_snapshotted_and_all_are_c
     assert data["write_error"] is None
     bundle = Bundle.open(tmp_path / "out" / snapped[0]["bundle"], verify=True)
     assert bundle.manifest.launch.grid.x == 1 and len(bundle.manifest.allocations) == 2
+
+
+def test_a_kernels_counters_start_at_zero_whatever_realloc_returns(tmp_path: Path) -> None:
+    # Rodinia cfd on the H200: every kernel's first configuration was "--max-configs 4
+    # reached", its counters being the bytes realloc left in the interposer's function table
+    exe = _build(tmp_path, "-DDIRTY_REALLOC")
+    said = _run(exe, "many", tmp_path / "raw")
+    assert said["many"] == "4" and said["one"] == "1" and said["budget_spent"] == "0"
+    data = _convert(tmp_path)
+    assert _kernel(data, "many(float*)")["launches"] == 80
+    assert _kernel(data, "one(float*)")["configs"][0]["replayable"]
 
 
 def test_max_configs_comes_from_the_environment(bounds_program: Path, tmp_path: Path) -> None:

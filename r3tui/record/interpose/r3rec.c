@@ -645,7 +645,9 @@ static void note_func(const void *key, int image, int is_kernel, const char *nam
     if (!f) {
         GROW(funcs_, nfuncs_, capfuncs_);
         f = &funcs_[nfuncs_++];
-        f->key = key; f->name = NULL; f->image = -1; f->is_kernel = 0;
+        /* every field: realloc'd memory is not zeroed, and counters read garbage (an
+         * application whose 65th function started with "--max-configs reached") */
+        *f = (func_t){key, -1, 0, NULL, 0, 0};
     }
     if (image >= 0) f->image = image;
     f->is_kernel |= is_kernel;
