@@ -266,15 +266,19 @@ def _budget_text(proc: RawProcess) -> str:
         else "--max-snapshot-bytes"
 
 
-def _not_snapshotted(proc: RawProcess, why: str, need: int) -> str:
-    """The reason a launch was not snapshotted, as recording.json and ``r3 tune-app`` say it."""
+def _not_snapshotted(proc: RawProcess, why: str, need: int, reserve: int = 0) -> str:
+    """The reason a launch was not snapshotted, as recording.json and ``r3 tune-app`` say it;
+    for the byte budget, ``need`` is its snapshot's size and ``reserve`` the room the
+    interposer kept for another kernel's first configuration (0 for a first one)."""
     if why == "max_configs":
         limit = (proc.start or {}).get("max_configs")
         return f"not snapshotted: --max-configs {'' if limit is None else f'{limit} '}reached"
     if why == "budget":
         if need:
+            kept = (f" with {size_text(reserve)} kept for another kernel's first configuration"
+                    if reserve else "")
             return (f"not snapshotted: its snapshot ({size_text(need)}) would pass the "
-                    f"snapshot budget ({_budget_text(proc)}); snapshot budget spent")
+                    f"snapshot budget ({_budget_text(proc)}){kept}")
         return f"not snapshotted: snapshot budget spent ({_budget_text(proc)})"
     if why == "write_error":
         err = proc.write_error or {}
@@ -287,7 +291,8 @@ def unreplayable_reasons(proc: RawProcess, cfg: RawConfig) -> list[str]:
     """Why this configuration's bundle would replay wrongly (empty: it replays)."""
     why = cfg.why_not
     if why is not None:
-        return [_not_snapshotted(proc, why, int(cfg.event.get("need", 0)))]
+        return [_not_snapshotted(proc, why, int(cfg.event.get("need", 0)),
+                                 int(cfg.event.get("reserve", 0)))]
     reasons = _snapshot_problems(proc, cfg.event, cfg.outside)
     if cfg.event.get("write_error"):
         err = proc.write_error or {}
@@ -301,7 +306,8 @@ def check_problems(proc: RawProcess, cfg: RawConfig) -> list[str]:
     if cfg.check is None:
         if cfg.check_skipped is not None:
             return [_not_snapshotted(proc, str(cfg.check_skipped.get("why", "budget")),
-                                     int(cfg.check_skipped.get("need", 0)))]
+                                     int(cfg.check_skipped.get("need", 0)),
+                                     int(cfg.check_skipped.get("reserve", 0)))]
         return ["the application launched this configuration once"]
     problems = _snapshot_problems(proc, cfg.check, cfg.check_outside)
     if cfg.check.get("write_error"):

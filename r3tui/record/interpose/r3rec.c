@@ -60,9 +60,10 @@
 /* ---------------------------------------------------------------- state ---------------- */
 typedef struct { uint64_t addr, size; int live; } block_t;
 /* launches: how many times the wrappers saw it launched (outside captures, before a fault) */
-/* snapped: its configurations snapshotted so far (R3_RECORD_MAX_CONFIGS caps them) */
+/* snapped: its configurations snapshotted so far (R3_RECORD_MAX_CONFIGS caps them);
+ * need: the bytes its last snapshot took or would have taken (0: none tried yet) */
 typedef struct { const void *key; int image; int is_kernel; char *name;
-                 unsigned long long launches, snapped; } func_t;
+                 unsigned long long launches, snapped; uint64_t need; } func_t;
 typedef struct { const void *handle; int image; } handle_t;
 typedef struct { const void *data; size_t size; int dumped; } image_t;
 typedef struct { int image; char *name; uint64_t addr, size; } global_t;
@@ -118,10 +119,16 @@ static unsigned long long after_fault_, capture_unknown_;
 static CUresult capture_error_;
 
 /* Snapshot bounds: configurations per function, bytes written to data/ (snap_bytes_, images
- * included).  budget_spent_: a snapshot did not fit (budget_need_ its size), so none is taken
- * any more; write_errno_: a file could not be written (reported once), so none either. */
+ * included).  A kernel's first configuration may take what is left of the byte budget; its
+ * later configurations and check launches keep room (reserve_for()) for the largest first
+ * snapshot taken so far, so one kernel cannot spend the budget before the kernels launched
+ * after it are seen (Rodinia nw: its first kernel's configurations took 3 GiB and its second
+ * kernel, half the device time, was never snapshotted).  budget_spent_: some snapshot did
+ * not fit (budget_need_ its size, budget_reserve_ the room kept then); write_errno_: a file
+ * could not be written (reported once), so no snapshot is taken any more. */
 static unsigned long long max_configs_ = R3_DEFAULT_MAX_CONFIGS;
-static uint64_t max_bytes_ = R3_DEFAULT_MAX_BYTES, snap_bytes_, budget_need_;
+static uint64_t max_bytes_ = R3_DEFAULT_MAX_BYTES, snap_bytes_, budget_need_, budget_reserve_;
+static uint64_t largest_first_;
 static int budget_spent_, write_errno_;
 
 static uint64_t arena_reserved_, arena_mapped_, arena_top_, granularity_, guard_;
@@ -647,7 +654,7 @@ static void note_func(const void *key, int image, int is_kernel, const char *nam
         f = &funcs_[nfuncs_++];
         /* every field: realloc'd memory is not zeroed, and counters read garbage (an
          * application whose 65th function started with "--max-configs reached") */
-        *f = (func_t){key, -1, 0, NULL, 0, 0};
+        *f = (func_t){key, -1, 0, NULL, 0, 0, 0};
     }
     if (image >= 0) f->image = image;
     f->is_kernel |= is_kernel;
@@ -1120,13 +1127,35 @@ static uint64_t snapshot_bytes(const long *ids, size_t n, int image) {
     return 2 * total;
 }
 
+/* The room a snapshot of `fi` must leave: none for its first configuration, else the largest
+ * first snapshot of any kernel so far. */
+static uint64_t reserve_for(const func_t *fi, int check) {
+    return check || (fi && fi->snapped) ? largest_first_ : 0;
+}
+
+/* Whether `need` bytes (plus the reserve) pass the budget. */
+static int over_budget(uint64_t need, uint64_t reserve) {
+    return need > max_bytes_ || snap_bytes_ + need + reserve > max_bytes_;
+}
+
+/* Without synchronizing or reading memory: would this kernel's next snapshot surely not fit,
+ * judged by the size its last one took or would have taken?  (Then budget_need_ and
+ * budget_reserve_ say by how much, for the event.) */
+static int surely_over_budget(const func_t *fi, int check) {
+    if (!fi || !fi->need || !over_budget(fi->need, reserve_for(fi, check))) return 0;
+    budget_spent_ = 1;
+    budget_need_ = fi->need;
+    budget_reserve_ = reserve_for(fi, check);
+    return 1;
+}
+
 /* Snapshot one launch of `cfg`: its first (check 0: the recorded launch, whose argument bytes
  * become the configuration's reference) or its second (check 1: a check launch; `same` says
  * whether its arguments equal the reference).  Files are c<id>-* and k<id>-* apart.  The
  * caller has synchronized (settle()): the application's queued work belongs to the prologue,
  * and a fault after the launch is this launch's.  `nth`: the kernel's launch number.
- * A snapshot that would take the bytes written past R3_RECORD_MAX_BYTES is not taken: the
- * budget is spent from then on, *declined is set and the launch is left to the caller. */
+ * A snapshot that would take the bytes written past R3_RECORD_MAX_BYTES (less the reserve)
+ * is not taken: *declined is set and the launch is left to the caller. */
 static CUresult snapshot_launch(const call_t *c, config_t *cfg, func_t *fi, const char *name,
                                 int check, int same, unsigned long long nth, int *declined) {
     CUfunction fn = c->f;
@@ -1158,16 +1187,19 @@ static CUresult snapshot_launch(const call_t *c, config_t *cfg, func_t *fi, cons
     long *ids = malloc((nblocks_ + 1) * sizeof *ids);
     unsigned char **host = malloc((nblocks_ + 1) * sizeof *host);
     size_t nsel = select_blocks(args ? args : (unsigned char *)"", args ? nargs : 0, ids, host);
-    uint64_t need = snapshot_bytes(ids, nsel, image);
-    if (need > max_bytes_ || snap_bytes_ + need > max_bytes_) {
+    uint64_t need = snapshot_bytes(ids, nsel, image), reserve = reserve_for(fi, check);
+    if (fi) fi->need = need;
+    if (over_budget(need, reserve)) {
         budget_spent_ = 1;
         budget_need_ = need;
+        budget_reserve_ = reserve;
         for (size_t i = 0; i < nsel; i++) free(host[i]);
         free(ids); free(host); free(args);
         *declined = 1;
         return CUDA_SUCCESS;
     }
     *declined = 0;
+    if (!check && fi && !fi->snapped && need > largest_first_) largest_first_ = need;
     if (!check && (args || (layout_known && !np))) {
         keep_reference(cfg, args, nargs, layout_known, offs, sizes, np);
         cfg->same_count = 1;
@@ -1326,18 +1358,21 @@ static unsigned long long count_launch(const config_t *k) {
 static const char *not_snapshotted(const func_t *fi, const char *name) {
     if (!name_selected(name) || !d_sync) return "kernel";
     if (write_errno_) return "write_error";
-    if (budget_spent_) return "budget";
     if (fi && fi->snapped >= max_configs_) return "max_configs";
+    if (surely_over_budget(fi, 0)) return "budget";
     return NULL;
 }
 
-/* The "config" event of a configuration that is counted and timed but not snapshotted;
- * `tripped`: its snapshot was the one that did not fit the budget (its size is written). */
-static void emit_unrecorded(const config_t *cfg, const char *name, const char *why, int tripped) {
+/* The "config" event of a configuration that is counted and timed but not snapshotted; for
+ * the budget, the size its snapshot would have taken and the room kept then. */
+static void emit_unrecorded(const config_t *cfg, const char *name, const char *why) {
+    int budget = !strcmp(why, "budget");
     open_index();
     if (!index_) return;
     fprintf(index_, "{\"ev\":\"config\",\"id\":%d,\"recorded\":0,\"why\":\"%s\",\"need\":%llu,"
-            "\"name\":", cfg->id, why, tripped ? (unsigned long long)budget_need_ : 0ULL);
+            "\"reserve\":%llu,\"name\":", cfg->id, why,
+            budget ? (unsigned long long)budget_need_ : 0ULL,
+            budget ? (unsigned long long)budget_reserve_ : 0ULL);
     emit_string(index_, name ? name : "unknown_kernel");
     fprintf(index_, ",\"grid\":[%u,%u,%u],\"block\":[%u,%u,%u],\"shm\":%u}\n",
             cfg->g[0], cfg->g[1], cfg->g[2], cfg->b[0], cfg->b[1], cfg->b[2], cfg->shm);
@@ -1402,29 +1437,31 @@ static CUresult on_launch(const call_t *c) {
             }
             why = "budget";
         }
-        emit_unrecorded(cfg, name, why, declined);
+        emit_unrecorded(cfg, name, why);
         goto timed;
     }
     cfg->count++;
     nth = count_launch(cfg);
     if (cfg->recorded && !cfg->checked && checks_ && d_sync) {
         cfg->checked = 1;
-        int snap = !write_errno_ && !budget_spent_;
+        func_t *fi = func_lookup(c->f);
+        int snap = !write_errno_ && !surely_over_budget(fi, 1);
         if (snap && !settle()) return pass_after_fault(c);
         same = same_args(cfg, c);
         if (same) cfg->same_count++;
         if (snap) {
             const char *name = config_name(cfg);
-            rc = snapshot_launch(c, cfg, func_lookup(c->f), name ? name : "unknown_kernel", 1,
-                                 same, nth, &declined);
+            rc = snapshot_launch(c, cfg, fi, name ? name : "unknown_kernel", 1, same, nth,
+                                 &declined);
             if (!declined) {
                 pthread_mutex_unlock(&lock_);
                 return rc;
             }
         }
-        emit("{\"ev\":\"check_skipped\",\"id\":%d,\"why\":\"%s\",\"need\":%llu}", cfg->id,
-             write_errno_ ? "write_error" : "budget",
-             declined ? (unsigned long long)budget_need_ : 0ULL);
+        emit("{\"ev\":\"check_skipped\",\"id\":%d,\"why\":\"%s\",\"need\":%llu,"
+             "\"reserve\":%llu}", cfg->id, write_errno_ ? "write_error" : "budget",
+             write_errno_ ? 0ULL : (unsigned long long)budget_need_,
+             write_errno_ ? 0ULL : (unsigned long long)budget_reserve_);
         goto launch;
     }
 timed:
