@@ -121,12 +121,19 @@ def test_record_tune_apply_and_the_patched_app_converges(tmp_path: Path) -> None
         "2",
         "--max-runs",
         "3",
+        # a winner within the noise is applied and measured too (the H200, 2026-12-04: the
+        # re-timed winner was 0.992x [0.957, 1.000]); whether it ships is the measurement's
+        "--include-noise",
         "--db",
         str(db),
         cwd=tmp_path,
         timeout=300,
     )
     assert applied.returncode == 0, applied.stdout + applied.stderr
+    if "not measured: the patch is empty" in applied.stdout:
+        # only when every campaign's best is the original itself: nothing to apply
+        assert (out / "r3-apply.patch").read_text() == "", applied.stdout
+        pytest.skip("the campaigns' best variants are the originals: nothing to measure")
     assert "kernel_time_speedup_measured: " in applied.stdout
     assert "app_speedup_measured: " in applied.stdout
     summary = json.loads((out / "r3-apply.json").read_text())
