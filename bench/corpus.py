@@ -355,7 +355,7 @@ def stage_record(recipe: Recipe, state: dict[str, Any], ctx: StageContext) -> st
             "runs": [{k: v for k, v in r.items() if k != "stdout_tail"} for r in runs],
             "stdout_tail": runs[-1]["stdout_tail"][-60:] if runs else [],
         }
-    estimate: float = 60 + 10 * (steps["plain"].get("median_wall_s") or 3)
+    estimate = record_estimate(state)
     if ctx.args.stage == "all":  # the whole program, now that its wall time is known
         estimate = program_estimate(state, ctx.args)
     if ctx.left() < estimate:
@@ -382,11 +382,10 @@ def _tune(step: str, extra: Sequence[str]) -> Callable[
         if steps.get("record", {}).get("status") != "ok":
             return "not recorded"
         rec = Path(steps["record"]["recording"])
-        budget = tune_budget(recipe, ctx.args.budget)
-        estimate = 60 + budget_seconds(budget) * ctx.args.top * 1.5
-        if ctx.left() < estimate:
+        if ctx.left() < tune_estimate(recipe, ctx.args):
             return "deadline"
-        argv = r3_argv("tune-app", str(rec), "--budget", budget, "--top",
+        argv = r3_argv("tune-app", str(rec), "--budget", tune_budget(recipe, ctx.args.budget),
+                       "--top",
                        str(ctx.args.top), "--db", str(STATE / "r3.sqlite"), *extra,
                        *ctx.args.tune_args)
         plan = rec / "tune-app.json"
@@ -411,11 +410,7 @@ def stage_apply(recipe: Recipe, state: dict[str, Any], ctx: StageContext) -> str
     if not campaigns:
         steps["apply"] = {"status": "ok", "skipped": "tune-app made no campaign"}
         return None
-    wall = steps.get("plain", {}).get("median_wall_s") or 3
-    # r3 apply runs plain and timed (interposer) pairs of both trees until the intervals are
-    # narrow or --max-runs pairs of each; the timed runs cost about three plain ones
-    estimate = 90 + 2 * (1 + 3) * ctx.args.max_runs * wall
-    if ctx.left() < estimate:
+    if ctx.left() < apply_estimate(state, ctx.args):
         return "deadline"
     into = STATE / recipe.name / "patched"
     for stale in (into, into.with_name("patched.original")):
@@ -450,15 +445,33 @@ def tune_budget(recipe: Recipe, budget: str) -> str:
     return budget
 
 
+# Seconds each stage needs at most, from the H200 (2026-12-04): record 2-42 s, tune 8-29 s
+# at --budget 8s --top 1, apply 26 s (lud, 0.46 s a run) to 94 s (bfs, 2.1 s) at 10 pairs,
+# a timed run costing about twice a plain one; each with a margin.  The program's estimate
+# is the sum of its stages', so a program started is one whose every stage fits.
+
+def _wall(state: dict[str, Any]) -> float:
+    return float(state["steps"].get("plain", {}).get("median_wall_s") or 3)
+
+
+def record_estimate(state: dict[str, Any]) -> float:
+    return 30 + 10 * _wall(state)
+
+
+def tune_estimate(recipe: Recipe, args: argparse.Namespace) -> float:
+    return 20 + budget_seconds(tune_budget(recipe, args.budget)) * args.top * 1.5
+
+
+def apply_estimate(state: dict[str, Any], args: argparse.Namespace) -> float:
+    # r3 apply runs plain and timed (interposer) pairs of both trees until the intervals are
+    # narrow or --max-runs pairs of each
+    return 30 + 2 * (1 + 2) * args.max_runs * _wall(state)
+
+
 def program_estimate(state: dict[str, Any], args: argparse.Namespace) -> float:
-    """Seconds one program's whole pipeline needs at most (the stages' own estimates)."""
-    # from the H200 (2026-12-04): record 4-24 s, tune 12-19 s at --budget 8s --top 1,
-    # apply 42 s (backprop, 0.7 s a run) and 80 s (bfs, 1.2 s) at 10 pairs, a timed run
-    # costing about twice a plain one; each with a margin
-    wall = state["steps"].get("plain", {}).get("median_wall_s") or 3
-    tune = 20 + budget_seconds(tune_budget(BY_NAME[state["program"]], args.budget)) \
-        * args.top * 1.5
-    return (30 + 10 * wall) + 2 * tune + (30 + 2 * (1 + 2) * args.max_runs * wall)
+    """Seconds one program's whole pipeline needs at most (its stages' estimates)."""
+    return (record_estimate(state) + 2 * tune_estimate(BY_NAME[state["program"]], args)
+            + apply_estimate(state, args))
 
 
 def stage_all(recipe: Recipe, state: dict[str, Any], ctx: StageContext) -> str | None:
@@ -505,8 +518,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         if done in ("ok", "failed") and not args.force:
             print(f"{recipe.name:<15} {step}: {done} earlier, skipped")
             continue
-        if args.force:
-            state["steps"].pop(step, None)
+        if args.force:  # the whole program for "all" (its plain runs stay: the same build)
+            for name in (*(STAGES[n][0] for n in PIPELINE), "all") if step == "all" else (step,):
+                state["steps"].pop(name, None)
         why = stage(recipe, state, ctx)
         write_json(STATE / f"{recipe.name}.json", state)
         if why is not None:

@@ -112,10 +112,12 @@ case $bench in *" corpus "*)
   # issue #18: every stage of each program back to back (record, tune, tune --inner-only,
   # apply), so a program finished here needs nothing of this machine again; carry
   # bench/work/corpus and, to resume, bench/work/corpus-state after `corpus.py import`.
-  # R3_CORPUS_ONLY limits the programs; the state comes back as $OUT/corpus-state.tgz.
+  # R3_CORPUS_ONLY limits the programs, R3_CORPUS_FORCE=1 redoes them from the recording on
+  # (after a fix to recording); the state comes back as $OUT/corpus-state.tgz.
   only=${R3_CORPUS_ONLY:+--only $R3_CORPUS_ONLY}
+  force=${R3_CORPUS_FORCE:+--force}
   run_bench corpus_prepare python3 bench/corpus.py prepare --build-only $only
-  run_bench corpus_all python3 bench/corpus.py run --stage all $only --plain-runs 2 \
+  run_bench corpus_all python3 bench/corpus.py run --stage all $only $force --plain-runs 2 \
     --budget "${R3_CORPUS_BUDGET:-8s}" --top 1 --max-runs "${R3_CORPUS_MAX_RUNS:-10}" \
     --deadline-s "${R3_CORPUS_S:-480}" --tune-args="--rules-only" \
     --record-args="--max-snapshot-bytes ${R3_CORPUS_SNAPSHOTS:-3G}" \
