@@ -269,6 +269,9 @@ class Measurement:
     binary_sha256: str | None = None
     error_text: str | None = None
     compile_log: str | None = None
+    # what the replay learned of the recording itself (an order-dependent float result and
+    # the tolerance it is verified with), for the campaign to say once
+    notes: tuple[str, ...] = ()
 
     @property
     def ok(self) -> bool:

@@ -582,6 +582,9 @@ class CampaignRun:
             with self.database.session_scope() as s:
                 repo.add_event(s, self.campaign_id, "launch", "; ".join(space.launch_notes()))
         (measured,) = self.evaluator_for(self.seed_source).evaluate([space.baseline_config()])
+        if measured.notes:  # e.g. a float sum whose last bits depend on the blocks' order
+            with self.database.session_scope() as s:
+                repo.add_event(s, self.campaign_id, "verify", "; ".join(measured.notes))
         if not measured.ok:
             raise OriginalUnusable(
                 f"the original kernel does not replay ({measured.status.value}): "

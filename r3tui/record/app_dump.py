@@ -32,7 +32,7 @@ import datetime as dt
 import json
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +42,7 @@ from r3tui import __version__
 from r3tui.domain import Dim3, LaunchTimes
 from r3tui.record.arena import ARENA_BASE
 from r3tui.record.bundle import BundleWriter
-from r3tui.record.layout import layout_from_buffer, params_from_bytes
+from r3tui.record.layout import allocation_dtypes, layout_from_buffer, params_from_bytes
 from r3tui.record.manifest import (
     AllocationInfo,
     ArenaInfo,
@@ -402,10 +402,10 @@ def write_bundle(proc: RawProcess, cfg: RawConfig, dest: Path, *, entry_point: s
     granularity = int(arena.get("granularity", _DEFAULT_GRANULARITY))
     guard = int(arena.get("guard", 0))  # dumps before guards: none
     with BundleWriter(dest, overwrite=True) as w:
-        allocations, globals_, params = _snapshot_state(proc, ev, w)
+        allocations, globals_, params = _snapshot_state(proc, ev, w, name)
         checks: tuple[CheckLaunch, ...] = ()
         if cfg.check is not None and not check_problems(proc, cfg):
-            c_allocations, c_globals, c_params = _snapshot_state(proc, cfg.check, w)
+            c_allocations, c_globals, c_params = _snapshot_state(proc, cfg.check, w, name)
             checks = (CheckLaunch(
                 "the application's second launch of this configuration",
                 LaunchInfo(grid=cfg.grid, block=cfg.block, shared_mem_bytes=cfg.shared,
@@ -453,9 +453,12 @@ def write_bundle(proc: RawProcess, cfg: RawConfig, dest: Path, *, entry_point: s
 
 
 def _snapshot_state(
-    proc: RawProcess, ev: dict[str, Any], w: BundleWriter
+    proc: RawProcess, ev: dict[str, Any], w: BundleWriter, signature: str
 ) -> tuple[list[AllocationInfo], list[GlobalInfo], tuple[ParamInfo, ...]]:
-    """One snapshotted launch's allocations, device globals and parameters."""
+    """One snapshotted launch's allocations, device globals and parameters; an allocation's
+    dtype is what the kernel's pointer parameters into it point to (``signature``, the
+    demangled name), for the errors a replay reports and the tolerance an order-dependent
+    float result is verified with (docs/verification.md)."""
     allocations = [
         AllocationInfo(name=f"alloc{aid}", address=int(addr), size=int(size),
                        prologue=w.add_blob(proc.data(pro)), epilogue=w.add_blob(proc.data(epi)))
@@ -476,7 +479,10 @@ def _snapshot_state(
     layout: list[tuple[int, int]] = layout_from_buffer(args)
     if ev.get("layout") is not None:
         layout = [(int(o), int(n)) for o, n in ev["layout"]]
-    return allocations, globals_, params_from_bytes(args, layout, locate)
+    params = params_from_bytes(args, layout, locate)
+    dtypes = allocation_dtypes(params, signature)
+    allocations = [replace(a, dtype=dtypes.get(a.name)) for a in allocations]
+    return allocations, globals_, params
 
 
 def short_name(demangled: str) -> str:

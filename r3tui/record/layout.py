@@ -176,3 +176,75 @@ def device_global_names(source: str) -> list[str]:
         if name not in names:
             names.append(name)
     return names
+
+
+# Element types of a pointer parameter as a demangler spells them (c++filt: "float const*",
+# cu++filt the same), as numpy names them.  Only these become an allocation's dtype.
+_POINTEE_DTYPES = {
+    "float": "float32", "double": "float64", "__half": "float16", "half": "float16",
+    "char": "int8", "signed char": "int8", "unsigned char": "uint8",
+    "short": "int16", "unsigned short": "uint16", "int": "int32", "unsigned int": "uint32",
+    "unsigned": "uint32", "long": "int64", "unsigned long": "uint64",
+    "long long": "int64", "unsigned long long": "uint64",
+}
+_QUALIFIERS = re.compile(r"\b(?:const|volatile|__restrict__|__restrict|restrict)\b")
+
+
+def _top_level_split(text: str) -> list[str]:
+    parts, depth, start = [], 0, 0
+    for i, ch in enumerate(text):
+        if ch in "(<[":
+            depth += 1
+        elif ch in ")>]":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            parts.append(text[start:i])
+            start = i + 1
+    parts.append(text[start:])
+    return [p.strip() for p in parts]
+
+
+def pointee_dtypes(signature: str) -> list[str | None]:
+    """Per parameter of a demangled kernel signature (``jacobi_step(float*, float const*,
+    float*)``), the numpy dtype its pointer points to; None for anything else (a scalar, a
+    struct, a pointer to a pointer, a type not in the table)."""
+    end = signature.rfind(")")
+    start, depth = -1, 0
+    for i in range(end, -1, -1):  # the parenthesis that opens the last group
+        depth += {")": 1, "(": -1}.get(signature[i], 0)
+        if depth == 0:
+            start = i
+            break
+    if end < 0 or start < 0:
+        return []
+    inner = signature[start + 1:end].strip()
+    if not inner or inner == "void":
+        return []
+    out: list[str | None] = []
+    for part in _top_level_split(inner):
+        base = " ".join(_QUALIFIERS.sub(" ", part).split())
+        if base.count("*") != 1 or not base.endswith("*"):
+            out.append(None)
+            continue
+        out.append(_POINTEE_DTYPES.get(base[:-1].strip()))
+    return out
+
+
+def allocation_dtypes(params: Sequence[ParamInfo], signature: str) -> dict[str, str]:
+    """The element type of each allocation that pointer parameters of one type point into at
+    an offset of whole elements (none where two parameters disagree)."""
+    types = pointee_dtypes(signature)
+    if len(types) != len(params):
+        return {}
+    seen: dict[str, set[str | None]] = {}
+    for param, dtype in zip(params, types, strict=True):
+        if param.kind is not ParamKind.POINTER or param.allocation is None:
+            continue
+        aligned = dtype is not None and (param.alloc_offset or 0) % np.dtype(dtype).itemsize == 0
+        seen.setdefault(param.allocation, set()).add(dtype if aligned else None)
+    out: dict[str, str] = {}
+    for name, kinds in seen.items():
+        (only, *more) = kinds
+        if only is not None and not more:
+            out[name] = only
+    return out

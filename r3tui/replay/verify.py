@@ -20,6 +20,7 @@ same comparison on the GPU without copying buffers to the host.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -200,3 +201,58 @@ class CheckPolicy:
         """Only the first launch verified: what R³ did before these defences."""
         return cls(verify_timed=False, reset_module_state=False, check_launches=False,
                    unsettled_verifications=0)
+
+
+# -- order-dependent float results -----------------------------------------------------------
+# A kernel that adds floats with atomics (a residual, a histogram of weights) writes a sum
+# whose last bits depend on the order the blocks ran in: two runs of the same binary on the
+# same inputs differ, so no replay matches the recording byte for byte.  Such a buffer is
+# verified with a relative L2 tolerance sized from the spread actually seen between the
+# recording and replays of its own binary: ORDER_MARGIN times that spread, at least
+# ORDER_FLOOR; a spread beyond ORDER_CAP is not rounding but a wrong replay.
+ORDER_MARGIN = 16.0
+ORDER_FLOOR = {"float16": 1e-3, "float32": 1e-6, "float64": 1e-14}
+ORDER_CAP = {"float16": 1e-2, "float32": 1e-4, "float64": 1e-10}
+
+
+@dataclass(frozen=True)
+class OrderDependence:
+    """What the recording and replays of the recorded binary showed of one buffer."""
+
+    buffer: str
+    dtype: str
+    spread: float  # the largest relative L2 difference between any two of them
+    tolerance: Tolerance | None  # None: beyond ORDER_CAP (or non-finite), a wrong replay
+
+    def describe(self) -> str:
+        seen = (f"{self.buffer} ({self.dtype}) differs between runs of the recorded kernel "
+                f"by {self.spread:.2g} relative (L2)")
+        if self.tolerance is None:
+            return f"{seen}: more than floating-point order explains"
+        return (f"{seen}: an order-dependent floating-point result, verified with "
+                f"{self.tolerance.norm.value} rtol {self.tolerance.rtol:.2g}")
+
+
+def order_dependence(buffer: str, dtype: str, epilogue: bytes | np.ndarray,
+                     replays: Sequence[bytes | np.ndarray]) -> OrderDependence | None:
+    """How one float buffer varies between the recording (``epilogue``) and ``replays`` of
+    the same binary from the same prologue; None when it does not vary or is not float."""
+    if dtype not in ORDER_CAP:
+        return None
+    runs = [as_elements(r, dtype).astype(np.float64) for r in (epilogue, *replays)]
+    if all(np.array_equal(runs[0], r, equal_nan=True) for r in runs[1:]):
+        return None
+    reference = float(np.linalg.norm(np.nan_to_num(runs[0], posinf=0.0, neginf=0.0)))
+    spread = 0.0
+    for i, a in enumerate(runs):
+        for b in runs[i + 1:]:
+            if a.shape != b.shape or not np.array_equal(np.isfinite(a), np.isfinite(b)) \
+                    or not np.array_equal(a[~np.isfinite(a)], b[~np.isfinite(b)], equal_nan=True):
+                return OrderDependence(buffer, dtype, math.inf, None)
+            finite = np.isfinite(a)
+            diff = float(np.linalg.norm(a[finite] - b[finite]))
+            spread = max(spread, diff / reference if reference else math.inf if diff else 0.0)
+    if spread > ORDER_CAP[dtype]:
+        return OrderDependence(buffer, dtype, spread, None)
+    rtol = min(ORDER_CAP[dtype], max(ORDER_FLOOR[dtype], ORDER_MARGIN * spread))
+    return OrderDependence(buffer, dtype, spread, Tolerance(rtol=rtol, norm=Norm.L2))

@@ -204,6 +204,8 @@ def test_only_the_first_configurations_of_a_kernel_are_snapshotted_and_all_are_c
     assert data["write_error"] is None
     bundle = Bundle.open(tmp_path / "out" / snapped[0]["bundle"], verify=True)
     assert bundle.manifest.launch.grid.x == 1 and len(bundle.manifest.allocations) == 2
+    # the buffer the kernel's float* points to is an array of floats; the other, untyped
+    assert sorted(str(a.dtype) for a in bundle.manifest.allocations) == ["None", "float32"]
 
 
 def test_a_kernels_counters_start_at_zero_whatever_realloc_returns(tmp_path: Path) -> None:
