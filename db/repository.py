@@ -457,9 +457,11 @@ def campaign_tree(s: Session, campaign_id: int) -> list[TreeNode]:
 
 
 _RESOURCE_FIELDS = tuple(f.name for f in dataclasses.fields(ResourceUsage))
-# Measurement fields stored as same-named columns; status, time and resources are mapped apart.
+# Measurement fields stored as same-named columns; status, time and resources are mapped apart,
+# and notes (facts of the recording, not of the trial) go into the campaign's events.
 _MEASUREMENT_FIELDS = tuple(
-    f.name for f in dataclasses.fields(Measurement) if f.name not in ("status", "time", "resources")
+    f.name for f in dataclasses.fields(Measurement)
+    if f.name not in ("status", "time", "resources", "notes")
 )
 
 

@@ -79,3 +79,20 @@ def _directive_end(text: str, start: int) -> int:
             i = end + 1
             continue
         return end
+
+
+def split_top_level(text: str, pairs: str = "()[]{}") -> list[str]:
+    """``text`` split at commas outside the bracket ``pairs`` (opening, closing, ...): an
+    argument list, or a demangled signature's parameters with ``pairs="()[]<>"``."""
+    opening, closing = pairs[0::2], pairs[1::2]
+    parts, depth, start = [], 0, 0
+    for index, ch in enumerate(text):
+        if ch in opening:
+            depth += 1
+        elif ch in closing:
+            depth -= 1
+        elif ch == "," and depth == 0:
+            parts.append(text[start:index])
+            start = index + 1
+    parts.append(text[start:])
+    return parts

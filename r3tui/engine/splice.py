@@ -9,6 +9,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from r3tui.analysis.text import split_top_level
+
 EXPORTS_DIR = "r3-exports"
 _SOURCE_SUFFIXES = (".cu", ".cuh", ".cpp", ".cc", ".cxx", ".h", ".hpp")
 
@@ -83,7 +85,7 @@ def block_macro(text: str, kernel: str) -> tuple[str, str] | None:
     used: set[str] = set()
     for match in re.finditer(rf"\b{re.escape(name)}\s*(?:<[^;{{}}()]*?>)?\s*<<<", masked):
         end = masked.find(">>>", match.end())
-        arguments = _top_level_split(masked[match.end() : end]) if end > 0 else []
+        arguments = split_top_level(masked[match.end() : end]) if end > 0 else []
         used.add(arguments[1].strip() if len(arguments) > 1 else "")
     if len(used) != 1:
         return None
@@ -92,21 +94,6 @@ def block_macro(text: str, kernel: str) -> tuple[str, str] | None:
         rf"#\s*ifndef\s+{re.escape(macro)}\s*\n\s*#\s*define\s+{re.escape(macro)}\s+(\S+)", masked
     )
     return (macro, guarded.group(1)) if guarded else None
-
-
-def _top_level_split(text: str) -> list[str]:
-    """``text`` split at commas outside parentheses, brackets and braces."""
-    parts, depth, start = [], 0, 0
-    for index, ch in enumerate(text):
-        if ch in "([{":
-            depth += 1
-        elif ch in ")]}":
-            depth -= 1
-        elif ch == "," and depth == 0:
-            parts.append(text[start:index])
-            start = index + 1
-    parts.append(text[start:])
-    return parts
 
 
 def inject_maxnreg(definition: str, kernel: str, registers: int) -> str | None:

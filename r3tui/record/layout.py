@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from r3tui.analysis.text import split_top_level
 from r3tui.domain import Tolerance
 from r3tui.errors import RecordingError
 from r3tui.record.manifest import BUFFER_DTYPES, ParamInfo, ParamKind
@@ -190,20 +191,6 @@ _POINTEE_DTYPES = {
 _QUALIFIERS = re.compile(r"\b(?:const|volatile|__restrict__|__restrict|restrict)\b")
 
 
-def _top_level_split(text: str) -> list[str]:
-    parts, depth, start = [], 0, 0
-    for i, ch in enumerate(text):
-        if ch in "(<[":
-            depth += 1
-        elif ch in ")>]":
-            depth -= 1
-        elif ch == "," and depth == 0:
-            parts.append(text[start:i])
-            start = i + 1
-    parts.append(text[start:])
-    return [p.strip() for p in parts]
-
-
 def pointee_dtypes(signature: str) -> list[str | None]:
     """Per parameter of a demangled kernel signature (``jacobi_step(float*, float const*,
     float*)``), the numpy dtype its pointer points to; None for anything else (a scalar, a
@@ -221,7 +208,7 @@ def pointee_dtypes(signature: str) -> list[str | None]:
     if not inner or inner == "void":
         return []
     out: list[str | None] = []
-    for part in _top_level_split(inner):
+    for part in (p.strip() for p in split_top_level(inner, "()[]<>")):
         base = " ".join(_QUALIFIERS.sub(" ", part).split())
         if base.count("*") != 1 or not base.endswith("*"):
             out.append(None)
