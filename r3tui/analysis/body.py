@@ -39,6 +39,9 @@ class ForLoop:
     # every loop in its body is a for loop under ``#pragma unroll`` (so after unrolling it is
     # straight-line code: rmsnorm's grid-stride loops around their unrolled element loops)
     inner_unrolled: bool = False
+    # a statement of a ``{ }`` block, so a declaration may go on the line before it (not the
+    # single statement of a brace-less ``if``, ``else``, ``for`` or ``while``)
+    in_block: bool = True
 
 
 def _body(source: str, kernel: str) -> tuple[ts.Node, Parsed] | None:
@@ -166,7 +169,9 @@ def for_loops(source: str, kernel: str) -> list[ForLoop]:
             for n in _descendants(inner, kind)]
         unrolled = bool(nested) and all(
             n.type == "for_statement" and _under_unroll_pragma(n, parsed) for n in nested)
-        loops.append(ForLoop(parsed.char(loop.start_byte), not nested, unrolled))
+        parent = loop.parent
+        loops.append(ForLoop(parsed.char(loop.start_byte), not nested, unrolled,
+                             parent is not None and parent.type == "compound_statement"))
     return sorted(loops, key=lambda f: f.start)
 
 

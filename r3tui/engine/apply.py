@@ -47,6 +47,7 @@ from r3tui.domain import TrialConfig
 from r3tui.engine.application import RecordingContext, recording_context
 from r3tui.engine.splice import (
     EXPORTS_DIR,
+    bake_define,
     block_macro,
     definition_span,
     find_unit,
@@ -328,12 +329,23 @@ def apply_campaign(
             options = [o for o in options if o[0] != "maxrregcount"]
             outcome.applied.append(f"__maxnreg__({registers}) on {best.kernel} (this kernel only, "
                                    "instead of -maxrregcount for the whole unit)")
+    baked: set[str] = set()
+    for key, value in sorted(best.tunables.items()):
+        # a tunable whose guarded #define lies in the kernel's definition (a rule's unroll
+        # factor) gets its value there: no flag, and no build that must read one
+        span = definition_span(text, best.kernel)
+        written = bake_define(text[span[0]:span[1]], key, str(value)) if span else None
+        if span is not None and written is not None:
+            text = text[:span[0]] + written + text[span[1]:]
+            baked.add(key)
+            outcome.applied.append(f"tunable {key}={value} (its #define in {best.kernel})")
     unit.write_text(text)
     if block_flag is not None:
         _add_flag(flags, option_owner, f"-D{block_flag[0]}=", str(block_flag[1]), best, outcome,
                   "block")
     for key, value in sorted(best.tunables.items()):
-        _add_flag(flags, option_owner, f"-D{key}=", str(value), best, outcome, "tunable")
+        if key not in baked:
+            _add_flag(flags, option_owner, f"-D{key}=", str(value), best, outcome, "tunable")
     if options:
         from r3tui.compile.options import render
 

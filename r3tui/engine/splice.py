@@ -111,3 +111,15 @@ def inject_maxnreg(definition: str, kernel: str, registers: int) -> str | None:
         return None
     head = re.sub(r"__maxnreg__\s*\([^()]*\)\s*", "", definition[d.start : d.name_at])
     return definition[: d.start] + head + f"__maxnreg__({registers}) " + definition[d.name_at :]
+
+
+def bake_define(definition: str, name: str, value: str) -> str | None:
+    """``definition`` with its ``#ifndef name`` / ``#define name <v>`` set to ``value``, where
+    the kernel's definition holds that guard (a tunable a rule declared inside the kernel);
+    None where it does not, and the value must come from a -D flag instead."""
+    pattern = re.compile(
+        rf"(^[ \t]*#[ \t]*ifndef[ \t]+{re.escape(name)}[ \t]*\n[ \t]*#[ \t]*define[ \t]+"
+        rf"{re.escape(name)}[ \t]+)(\S+)", re.M)
+    if len(pattern.findall(definition)) != 1:
+        return None
+    return pattern.sub(lambda m: m.group(1) + value, definition)

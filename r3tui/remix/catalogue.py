@@ -73,7 +73,10 @@ CATALOGUE: tuple[Transformation, ...] = (
     Transformation(
         "unroll_inner_loop",
         "loops",
-        "Put `#pragma unroll 4` on the line before the innermost `for` loop.",
+        "Unroll the innermost `for` loop by a factor the tuner chooses: declare "
+        "`// r3: tune R3_UNROLL 1 2 4 8 16` with an `#ifndef`-guarded `#define R3_UNROLL 4`, "
+        "and put `constexpr int r3_unroll = R3_UNROLL;` and `#pragma unroll r3_unroll` "
+        "before the loop.",
         rule="unroll_pragma",
     ),
     Transformation(

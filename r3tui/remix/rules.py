@@ -172,15 +172,29 @@ def _rewrite_reads(source: str, start: int, end: int, reads: dict[int, PointerUs
     return "".join(out)
 
 
+UNROLL_FACTORS = (1, 2, 4, 8, 16)
+UNROLL_DEFAULT = 4
+
+
 def unroll_pragma(source: str, kernel_name: str, rng: random.Random) -> RuleResult:
-    """``#pragma unroll N`` (N from 2, 4, 8) before one ``for`` loop without one that is
-    innermost, or whose inner loops are all unrolled already."""
+    """A tunable unroll factor on one ``for`` loop without an unroll pragma, one that is
+    innermost or whose inner loops are all unrolled already.
+
+    Inside the kernel's body, on the lines before the loop: the tunable's declaration
+    ``// r3: tune R3_UNROLL_<line> 1 2 4 8 16``, its ``#ifndef``-guarded default (4), and
+    ``constexpr int r3_unroll_<line> = R3_UNROLL_<line>;`` named by ``#pragma unroll``.  The
+    pragma's argument must be a constant expression: a macro there is not expanded.  The
+    search then sizes the factor with ``-DR3_UNROLL_<line>=v`` as it sizes any tunable, and
+    ``r3 apply`` ships the value it chose (1 keeps the loop rolled).  Only a loop that is a
+    statement of a ``{ }`` block: a declaration before the single statement of a brace-less
+    ``if`` would change what the ``if`` guards.
+    """
     span = _kernel(source, kernel_name)
     if isinstance(span, RuleResult):
         return span
     candidates = []
     for loop in for_loops(source, span.name):
-        if not (loop.innermost or loop.inner_unrolled):
+        if not (loop.innermost or loop.inner_unrolled) or not loop.in_block:
             continue
         at = loop.start
         line_start = source.rfind("\n", 0, at) + 1
@@ -191,13 +205,22 @@ def unroll_pragma(source: str, kernel_name: str, rng: random.Random) -> RuleResu
             continue
         candidates.append((line_start, at))
     if not candidates:
-        return _declined("no innermost (or inner-unrolled) for loop without an unroll pragma")
+        return _declined("no innermost (or inner-unrolled) for loop in a { } block without an "
+                         "unroll pragma")
     line_start, at = rng.choice(candidates)
-    factor = rng.choice((2, 4, 8))
-    indent = source[line_start:at]
-    out = source[:line_start] + f"{indent}#pragma unroll {factor}\n" + source[line_start:]
     line = source.count("\n", 0, at) + 1
-    return _finish(source, out, kernel_name, f"#pragma unroll {factor} on the loop at line {line}")
+    macro, constant = f"R3_UNROLL_{line}", f"r3_unroll_{line}"
+    if re.search(rf"\b{macro}\b", source):
+        return _declined(f"{macro} is already a name in the source")
+    indent = source[line_start:at]
+    factors = " ".join(str(f) for f in UNROLL_FACTORS)
+    inserted = (f"{indent}// r3: tune {macro} {factors}\n"
+                f"#ifndef {macro}\n#define {macro} {UNROLL_DEFAULT}\n#endif\n"
+                f"{indent}constexpr int {constant} = {macro};\n"
+                f"{indent}#pragma unroll {constant}\n")
+    out = source[:line_start] + inserted + source[line_start:]
+    return _finish(source, out, kernel_name,
+                   f"unroll factor {macro} in {{{factors}}} on the loop at line {line}")
 
 
 _DEFINE = re.compile(

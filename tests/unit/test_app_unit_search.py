@@ -76,6 +76,29 @@ def test_apply_writes_the_tuned_kernel_into_the_header_that_defines_it(tmp_path:
     assert (tree / "src/main.cu").read_text() == MAIN_CU
 
 
+def test_a_tuned_unroll_factor_is_written_into_the_kernels_own_define(tmp_path: Path) -> None:
+    import random
+
+    from r3tui.remix.rules import apply_rule
+    from r3tui.search.source import parse_tunables
+
+    bundle = app_bundle(tmp_path / "b")
+    original = seed_unit(bundle).source.text
+    made = apply_rule("unroll_pragma", original, KERNEL, random.Random(0))
+    assert made.ok and made.source is not None, made.reason
+    (tunable,) = parse_tunables(made.source)
+    tree = app_tree(tmp_path / "tree")
+    flags: dict[str, str] = {}
+    best = _Best(7, KERNEL, original, made.source, (), None, None, {tunable.name: 8}, "nvrtc",
+                 1.2, bundle.path)
+    outcome = apply_campaign(best, tree, flags, {}, 0.5, {})
+    assert not outcome.not_applied and flags == {}, outcome  # no flag for the build to read
+    assert outcome.applied == ["source: kernel definition replaced",
+                               f"tunable {tunable.name}=8 (its #define in {KERNEL})"]
+    header = (tree / "src/kernels.cuh").read_text()
+    assert f"#define {tunable.name} 8\n" in header and f"#define {tunable.name} 4" not in header
+
+
 def test_export_patches_the_file_that_defines_the_kernel(tmp_path: Path) -> None:
     from r3tui.report import application_patch
 

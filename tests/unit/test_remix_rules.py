@@ -137,6 +137,37 @@ def test_unroll_factor_and_loop_come_from_the_rng() -> None:
     assert not done.ok  # its only loop already has a pragma
 
 
+def test_the_unroll_factor_is_a_tunable_that_reaches_the_compiled_loop() -> None:
+    result = apply_rule("unroll_pragma", KERNELS["sgemm"], "sgemm", random.Random(0))
+    assert result.ok and result.source is not None
+    (tunable,) = parse_tunables(result.source)
+    assert tunable.name.startswith("R3_UNROLL_") and tunable.values == (1, 2, 4, 8, 16)
+    assert tunable.default == 4
+    # the pragma names a constant: a macro is not expanded in `#pragma unroll`
+    lines = result.source.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.strip().startswith("for ("))
+    assert lines[at - 1].strip() == f"#pragma unroll r3_unroll_{tunable.name[10:]}"
+    nvrtc = get_toolchain("nvrtc")
+
+    def binary(value: int | None) -> bytes:
+        defines = () if value is None else ((tunable.name, str(value)),)
+        compiled = nvrtc.compile(CompileRequest(result.source, "sgemm", defines=defines))
+        assert compiled.ok, compiled.log
+        return compiled.binary
+
+    rolled, default, eight = binary(1), binary(None), binary(8)
+    assert default == binary(4) and len({rolled, default, eight}) == 3
+
+
+def test_unroll_leaves_a_loop_that_is_the_single_statement_of_an_if() -> None:
+    source = ('extern "C" __global__ void k(float* x, int n) {\n'
+              "    if (n > 4)\n"
+              "        for (int i = 0; i < n; i++) x[i] *= 2.0f;\n"
+              "}\n")
+    result = apply_rule("unroll_pragma", source, "k", random.Random(0))
+    assert not result.ok and "in a { } block" in (result.reason or "")
+
+
 def test_expose_tunable_declares_a_parseable_tunable_with_its_relation() -> None:
     result = apply_rule("expose_tunable", KERNELS["reduce_sum"], "reduce_sum", random.Random(0))
     assert result.ok and result.source is not None
