@@ -95,6 +95,7 @@ CATALOGUE: tuple[Transformation, ...] = (
         "parallelism",
         "Finish the reduction inside each warp with `__shfl_down_sync(0xffffffff, v, offset)` "
         "for offset 16, 8, 4, 2, 1 instead of shared memory and `__syncthreads()`.",
+        rule="warp_shuffle_reduction",
     ),
     Transformation(
         "grid_stride_loop",

@@ -293,11 +293,126 @@ def expose_tunable(source: str, kernel_name: str, rng: random.Random) -> RuleRes
     return _finish(source, out, kernel_name, f"tunable {name} in {values}")
 
 
+# -- block reductions to warp shuffles -------------------------------------------------------
+_W = r"\s*"
+_ID = r"[A-Za-z_]\w*"
+_TYPE = r"(?:(?:unsigned|signed|const|int|long|size_t)\s+)*"
+# `for (int s = 1; s < n; s *= 2) { if (tid % (2 * s) == 0 && tid + s < n) { STEP }
+#  __syncthreads(); }`
+_INTERLEAVED = re.compile(
+    rf"for{_W}\({_W}{_TYPE}(?P<s>{_ID}){_W}={_W}1{_W};"
+    rf"{_W}(?P=s){_W}<{_W}(?P<n>{_ID}){_W};{_W}(?P=s){_W}(?:\*={_W}2|<<={_W}1){_W}\){_W}\{{"
+    rf"{_W}if{_W}\({_W}\(?{_W}(?P<tid>{_ID}){_W}%{_W}\({_W}2{_W}\*{_W}(?P=s){_W}\){_W}\)?{_W}"
+    rf"=={_W}0{_W}&&{_W}(?P=tid){_W}\+{_W}(?P=s){_W}<{_W}(?P=n){_W}\){_W}"
+    rf"(?P<step>\{{[^{{}}]*\}}|[^;{{}}]*;){_W}__syncthreads{_W}\({_W}\){_W};{_W}\}}")
+# `for (int s = blockDim.x / 2; s > 0; s >>= 1) { if (tid < s) STEP __syncthreads(); }`
+_SEQUENTIAL = re.compile(
+    rf"for{_W}\({_W}{_TYPE}(?P<s>{_ID}){_W}={_W}"
+    rf"(?P<n>blockDim\.x){_W}(?:/{_W}2|>>{_W}1){_W};{_W}(?P=s){_W}>{_W}0{_W};{_W}(?P=s){_W}"
+    rf"(?:>>={_W}1|/={_W}2){_W}\){_W}\{{{_W}if{_W}\({_W}(?P<tid>{_ID}){_W}<{_W}(?P=s){_W}\){_W}"
+    rf"(?P<step>\{{[^{{}}]*\}}|[^;{{}}]*;){_W}__syncthreads{_W}\({_W}\){_W};{_W}\}}")
+_LINEAR_TIDS = ("threadIdx.x", "threadIdx.x+blockDim.x*(threadIdx.y+blockDim.y*threadIdx.z)")
+
+
+def _reduction_step(step: str, tid: str, stride: str) -> tuple[str, str] | None:
+    """``(array, combine)`` of a tree step ``a[tid] += a[tid + s];`` or ``a[tid] =
+    f(a[tid], a[tid + s]);``, ``combine`` a format with ``{a}`` and ``{b}``; None otherwise."""
+    text = "".join(step.strip().strip("{}").split())
+    mine, theirs = rf"(?P<arr>{_ID})\[{tid}\]", rf"(?P=arr)\[{tid}\+{stride}\]"
+    found = re.fullmatch(rf"{mine}\+={theirs};", text)
+    if found:
+        return found.group("arr"), "{a} + {b}"
+    found = re.fullmatch(rf"{mine}=(?P<f>{_ID})\((?P=arr)\[{tid}\],{theirs}\);", text)
+    if found:
+        return found.group("arr"), found.group("f") + "({a}, {b})"
+    found = re.fullmatch(rf"{mine}=(?P=arr)\[{tid}\]\+{theirs};", text)
+    if found:
+        return found.group("arr"), "{a} + {b}"
+    return None
+
+
+def warp_shuffle_reduction(source: str, kernel_name: str, rng: random.Random) -> RuleResult:
+    """A shared-memory tree reduction (a ``__syncthreads`` per level, ``a[tid] += a[tid + s]``
+    or ``a[tid] = f(a[tid], a[tid + s])``) done with warp shuffles instead: each warp combines
+    its 32 values with ``__shfl_down_sync``, warp 0 combines the warps' results, and ``a[0]``
+    holds the block's result after a barrier, as after the loop.  Two barriers instead of one
+    per level.
+
+    Only where ``tid`` is the thread's linear index in the block (``threadIdx.x`` with a 1-D
+    block, or the flattened x-y-z index), and for blocks of whole warps: the variant declares
+    ``// r3: require BLOCK_THREADS % 32 == 0`` (and the 1-D block where it needs it), so the
+    tuner never launches it otherwise.  Values combine in another order: a float sum moves in
+    its last bits, which the buffers' tolerances must allow, as the replay verifies.
+    """
+    span = _kernel(source, kernel_name)
+    if isinstance(span, RuleResult):
+        return span
+    masked = mask(source)
+    body = masked[span.body_open:span.body_end]
+    candidates = []
+    for pattern in (_INTERLEAVED, _SEQUENTIAL):
+        for found in pattern.finditer(body):
+            tid, stride = found.group("tid"), found.group("s")
+            step = _reduction_step(found.group("step"), re.escape(tid), re.escape(stride))
+            init = re.search(rf"\b{re.escape(tid)}\s*=\s*([^;,]+);", body[:found.start()])
+            if step is None or init is None:
+                continue
+            linear = "".join(init.group(1).split())
+            linear = linear if linear in _LINEAR_TIDS else linear[1:-1]
+            if linear not in _LINEAR_TIDS:
+                continue
+            candidates.append((span.body_open + found.start(), span.body_open + found.end(),
+                               tid, found.group("n"), step, linear == "threadIdx.x"))
+    if not candidates:
+        return _declined("no shared-memory tree reduction (a[tid] op= a[tid + s] with a "
+                         "__syncthreads per level) over the thread's linear index")
+    start, end, tid, count, (array, combine), one_d = rng.choice(candidates)
+    line_start = source.rfind("\n", 0, start) + 1
+    indent = source[line_start:start] if not source[line_start:start].strip() else "    "
+    step = combine.format(a="r3_v", b="__shfl_down_sync(0xffffffffu, r3_v, r3_o)")
+    guarded = combine.format(a="r3_v", b="r3_other")
+    lines = [
+        "{  // the tree reduction of " + array + " in warp shuffles",
+        f"    auto r3_v = {array}[{tid}];",
+        "    for (int r3_o = 16; r3_o > 0; r3_o /= 2) {",
+        f"        r3_v = {step};",
+        "    }",
+        "    __syncthreads();  // every thread has read its own value",
+        f"    if ({tid} % 32 == 0) {{",
+        f"        {array}[{tid} / 32] = r3_v;",
+        "    }",
+        "    __syncthreads();",
+        f"    if ({tid} < 32) {{",
+        f"        int r3_warps = ((int)({count}) + 31) / 32;",
+        f"        r3_v = {array}[{tid} < r3_warps ? {tid} : 0];",
+        "        for (int r3_o = 16; r3_o > 0; r3_o /= 2) {",
+        "            auto r3_other = __shfl_down_sync(0xffffffffu, r3_v, r3_o);",
+        f"            if ((int)({tid}) + r3_o < r3_warps) {{",
+        f"                r3_v = {guarded};",
+        "            }",
+        "        }",
+        f"        if ({tid} == 0) {{",
+        f"            {array}[0] = r3_v;",
+        "        }",
+        "    }",
+        "    __syncthreads();",
+        "}",
+    ]
+    replacement = ("\n" + indent).join(lines)
+    requires = ["BLOCK_THREADS % 32 == 0"] + (["BLOCK_Y == 1 && BLOCK_Z == 1"] if one_d else [])
+    declared = "".join(f"{indent}// r3: require {r}\n" for r in requires)
+    out = source[:line_start] + declared + source[line_start:start] + replacement + source[end:]
+    line = source.count("\n", 0, start) + 1
+    return _finish(source, out, kernel_name,
+                   f"the tree reduction of {array} at line {line} in warp shuffles")
+
+
 RULES: dict[str, Rule] = {
     "restrict_const": restrict_const,
     "ldg_loads": ldg_loads,
     "unroll_pragma": unroll_pragma,
     "expose_tunable": expose_tunable,
+    "warp_shuffle_reduction": warp_shuffle_reduction,
 }
 
 

@@ -58,6 +58,7 @@ def test_rules_apply_to_the_kernels_they_are_for() -> None:
     for example in ("nbody", "reduce_sum", "sgemm", "softmax", "spmv_csr"):
         assert ("unroll_pragma", example) in applies
     assert {e for r, e in applies if r == "expose_tunable"} == {"reduce_sum", "softmax"}
+    assert {e for r, e in applies if r == "warp_shuffle_reduction"} == {"reduce_sum", "softmax"}
     assert ("unroll_pragma", "stencil7") not in applies  # it has no loop
 
 
@@ -166,6 +167,55 @@ def test_unroll_leaves_a_loop_that_is_the_single_statement_of_an_if() -> None:
               "}\n")
     result = apply_rule("unroll_pragma", source, "k", random.Random(0))
     assert not result.ok and "in a { } block" in (result.reason or "")
+
+
+def test_a_tree_reduction_becomes_warp_shuffles_for_blocks_of_whole_warps() -> None:
+    from r3tui.search.expressions import Relation
+
+    seen = set()
+    for seed in range(6):  # softmax has two reductions: max and sum
+        result = apply_rule("warp_shuffle_reduction", KERNELS["softmax"], "softmax",
+                            random.Random(seed))
+        assert result.ok and result.source is not None
+        seen.add(result.detail)
+        assert result.source.count("__shfl_down_sync") == 2
+        assert result.source.count("stride *= 2") == 1  # the other reduction is left
+        (relation,) = parse_relations(result.source)
+        assert relation == Relation.parse("BLOCK_THREADS % 32 == 0")
+    assert len(seen) == 2
+    assert any("fmaxf(r3_v, __shfl_down_sync(" in apply_rule(
+        "warp_shuffle_reduction", KERNELS["softmax"], "softmax", random.Random(s)).source or ""
+        for s in range(6))
+    # done once on reduce_sum, nothing is left to do
+    once = apply_rule("warp_shuffle_reduction", KERNELS["reduce_sum"], "reduce_sum",
+                      random.Random(0)).source
+    assert once is not None and "r3_v = r3_v + __shfl_down_sync(" in once
+    assert not apply_rule("warp_shuffle_reduction", once, "reduce_sum", random.Random(0)).ok
+
+
+def test_a_tree_reduction_over_a_2d_index_or_threadidx_alone_is_handled_as_it_must_be() -> None:
+    template = (
+        'extern "C" __global__ void k(const float* x, float* out) {{\n'
+        "    __shared__ float s[256];\n"
+        "    int tid = {tid};\n"
+        "    s[tid] = x[blockIdx.x * 256 + tid];\n"
+        "    __syncthreads();\n"
+        "    for (int step = blockDim.x / 2; step > 0; step >>= 1) {{\n"
+        "        if (tid < step) s[tid] += s[tid + step];\n"
+        "        __syncthreads();\n"
+        "    }}\n"
+        "    if (tid == 0) out[blockIdx.x] = s[0];\n"
+        "}}\n")
+    one_d = apply_rule("warp_shuffle_reduction", template.format(tid="threadIdx.x"), "k",
+                       random.Random(0))
+    assert one_d.ok and one_d.source is not None
+    assert "// r3: require BLOCK_Y == 1 && BLOCK_Z == 1" in one_d.source
+    compiled = get_toolchain("nvrtc").compile(CompileRequest(one_d.source, "k"))
+    assert compiled.ok, compiled.log
+    # lanes are the linear index: a reduction over threadIdx.y is not one of whole warps
+    other = apply_rule("warp_shuffle_reduction", template.format(tid="threadIdx.y"), "k",
+                       random.Random(0))
+    assert not other.ok and "linear index" in (other.reason or "")
 
 
 def test_expose_tunable_declares_a_parseable_tunable_with_its_relation() -> None:
