@@ -22,6 +22,7 @@ class VariantOrigin(StrEnum):
     LLM = "llm"  # rewritten by a language model
     RULE = "rule"  # rewritten by a deterministic source operator
     CROSSOVER = "crossover"  # combined from two parents
+    REPAIR = "repair"  # the model's fix of its own change that did not compile or verify
 
 
 class VariantStatus(StrEnum):

@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from r3tui.domain import Variant, VariantOrigin, VariantStatus
+from r3tui.domain import MeasurementStatus, Variant, VariantOrigin, VariantStatus
 from r3tui.engine.control import CampaignControl
 from r3tui.engine.inner import (
     Evaluator,
@@ -76,6 +76,9 @@ class CampaignSettings:
     llm_share: float = 1.0  # fraction of proposals asked of the LLM (0: rules only)
     edit_format: str = "search_replace"
     prefetch: bool = True  # generate the next proposal while the GPU evaluates
+    # a model's change that does not compile or verify goes back to it once with the failure
+    # (a repair turn); the answer is a child of the failed variant, origin "repair"
+    repair: bool = True
     inner: InnerSettings = field(default_factory=InnerSettings)
 
     def __post_init__(self) -> None:
@@ -145,6 +148,7 @@ class _Request:
     profile: VariantProfile | None
     inspirations: tuple[Inspiration, ...]
     inspiration_ids: tuple[int, ...] = ()
+    repair: str | None = None  # the parent's failure, for a repair turn
 
 
 class CampaignRun:
@@ -311,13 +315,20 @@ class CampaignRun:
         assert self.mutator is not None
         rng = random.Random(derive_seed(self.settings.seed, "propose", request.index))
         started = time.monotonic()
+        wanted = None
+        if request.repair is not None and request.parent.operator:
+            from r3tui.remix.catalogue import transformation
+
+            wanted = transformation(request.parent.operator)
         context = MutationContext(
             kernel_name=self.seed_source.kernel_name,
             parent_source=request.parent.source,
             profile=request.profile,
             inspirations=request.inspirations,
+            transformation=wanted,
             is_known=self.has_source,
             confined=self.seed_source.confined,
+            repair=request.repair,
         )
         proposal = self.mutator.propose(context, rng)
         return proposal, time.monotonic() - started
@@ -624,6 +635,7 @@ class CampaignRun:
                     ahead = (nxt, llm.submit(self.generate_proposal, nxt))
                 if variant is not None and variant.status is VariantStatus.PENDING:
                     self.evaluate(variant)
+                    made += self._repair(request, variant, made)
                 elif variant is not None:
                     self._announce(request.index, variant)
             if ahead is not None:
@@ -638,6 +650,34 @@ class CampaignRun:
         if not self.control.stop_requested:
             self.compare_with_original()
         return made
+
+    # the failures a repair turn is for: the model can act on a compiler error or a mismatch
+    REPAIRABLE = (VariantStatus.COMPILE_FAILED, VariantStatus.WRONG_RESULT)
+
+    def _repair(self, request: _Request, variant: Variant, made: int) -> int:
+        """Once for a model's change that did not compile or verify: ask the model to fix it,
+        with the failure, and evaluate the answer as the failed variant's child.  The number
+        of proposals it made (0 or 1)."""
+        from db import repository as repo
+
+        if (not self.settings.repair or variant.origin is not VariantOrigin.LLM
+                or variant.id is None or not self._budget_left(made)):
+            return 0
+        with self.database.session_scope() as s:
+            failed = repo.get_variant(s, variant.id)
+            trials = repo.trials_of_variant(s, variant.id)
+        if failed is None or failed.status not in self.REPAIRABLE or not failed.operator:
+            return 0
+        why = f"{failed.status.value}: {_first_failure(trials) or failed.status_reason}"
+        repair = _Request(made, request.island, failed, None, (), (), why)
+        proposal, llm_s = self.generate_proposal(repair)
+        self.timing.llm_s += llm_s
+        fixed = self.store_proposal(repair, proposal)
+        if fixed is not None and fixed.status is VariantStatus.PENDING:
+            self.evaluate(fixed)
+        elif fixed is not None:
+            self._announce(made, fixed)
+        return 1
 
     def compare_with_original(self, rounds: int = 15) -> dict[str, Any] | None:
         from r3tui.engine.comparison import compare_with_original
@@ -678,6 +718,20 @@ class CampaignRun:
                 self._announce(request.index, variant)
         self.record_skipped()
         return out
+
+
+def _first_failure(trials: Sequence[Any]) -> str | None:
+    """What a failed variant's first failed trial says: the compiler's first error, or the
+    verification's mismatch (what a repair turn shows the model)."""
+    from r3tui.compile.base import first_error_line
+
+    for trial in trials:
+        m = trial.measurement
+        if m.status is MeasurementStatus.COMPILE_ERROR and m.compile_log:
+            return first_error_line(m.compile_log)
+        if not m.ok and m.error_text:
+            return m.error_text
+    return None
 
 
 def unsafe_reason(original: str, candidate: str) -> str | None:

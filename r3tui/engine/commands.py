@@ -139,6 +139,7 @@ def _campaign_settings(
         seed=args.seed,
         llm_share=0.0 if args.rules_only else args.llm_share,
         edit_format=args.edit_format,
+        repair=not args.no_repair,
         inner=_inner_settings(args),
     )
 
@@ -284,6 +285,12 @@ def add_campaign_options(parser: argparse.ArgumentParser) -> None:
         type=float,
         default=0.75,
         help="fraction of proposals asked of the model (rest: rule operators)",
+    )
+    parser.add_argument(
+        "--no-repair",
+        action="store_true",
+        help="do not send a model's change that fails to compile or verify back to it once "
+        "with the failure (the repair turn)",
     )
     parser.add_argument(
         "--edit-format",

@@ -191,6 +191,8 @@ class Mutator:
     def propose(self, ctx: MutationContext, rng: random.Random) -> Proposal:
         """One proposal: the model or a rule (see the module docstring for which)."""
         wanted = ctx.transformation
+        if ctx.repair is not None:
+            return self.propose_llm(ctx, rng)  # only the model repairs its own change
         if self.backend is None:
             return self.propose_rule(ctx, rng)
         if wanted is not None and wanted.rule is None:
@@ -240,6 +242,7 @@ class Mutator:
         if self.backend is None:
             raise ConfigError("an LLM proposal needs a model", hint="pass --model or use rules")
         transformation = ctx.transformation or rng.choice(CATALOGUE)
+        origin = VariantOrigin.REPAIR if ctx.repair is not None else VariantOrigin.LLM
         settings = self.settings
         sampling = settings.sampling
         if sampling.seed is None:
@@ -261,12 +264,12 @@ class Mutator:
             completion = self._complete(asked, sampling, grammar, grammar_name)
         except PromptTooLong as exc:
             if not asked.inspirations:
-                return self._failed(transformation, VariantOrigin.LLM, exc.one_line())
+                return self._failed(transformation, origin, exc.one_line())
             try:  # the inspirations are the part of the prompt that can go
                 asked = dataclasses.replace(asked, inspirations=())
                 completion = self._complete(asked, sampling, grammar, grammar_name)
             except PromptTooLong as again:
-                return self._failed(transformation, VariantOrigin.LLM, again.one_line())
+                return self._failed(transformation, origin, again.one_line())
         call = completion.call
         cut_off = completion.finish_reason == "length"
         if edit_format == "whole":
@@ -277,7 +280,7 @@ class Mutator:
             reason = parsed.reason or "the answer does not parse"
             if cut_off and "max_tokens" not in reason:
                 reason += f" (the answer was cut off at {sampling.max_tokens} tokens)"
-            return self._failed(transformation, VariantOrigin.LLM, reason, call)
+            return self._failed(transformation, origin, reason, call)
         applied: ApplyResult
         if parsed.source is not None:
             applied = apply_whole(ctx.parent_source, parsed.source, ctx.kernel_name)
@@ -296,8 +299,8 @@ class Mutator:
             reason = applied.reason or "the answer does not apply"
             if parsed.dropped:
                 reason += f"; left out: {parsed.dropped}"
-            return self._failed(transformation, VariantOrigin.LLM, reason, call)
-        return self._finish(ctx, transformation, VariantOrigin.LLM, call, applied.source, how)
+            return self._failed(transformation, origin, reason, call)
+        return self._finish(ctx, transformation, origin, call, applied.source, how)
 
     # ------------------------------------------------------------------------------------
 

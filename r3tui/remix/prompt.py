@@ -61,6 +61,9 @@ class MutationContext:
     # refused, since ``r3 apply`` writes back only that definition.
     confined: bool = False
     view_chars: int = 8000
+    # The parent is the model's own change, which failed as this says (the compiler's first
+    # error, or the verification's mismatch): the model is asked to fix it (a repair turn).
+    repair: str | None = None
 
     def __post_init__(self) -> None:
         if self.edit_format is not None and self.edit_format not in EDIT_FORMATS:
@@ -139,6 +142,9 @@ def describe_inspirations(inspirations: Sequence[Inspiration], kernel_name: str)
 
 CONFINED_NOTE = (" Change only the definition of `{kernel}`; the code around it is shown for "
                  "reference and stays as it is.")
+REPAIR_NOTE = ("The kernel below is your change for this task: {instruction} It failed: "
+               "{failure}. Fix that failure, keep the change, and change nothing else.")
+REPAIR_CHARS = 600  # of the failure shown to the model
 
 
 def shown_source(ctx: MutationContext) -> str:
@@ -156,6 +162,9 @@ def build_messages(ctx: MutationContext) -> list[ChatMessage]:
     if ctx.transformation is None:
         raise ValueError("a prompt needs a transformation; the mutator picks one")
     instruction = ctx.transformation.instruction
+    if ctx.repair is not None:
+        failure = " ".join(ctx.repair.split())[:REPAIR_CHARS]
+        instruction = REPAIR_NOTE.format(instruction=instruction, failure=failure)
     if ctx.confined:
         instruction += CONFINED_NOTE.format(kernel=ctx.kernel_name)
     user = template(ctx.edit_format or "search_replace").substitute(

@@ -369,13 +369,13 @@ def warp_shuffle_reduction(source: str, kernel_name: str, rng: random.Random) ->
     start, end, tid, count, (array, combine), one_d = rng.choice(candidates)
     line_start = source.rfind("\n", 0, start) + 1
     indent = source[line_start:start] if not source[line_start:start].strip() else "    "
-    step = combine.format(a="r3_v", b="__shfl_down_sync(0xffffffffu, r3_v, r3_o)")
+    shuffled = combine.format(a="r3_v", b="__shfl_down_sync(0xffffffffu, r3_v, r3_o)")
     guarded = combine.format(a="r3_v", b="r3_other")
     lines = [
         "{  // the tree reduction of " + array + " in warp shuffles",
         f"    auto r3_v = {array}[{tid}];",
         "    for (int r3_o = 16; r3_o > 0; r3_o /= 2) {",
-        f"        r3_v = {step};",
+        f"        r3_v = {shuffled};",
         "    }",
         "    __syncthreads();  // every thread has read its own value",
         f"    if ({tid} % 32 == 0) {{",

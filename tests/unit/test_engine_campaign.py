@@ -307,3 +307,83 @@ def test_a_wall_time_budget_leaves_the_source_search_most_of_it(tmp_path: Path) 
     children = [v for v in variants if v.origin is VariantOrigin.RULE]
     assert any(t.variant_id in {c.id for c in children} for t in trials), children
     database.close()
+
+
+class ScriptedBackend:
+    """A named fake of a language model: answers from a script, in order, and keeps every
+    prompt it was sent (the real model runs in tests/unit/test_remix_llm.py)."""
+
+    name = "scripted"
+
+    def __init__(self, answers: list[str]) -> None:
+        self.answers = list(answers)
+        self.prompts: list[str] = []
+
+    def complete(self, messages, *, sampling, grammar=None, grammar_name=None):  # type: ignore[no-untyped-def]
+        from r3tui.domain import LLMCall
+        from r3tui.remix.backends import Completion
+
+        prompt = "\n".join(m.content for m in messages)
+        self.prompts.append(prompt)
+        answer = self.answers.pop(0) if self.answers else "no answer"
+        call = LLMCall("scripted", "00" * 32, prompt, answer, {"grammar": grammar_name},
+                       sampling.seed, len(prompt) // 4, len(answer) // 4, 0.0, backend="scripted")
+        return Completion(answer, call, "stop")
+
+
+BROKEN = ("<<<<<<< SEARCH\n    long long sy = nx;\n=======\n    long long sy = nx_wrong;\n"
+          ">>>>>>> REPLACE\n")
+FIXED = ("<<<<<<< SEARCH\n    long long sy = nx_wrong;\n=======\n    const long long sy = nx;\n"
+         ">>>>>>> REPLACE\n")
+
+
+def test_a_change_that_does_not_compile_goes_back_to_the_model_once(tmp_path: Path) -> None:
+    # no prefetch: the script's answers then go to the proposals in the order written
+    settings = CampaignSettings(variants=2, inner_trials=2, seed_trials=3, give_up_after=2,
+                                llm_share=1.0, prefetch=False,
+                                inner=InnerSettings(batch=2, finalists=1, rounds=2))
+    database = open_database(tmp_path / "c.sqlite")
+    cid = new_campaign(database, settings)
+    model = ScriptedBackend([BROKEN, FIXED])
+    run = make_run(database, cid, settings, backend=model)
+    assert run.run() == 2  # the proposal and its repair
+    with database.session_scope() as s:
+        variants = repo.campaign_variants(s, cid)
+    broken = next(v for v in variants if v.origin is VariantOrigin.LLM)
+    repaired = next(v for v in variants if v.origin is VariantOrigin.REPAIR)
+    assert broken.status is VariantStatus.COMPILE_FAILED
+    assert repaired.parent_id == broken.id and repaired.operator == broken.operator
+    assert repaired.status in (VariantStatus.VERIFIED, VariantStatus.IMPROVED)
+    assert "const long long sy = nx;" in repaired.source
+    # the repair prompt shows the failed change and the compiler's complaint about it
+    first, second = model.prompts
+    assert "nx_wrong" not in first and "long long sy = nx_wrong;" in second
+    assert "It failed: compile_failed:" in second and "nx_wrong" in second.split("It failed:")[1]
+    with database.session_scope() as s:  # `r3 report` counts repairs as a source of their own
+        yields = build_report(s, cid).yields
+    assert yields["repair"].proposals == 1 and yields["llm"].proposals == 1
+    database.close()
+
+
+def test_a_repair_that_fails_again_is_not_repaired_and_the_setting_turns_it_off(
+        tmp_path: Path) -> None:
+    settings = CampaignSettings(variants=3, inner_trials=2, seed_trials=3, give_up_after=2,
+                                llm_share=1.0, prefetch=False,
+                                inner=InnerSettings(batch=2, finalists=1, rounds=2))
+    database = open_database(tmp_path / "c.sqlite")
+    cid = new_campaign(database, settings)
+    again = FIXED.replace("const long long sy = nx;", "long long sy = nx_still_wrong;")
+    other = BROKEN.replace("nx_wrong", "nx_other")  # not the first change again (a duplicate)
+    model = ScriptedBackend([BROKEN, again, other, again])
+    make_run(database, cid, settings, backend=model).run()
+    with database.session_scope() as s:
+        origins = [v.origin for v in repo.campaign_variants(s, cid)]
+    # proposal, its repair (failed), then a new proposal: a repair is never repaired
+    assert origins.count(VariantOrigin.REPAIR) == 1 and origins.count(VariantOrigin.LLM) == 2
+    off = CampaignSettings(**{**settings.to_json(), "inner": settings.inner, "repair": False})
+    cid2 = new_campaign(database, off)
+    model2 = ScriptedBackend([BROKEN, other, BROKEN.replace("nx_wrong", "nx_third")])
+    make_run(database, cid2, off, backend=model2).run()
+    with database.session_scope() as s:
+        assert all(v.origin is not VariantOrigin.REPAIR for v in repo.campaign_variants(s, cid2))
+    database.close()

@@ -229,6 +229,33 @@ def test_mutation_pipeline_from_prompt_to_nvrtc(backend: LlamaCppBackend) -> Non
         assert proposal.reason and proposal.source is None
 
 
+def test_a_repair_turn_shows_the_model_its_failed_change_and_the_error(
+        backend: LlamaCppBackend) -> None:
+    """The real model asked to fix its own change that did not compile: the prompt holds the
+    failed kernel and NVRTC's first error, the answer is anchored to that kernel, and the
+    proposal is a repair, whatever the model makes of it."""
+    from r3tui.compile.base import first_error_line
+
+    broken = SAXPY.replace("a * x[i] + y[i]", "a * x[i] + y_wrong[i]")
+    compiled = get_toolchain("nvrtc").compile(CompileRequest(broken, "saxpy"))
+    assert not compiled.ok
+    error = first_error_line(compiled.log)
+    assert "y_wrong" in error
+    ctx = MutationContext("saxpy", broken, transformation=transformation("restrict_const"),
+                          repair=f"compile_failed: {error}")
+    mutator = Mutator(backend, MutatorSettings(sampling=FAST, llm_share=1.0))
+    proposal = mutator.propose(ctx, random.Random(3))
+    assert proposal.origin is VariantOrigin.REPAIR and proposal.operator == "restrict_const"
+    assert proposal.llm_call is not None
+    prompt = proposal.llm_call.prompt
+    assert "y_wrong" in prompt.split("It failed:")[0]  # the failed kernel is the parent shown
+    assert "It failed: compile_failed:" in prompt and "Fix that failure" in prompt
+    if proposal.ok:  # an edit of the failed kernel (anchored to its lines)
+        assert proposal.source is not None and proposal.source != broken
+    else:
+        assert proposal.reason
+
+
 def test_mutator_from_two_threads_serializes_backend_calls(backend: LlamaCppBackend) -> None:
     settings = MutatorSettings(sampling=Sampling(temperature=0.5, max_tokens=16))
     mutator = Mutator(backend, settings)
