@@ -86,6 +86,9 @@ class CampaignReport:
     # "duplicate" (a source the campaign has); and the same by "why:operator"
     skipped: dict[str, int] = field(default_factory=dict)
     skipped_by_operator: dict[str, int] = field(default_factory=dict)
+    # the same funnel per transformation (a rule operator or a catalogue entry for the model):
+    # what each operator contributed, the counts the campaign's bandit chooses by
+    operators: dict[str, SourceYield] = field(default_factory=dict)
 
     @property
     def speedup(self) -> float | None:
@@ -94,12 +97,15 @@ class CampaignReport:
         return None
 
 
-def _yields(variants: list[Variant]) -> dict[str, SourceYield]:
+def _yields(variants: list[Variant], by: str = "origin") -> dict[str, SourceYield]:
+    """The funnel's counts per mutation source (``by="origin"``) or per transformation
+    (``by="operator"``)."""
     out: dict[str, Counter[str]] = {}
     for v in variants:
         if v.origin is VariantOrigin.SEED:
             continue
-        c = out.setdefault(v.origin.value, Counter())
+        key = v.origin.value if by == "origin" else (v.operator or "?")
+        c = out.setdefault(key, Counter())
         c["proposals"] += 1
         if v.status is VariantStatus.PENDING:
             continue
@@ -193,6 +199,7 @@ def build_report(s: Session, campaign_id: int) -> CampaignReport:
         final,
         dict(skipped),
         dict(skipped_by_operator),
+        _yields(variants, by="operator"),
     )
 
 
@@ -243,6 +250,12 @@ def render(report: CampaignReport) -> list[str]:
         lines.append(
             f"yield {origin}: {y.proposals} proposed, {y.applied} applied, {y.compiled} "
             f"compiled, {y.verified} verified ({y.valid_fraction:.0%}), {y.improved} improved"
+        )
+    for operator, y in sorted(report.operators.items(), key=lambda kv: (-kv[1].improved,
+                                                                         -kv[1].verified, kv[0])):
+        lines.append(
+            f"  operator {operator}: {y.proposals} proposed, {y.verified} verified, "
+            f"{y.improved} improved"
         )
     if report.skipped:
         lines.append(

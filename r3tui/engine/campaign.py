@@ -79,6 +79,9 @@ class CampaignSettings:
     # a model's change that does not compile or verify goes back to it once with the failure
     # (a repair turn); the answer is a child of the failed variant, origin "repair"
     repair: bool = True
+    # which transformation to try first follows what each has gained in this campaign
+    # (Thompson sampling, r3tui.search.bandit); off: a uniform draw
+    adaptive: bool = True
     inner: InnerSettings = field(default_factory=InnerSettings)
 
     def __post_init__(self) -> None:
@@ -149,6 +152,7 @@ class _Request:
     inspirations: tuple[Inspiration, ...]
     inspiration_ids: tuple[int, ...] = ()
     repair: str | None = None  # the parent's failure, for a repair turn
+    preference: tuple[str, ...] | None = None  # transformations, the one to try first first
 
 
 class CampaignRun:
@@ -306,7 +310,29 @@ class CampaignRun:
             self._profile(parent),
             tuple(inspirations),
             tuple(inspiration_ids),
+            preference=self._preference(index),
         )
+
+    def _preference(self, index: int) -> tuple[str, ...] | None:
+        """The transformations in the order the bandit draws for proposal ``index``, from
+        what each one's variants in this campaign have gained so far."""
+        if not self.settings.adaptive:
+            return None
+        from db import repository as repo
+        from r3tui.remix.catalogue import CATALOGUE
+        from r3tui.search.bandit import ArmRecord, preference
+
+        counts: dict[str, list[int]] = {}
+        with self.database.session_scope() as s:
+            for v in repo.campaign_variants(s, self.campaign_id):
+                if v.operator and v.origin is not VariantOrigin.SEED \
+                        and v.status is not VariantStatus.PENDING:
+                    tried_gained = counts.setdefault(v.operator, [0, 0])
+                    tried_gained[0] += 1
+                    tried_gained[1] += v.status is VariantStatus.IMPROVED
+        records = {name: ArmRecord(t, g) for name, (t, g) in counts.items()}
+        rng = random.Random(derive_seed(self.settings.seed, "prefer", index))
+        return preference([t.name for t in CATALOGUE], records, rng)
 
     def generate_proposal(self, request: _Request) -> tuple[Proposal, float]:
         """Ask the remix layer for one change to the request's parent (any thread)."""
@@ -329,6 +355,7 @@ class CampaignRun:
             is_known=self.has_source,
             confined=self.seed_source.confined,
             repair=request.repair,
+            preference=request.preference,
         )
         proposal = self.mutator.propose(context, rng)
         return proposal, time.monotonic() - started

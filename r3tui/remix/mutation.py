@@ -182,6 +182,12 @@ def _kernel_text(ctx: MutationContext) -> str:
     return ctx.parent_source if span is None else parent[span.start : span.body_end] + "\n"
 
 
+def _preferred(order: tuple[str, ...] | None) -> Transformation | None:
+    """The first catalogue entry in ``order`` (the campaign's bandit), if any."""
+    names = {t.name: t for t in CATALOGUE}
+    return next((names[n] for n in order or () if n in names), None)
+
+
 class Mutator:
     def __init__(self, backend: LLMBackend | None, settings: MutatorSettings | None = None):
         self.backend = backend
@@ -218,6 +224,9 @@ class Mutator:
                     f"{ctx.transformation.name} has no rule; it needs the model",
                 )
             candidates = [ctx.transformation]
+        elif ctx.preference is not None:
+            rank = {name: k for k, name in enumerate(ctx.preference)}
+            candidates = sorted(mechanical(), key=lambda t: rank.get(t.name, len(rank)))
         else:
             candidates = rng.sample(mechanical(), len(mechanical()))
         reasons = []
@@ -241,7 +250,7 @@ class Mutator:
         """Ask the model for ``ctx.transformation`` (or one drawn from the catalogue)."""
         if self.backend is None:
             raise ConfigError("an LLM proposal needs a model", hint="pass --model or use rules")
-        transformation = ctx.transformation or rng.choice(CATALOGUE)
+        transformation = ctx.transformation or _preferred(ctx.preference) or rng.choice(CATALOGUE)
         origin = VariantOrigin.REPAIR if ctx.repair is not None else VariantOrigin.LLM
         settings = self.settings
         sampling = settings.sampling

@@ -64,6 +64,9 @@ class MutationContext:
     # The parent is the model's own change, which failed as this says (the compiler's first
     # error, or the verification's mismatch): the model is asked to fix it (a repair turn).
     repair: str | None = None
+    # transformation names, the one to try first first (the campaign's bandit); None: the
+    # mutator's generator picks (r3tui.search.bandit)
+    preference: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         if self.edit_format is not None and self.edit_format not in EDIT_FORMATS:
