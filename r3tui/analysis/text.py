@@ -96,3 +96,39 @@ def split_top_level(text: str, pairs: str = "()[]{}") -> list[str]:
             start = index + 1
     parts.append(text[start:])
     return parts
+
+
+def code_key(text: str) -> str:
+    """``text`` as code: comments dropped (``// r3:`` declarations kept, since they change
+    what is searched), each line's runs of spaces one space, blank lines dropped, literals as
+    written (line breaks stay: they end preprocessor directives).  Two sources with the same
+    key are the same program: a variant that differs from another only in comments,
+    indentation or blank lines is a duplicate."""
+    out: list[str] = []
+    i, n = 0, len(text)
+    while i < n:
+        ch = text[i]
+        if ch in "\"'":
+            end = i + 1
+            while end < n and text[end] != ch and text[end] != "\n":
+                end += 2 if text[end] == "\\" else 1
+            out.append(text[i:end + 1])
+            i = end + 1
+        elif text.startswith("//", i):
+            end = text.find("\n", i)
+            end = n if end < 0 else end
+            comment = text[i:end]
+            if comment[2:].lstrip().startswith("r3:"):
+                out.append(" ".join(comment.split()) + "\n")
+            else:
+                out.append(" ")
+            i = end
+        elif text.startswith("/*", i):
+            end = text.find("*/", i + 2)
+            i = n if end < 0 else end + 2
+            out.append(" ")
+        else:
+            out.append(ch)
+            i += 1
+    lines = (" ".join(line.split()) for line in "".join(out).splitlines())
+    return "\n".join(line for line in lines if line)

@@ -13,6 +13,7 @@ part on a login node), from the archive as it was before the current evaluation.
 from __future__ import annotations
 
 import random
+import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -185,6 +186,9 @@ class CampaignRun:
         self.timing = Timing()
         self.state = self._load_state()
         self.ledger = ProposalLedger()  # proposals counted instead of stored; streaks
+        # code_key of each stored variant (sources compared up to comments and layout)
+        self._code_keys: dict[int, str] = {}
+        self._keys_lock = threading.Lock()
 
     # -- state from the database ---------------------------------------------------------
     def _variants(self) -> list[Variant]:
@@ -361,12 +365,22 @@ class CampaignRun:
         return proposal, time.monotonic() - started
 
     def has_source(self, source: str) -> bool:
-        """Whether a variant of this campaign has exactly ``source`` (any thread).  Proposals
-        are generated after the previous one is stored, so the answer is the same in a re-run."""
-        from db import repository as repo
-
+        """Whether a variant of this campaign has ``source`` up to comments and layout
+        (:func:`r3tui.analysis.text.code_key`; any thread).  Proposals are generated after
+        the previous one is stored, so the answer is the same in a re-run."""
         with self.database.session_scope() as s:
-            return repo.variant_with_source(s, self.campaign_id, source) is not None
+            return self._known_in(s, source)
+
+    def _known_in(self, s: Any, source: str) -> bool:
+        from db import repository as repo
+        from r3tui.analysis.text import code_key
+
+        key = code_key(source)
+        with self._keys_lock:  # the model's thread asks too
+            for v in repo.campaign_variants(s, self.campaign_id):
+                if v.id is not None and v.id not in self._code_keys:
+                    self._code_keys[v.id] = code_key(v.source)
+            return key in self._code_keys.values()
 
     def store_proposal(self, request: _Request, proposal: Proposal) -> Variant | None:
         """The proposal as a variant row (pending, or apply_failed/unsafe with the reason); None
@@ -387,8 +401,7 @@ class CampaignRun:
                 self._skip("declined", proposal.operator)
                 return None
             # the same source twice would cost a second inner loop and say nothing new
-            if ok and proposal.source is not None and repo.variant_with_source(
-                    s, self.campaign_id, proposal.source) is not None:
+            if ok and proposal.source is not None and self._known_in(s, proposal.source):
                 self._skip("duplicate", proposal.operator)
                 return None
             if ok and proposal.source is not None:

@@ -40,3 +40,17 @@ def test_directives_with_their_continuation_lines_become_statement_ends() -> Non
     assert mask("int a = 1; # x\n", directives=True) == "int a = 1; # x\n"
     # an unterminated block comment runs to the end
     assert mask("a /* b\nc", directives=True) == "a     \n "
+
+
+def test_code_key_ignores_comments_and_layout_but_not_code_literals_or_declarations() -> None:
+    from r3tui.analysis.text import code_key
+
+    base = 'int x = 1;\n#define A 2\nconst char* s = "a // b";\n'
+    assert code_key(base) == code_key(
+        '/* header */\nint   x = 1;   // one\n\n#define A 2\n  const char* s = "a // b";\n')
+    assert code_key(base) != code_key(base.replace("1;", "2;"))
+    assert code_key(base) != code_key(base.replace('"a // b"', '"a b"'))  # literals as written
+    assert code_key("c == 'a'") != code_key("c == 'b'")
+    # an r3 declaration changes what is searched; a line break ends a directive
+    assert code_key("// r3: tune A 1 2\n" + base) != code_key(base)
+    assert code_key("#define A 1\nint y;") != code_key("#define A 1 int y;")

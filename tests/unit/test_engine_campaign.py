@@ -416,3 +416,25 @@ def test_the_campaign_tries_first_what_has_gained_and_reports_each_operator(
     assert max(rank[n] for n in gained) < min(rank[n] for n in flat), rank
     run.settings = replace(run.settings, adaptive=False)
     assert run._preference(0) is None
+
+
+def test_a_change_of_comments_or_layout_only_is_a_duplicate_not_a_variant(
+        tmp_path: Path) -> None:
+    settings = CampaignSettings(variants=2, inner_trials=2, seed_trials=3, give_up_after=2,
+                                llm_share=1.0, prefetch=False, repair=False,
+                                inner=InnerSettings(batch=2, finalists=1, rounds=2))
+    database = open_database(tmp_path / "c.sqlite")
+    cid = new_campaign(database, settings)
+    comment_only = ("<<<<<<< SEARCH\n    long long sy = nx;\n=======\n"
+                    "    long long sy = nx;  // the row stride\n\n>>>>>>> REPLACE\n")
+    real = ("<<<<<<< SEARCH\n    long long sy = nx;\n=======\n    const long long sy = nx;\n"
+            ">>>>>>> REPLACE\n")
+    make_run(database, cid, settings, backend=ScriptedBackend([comment_only, real])).run()
+    with database.session_scope() as s:
+        variants = repo.campaign_variants(s, cid)
+        events = repo.events(s, cid)
+    assert [v.origin for v in variants] == [VariantOrigin.SEED, VariantOrigin.LLM]
+    assert "const long long sy" in variants[1].source
+    counted = [e.data for e in events if e.kind == "skipped" and e.data]
+    assert sum(d["counts"].get("duplicate", 0) for d in counted) == 1
+    database.close()
