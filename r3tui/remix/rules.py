@@ -311,6 +311,13 @@ _SEQUENTIAL = re.compile(
     rf"(?P<n>blockDim\.x){_W}(?:/{_W}2|>>{_W}1){_W};{_W}(?P=s){_W}>{_W}0{_W};{_W}(?P=s){_W}"
     rf"(?:>>={_W}1|/={_W}2){_W}\){_W}\{{{_W}if{_W}\({_W}(?P<tid>{_ID}){_W}<{_W}(?P=s){_W}\){_W}"
     rf"(?P<step>\{{[^{{}}]*\}}|[^;{{}}]*;){_W}__syncthreads{_W}\({_W}\){_W};{_W}\}}")
+# what unroll_pragma (or a plain pragma) put on the lines before a loop
+_UNROLL_BEFORE = re.compile(
+    r"(?:^[ \t]*//[ \t]*r3:[ \t]*tune[ \t]+(?P<macro>R3_UNROLL_\d+)\b[^\n]*\n"
+    r"[ \t]*#[ \t]*ifndef[ \t]+(?P=macro)[ \t]*\n[ \t]*#[ \t]*define[ \t]+(?P=macro)\b[^\n]*\n"
+    r"[ \t]*#[ \t]*endif[^\n]*\n[ \t]*constexpr[ \t]+int[ \t]+(?P<const>r3_unroll_\d+)[ \t]*="
+    r"[ \t]*(?P=macro)[ \t]*;[ \t]*\n[ \t]*#[ \t]*pragma[ \t]+unroll[ \t]+(?P=const)[ \t]*\n"
+    r"|^[ \t]*#[ \t]*pragma[ \t]+unroll\b[^\n]*\n)\Z", re.M)
 _LINEAR_TIDS = ("threadIdx.x", "threadIdx.x+blockDim.x*(threadIdx.y+blockDim.y*threadIdx.z)")
 
 
@@ -368,6 +375,13 @@ def warp_shuffle_reduction(source: str, kernel_name: str, rng: random.Random) ->
                          "__syncthreads per level) over the thread's linear index")
     start, end, tid, count, (array, combine), one_d = rng.choice(candidates)
     line_start = source.rfind("\n", 0, start) + 1
+    # an unroll pragma on the loop goes with it (and the tunable unroll_pragma declared for
+    # it: a factor that reaches no loop would only widen the search)
+    pragma = _UNROLL_BEFORE.search(source[:line_start])
+    if pragma is not None:
+        source, start, end, line_start = (
+            source[:pragma.start()] + source[line_start:], start - (line_start - pragma.start()),
+            end - (line_start - pragma.start()), pragma.start())
     indent = source[line_start:start] if not source[line_start:start].strip() else "    "
     shuffled = combine.format(a="r3_v", b="__shfl_down_sync(0xffffffffu, r3_v, r3_o)")
     guarded = combine.format(a="r3_v", b="r3_other")

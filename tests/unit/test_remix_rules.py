@@ -193,6 +193,17 @@ def test_a_tree_reduction_becomes_warp_shuffles_for_blocks_of_whole_warps() -> N
     assert not apply_rule("warp_shuffle_reduction", once, "reduce_sum", random.Random(0)).ok
 
 
+def test_a_tree_reduction_takes_the_unroll_factor_declared_for_its_loop_with_it() -> None:
+    unrolled = apply_rule("unroll_pragma", KERNELS["reduce_sum"], "reduce_sum",
+                          random.Random(0)).source
+    assert unrolled is not None and [t.name for t in parse_tunables(unrolled)] == ["R3_UNROLL_28"]
+    shuffled = apply_rule("warp_shuffle_reduction", unrolled, "reduce_sum", random.Random(0))
+    assert shuffled.ok and shuffled.source is not None
+    assert parse_tunables(shuffled.source) == () and "unroll" not in shuffled.source
+    compiled = get_toolchain("nvrtc").compile(CompileRequest(shuffled.source, "reduce_sum"))
+    assert compiled.ok, compiled.log
+
+
 def test_a_tree_reduction_over_a_2d_index_or_threadidx_alone_is_handled_as_it_must_be() -> None:
     template = (
         'extern "C" __global__ void k(const float* x, float* out) {{\n'
