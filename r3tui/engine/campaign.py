@@ -694,6 +694,22 @@ class CampaignRun:
     # the failures a repair turn is for: the model can act on a compiler error or a mismatch
     REPAIRABLE = (VariantStatus.COMPILE_FAILED, VariantStatus.WRONG_RESULT)
 
+    def _unrepaired(self) -> list[tuple[Variant, str]]:
+        """The model's changes that failed to compile or verify and have no repair child yet,
+        oldest first, each with its failure (a generational run's repair turns)."""
+        from db import repository as repo
+
+        with self.database.session_scope() as s:
+            variants = repo.campaign_variants(s, self.campaign_id)
+            repaired = {v.parent_id for v in variants if v.origin is VariantOrigin.REPAIR}
+            out = []
+            for v in variants:
+                if (v.origin is VariantOrigin.LLM and v.status in self.REPAIRABLE
+                        and v.operator and v.id is not None and v.id not in repaired):
+                    why = _first_failure(repo.trials_of_variant(s, v.id)) or v.status_reason
+                    out.append((v, f"{v.status.value}: {why}"))
+        return out
+
     def _repair(self, request: _Request, variant: Variant, made: int) -> int:
         """Once for a model's change that did not compile or verify: ask the model to fix it,
         with the failure, and evaluate the answer as the failed variant's child.  The number
@@ -741,14 +757,20 @@ class CampaignRun:
             )
 
     def generate(self, n: int) -> list[Variant]:
-        """Generational mode: write ``n`` pending proposals from the archive as it stands."""
+        """Generational mode: write ``n`` pending proposals from the archive as it stands;
+        first the repair turns of the model's evaluated changes that failed and have none."""
         seed = self.seed_variant()
         made = self.n_children()
         out: list[Variant] = [] if seed.status is not VariantStatus.PENDING else [seed]
-        for _ in range(n):
+        repairs = self._unrepaired() if self.settings.repair else []
+        for k in range(n):
             if self.control.stop_requested:
                 break
-            request = self._request(made)
+            if k < len(repairs):
+                failed, why = repairs[k]
+                request = _Request(made, failed.island, failed, None, (), (), why)
+            else:
+                request = self._request(made)
             proposal, llm_s = self.generate_proposal(request)
             self.timing.llm_s += llm_s
             variant = self.store_proposal(request, proposal)

@@ -438,3 +438,29 @@ def test_a_change_of_comments_or_layout_only_is_a_duplicate_not_a_variant(
     counted = [e.data for e in events if e.kind == "skipped" and e.data]
     assert sum(d["counts"].get("duplicate", 0) for d in counted) == 1
     database.close()
+
+
+def test_a_generational_run_writes_the_repair_turns_of_failed_changes_first(
+        tmp_path: Path) -> None:
+    """--generate-only on the login node, `r3 evaluate` on the GPU node, then the next
+    --generate-only: the model's changes that failed come back to it before new ones."""
+    settings = CampaignSettings(variants=4, inner_trials=2, seed_trials=3, give_up_after=2,
+                                llm_share=1.0, prefetch=False,
+                                inner=InnerSettings(batch=2, finalists=1, rounds=2))
+    database = open_database(tmp_path / "g.sqlite")
+    cid = new_campaign(database, settings)
+    model = ScriptedBackend([BROKEN, FIXED, FIXED])
+
+    def generator() -> CampaignRun:
+        return CampaignRun(database, cid, settings, SOURCE, LAUNCH, DeviceLimits(),
+                           make_mutator_from(settings, model), None)
+
+    generator().generate(1)  # the seed and the broken change
+    make_run(database, cid, settings).evaluate_pending()  # the GPU node (here: real NVRTC)
+    (written,) = generator().generate(1)
+    assert written.origin is VariantOrigin.REPAIR and written.status is VariantStatus.PENDING
+    assert "It failed: compile_failed:" in model.prompts[1] and "nx_wrong" in model.prompts[1]
+    make_run(database, cid, settings).evaluate_pending()
+    (after,) = generator().generate(1)  # repaired once: a new proposal from the archive
+    assert after.origin is VariantOrigin.LLM
+    database.close()
