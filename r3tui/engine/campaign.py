@@ -99,6 +99,9 @@ class CampaignSettings:
         known = {f for f in cls.__dataclass_fields__}
         values = {k: v for k, v in data.items() if k in known and k != "inner"}
         values.setdefault("transfer", 0)  # campaigns stored before it searched without it
+        # nor did they repair or adapt: a re-run from their recorded answers asks the same
+        values.setdefault("repair", False)
+        values.setdefault("adaptive", False)
         inner_known = set(InnerSettings.__dataclass_fields__)
         inner = InnerSettings(
             **{k: v for k, v in data.get("inner", {}).items() if k in inner_known}
@@ -426,6 +429,11 @@ class CampaignRun:
                         "inspirations": list(request.inspiration_ids),
                         # how it was made: what a rule changed, or how much of the answer applied
                         **({"applied": proposal.detail} if proposal.detail else {}),
+                        # what it was asked with, so that a re-run from the recorded answers
+                        # asks the same: the bandit's order, the failure a repair fixes
+                        **({"preference": list(request.preference)}
+                           if request.preference is not None else {}),
+                        **({"repair": request.repair} if request.repair is not None else {}),
                     },
                     llm_call_id=call_id,
                 ),

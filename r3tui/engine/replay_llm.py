@@ -9,6 +9,7 @@ evaluated afresh on this GPU: the re-run reproduces the tree exactly and measure
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from r3tui.domain import VariantOrigin, VariantStatus
@@ -43,6 +44,11 @@ def replay_tree(run: CampaignRun, old_campaign_id: int) -> int:
             [int(i) for i in ov.features.get("inspirations", [])],
             as_parent=parent,
         )
+        # asked as it was: with the bandit's order then (none before it existed) and, for a
+        # repair turn, the failure it fixed
+        preference = ov.features.get("preference")
+        request = replace(request, preference=tuple(preference) if preference else None,
+                          repair=ov.features.get("repair"))
         proposal, _ = run.generate_proposal(request)
         variant = run.store_proposal(request, proposal)
         failed = VariantStatus.APPLY_FAILED

@@ -323,8 +323,10 @@ class ScriptedBackend:
         from r3tui.domain import LLMCall
         from r3tui.remix.backends import Completion
 
-        prompt = "\n".join(m.content for m in messages)
-        self.prompts.append(prompt)
+        from r3tui.remix.backends import render_prompt
+
+        self.prompts.append("\n".join(m.content for m in messages))
+        prompt = render_prompt(messages)  # as a real backend records it
         answer = self.answers.pop(0) if self.answers else "no answer"
         call = LLMCall("scripted", "00" * 32, prompt, answer, {"grammar": grammar_name},
                        sampling.seed, len(prompt) // 4, len(answer) // 4, 0.0, backend="scripted")
@@ -463,4 +465,29 @@ def test_a_generational_run_writes_the_repair_turns_of_failed_changes_first(
     make_run(database, cid, settings).evaluate_pending()
     (after,) = generator().generate(1)  # repaired once: a new proposal from the archive
     assert after.origin is VariantOrigin.LLM
+    database.close()
+
+
+def test_a_re_run_from_the_record_makes_the_repair_turns_again(tmp_path: Path) -> None:
+    from db import repository as repo_
+    from r3tui.remix.recorded import RecordedBackend
+
+    settings = CampaignSettings(variants=3, inner_trials=2, seed_trials=3, give_up_after=2,
+                                llm_share=1.0, prefetch=False,
+                                inner=InnerSettings(batch=2, finalists=1, rounds=2))
+    database = open_database(tmp_path / "r.sqlite")
+    cid = new_campaign(database, settings)
+    other = BROKEN.replace("nx_wrong", "nx_other")
+    make_run(database, cid, settings, backend=ScriptedBackend([BROKEN, FIXED, other])).run()
+    with database.session_scope() as s:
+        old = repo_.campaign_variants(s, cid)
+        calls = [c for _, c in repo_.campaign_llm_calls(s, cid)]
+    assert [v.origin for v in old].count(VariantOrigin.REPAIR) == 1
+    new = new_campaign(database, settings)
+    rerun = make_run(database, new, settings, backend=RecordedBackend(calls))
+    assert replay_tree(rerun, cid) == len(old) - 1
+    with database.session_scope() as s:
+        redo = repo_.campaign_variants(s, new)
+    assert [(v.source, v.origin, v.operator) for v in redo] == \
+        [(v.source, v.origin, v.operator) for v in old]
     database.close()
