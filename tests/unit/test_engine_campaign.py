@@ -321,9 +321,7 @@ class ScriptedBackend:
 
     def complete(self, messages, *, sampling, grammar=None, grammar_name=None):  # type: ignore[no-untyped-def]
         from r3tui.domain import LLMCall
-        from r3tui.remix.backends import Completion
-
-        from r3tui.remix.backends import render_prompt
+        from r3tui.remix.backends import Completion, render_prompt
 
         self.prompts.append("\n".join(m.content for m in messages))
         prompt = render_prompt(messages)  # as a real backend records it
