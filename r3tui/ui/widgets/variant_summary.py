@@ -40,8 +40,14 @@ class VariantSummary(Static):
             ("trials", str(node.n_trials)),
             ("children", str(node.n_children)),
         ]
-        if detail.features:
-            rows.append(("features", ", ".join(f"{k}={v}" for k, v in detail.features.items())))
+        # the bandit's order a proposal was asked with is bookkeeping for re-runs; a repair's
+        # failure gets a row of its own
+        shown = {k: v for k, v in (detail.features or {}).items()
+                 if k not in ("preference", "repair")}
+        if shown:
+            rows.append(("features", ", ".join(f"{k}={v}" for k, v in shown.items())))
+        if (detail.features or {}).get("repair"):
+            rows.append(("repairs", str(detail.features["repair"])[:200]))
         trial = detail.best_trial
         if trial is not None:
             c = trial.config
