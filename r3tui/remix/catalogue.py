@@ -25,6 +25,9 @@ class Transformation:
     family: str  # one of FAMILIES
     instruction: str  # what the prompt asks for, in one or two short sentences
     rule: str | None = None  # the operator in rules.RULES that makes this change mechanically
+    # a worked example, (before, after): a few lines of some other kernel with the change
+    # made, shown to the model as an edit block (written here, checked to compile)
+    example: tuple[str, str] | None = None
 
     def __post_init__(self) -> None:
         if self.family not in FAMILIES:
@@ -38,6 +41,11 @@ CATALOGUE: tuple[Transformation, ...] = (
         "Declare every pointer parameter that the kernel only reads as `const T* __restrict__`, "
         "so the compiler knows it does not alias the outputs.",
         rule="restrict_const",
+        example=(
+            "__global__ void scale(float* out, float* in, float a, int n) {",
+            "__global__ void scale(float* __restrict__ out, const float* __restrict__ in, float"
+            " a, int n) {",
+        ),
     ),
     Transformation(
         "read_only_loads",
@@ -45,30 +53,92 @@ CATALOGUE: tuple[Transformation, ...] = (
         "Load the arrays that the kernel never writes through the read-only data cache: "
         "replace `p[i]` by `__ldg(&p[i])`.",
         rule="ldg_loads",
+        example=(
+            "    out[i] = a * in[i] + in[i + 1];",
+            "    out[i] = a * __ldg(&in[i]) + __ldg(&in[i + 1]);",
+        ),
     ),
     Transformation(
         "vectorized_loads",
         "memory",
         "Load and store 4 consecutive floats (or 2 doubles) at once through `float4` / "
         "`double2` where the index is a multiple of 4 (or 2); handle the remainder separately.",
+        example=(
+            "    for (int i = t; i < n; i += stride) {\n"
+            "        y[i] = a * x[i];\n"
+            "    }",
+            "    int n4 = n / 4;\n"
+            "    for (int i = t; i < n4; i += stride) {\n"
+            "        float4 v = reinterpret_cast<const float4*>(x)[i];\n"
+            "        reinterpret_cast<float4*>(y)[i] = make_float4(a * v.x, a * v.y, a * v.z, a"
+            " * v.w);\n"
+            "    }\n"
+            "    for (int i = 4 * n4 + t; i < n; i += stride) {\n"
+            "        y[i] = a * x[i];\n"
+            "    }",
+        ),
     ),
     Transformation(
         "hoist_invariant_loads",
         "memory",
         "Move a load or a computation that does not change inside a loop out of the loop, into "
         "a local variable set once before it.",
+        example=(
+            "    for (int k = 0; k < m; ++k) {\n"
+            "        acc += w[row * m + k] * scale[0];\n"
+            "    }",
+            "    const float s = scale[0];\n"
+            "    const float* wr = w + row * m;\n"
+            "    for (int k = 0; k < m; ++k) {\n"
+            "        acc += wr[k] * s;\n"
+            "    }",
+        ),
     ),
     Transformation(
         "shared_memory_tile",
         "tiling",
         "Stage the part of the input that neighbouring threads all read in a `__shared__` "
         "array: load it cooperatively, `__syncthreads()`, compute from it, `__syncthreads()`.",
+        example=(
+            "    float acc = 0.0f;\n"
+            "    for (int j = 0; j < n; ++j) {\n"
+            "        acc += f(p[i], p[j]);\n"
+            "    }",
+            "    __shared__ float tile[256];\n"
+            "    float acc = 0.0f;\n"
+            "    float pi = i < n ? p[i] : 0.0f;\n"
+            "    for (int base = 0; base < n; base += blockDim.x) {\n"
+            "        if (base + threadIdx.x < n) tile[threadIdx.x] = p[base + threadIdx.x];\n"
+            "        __syncthreads();\n"
+            "        for (int j = 0; j < blockDim.x && base + j < n; ++j) {\n"
+            "            acc += f(pi, tile[j]);\n"
+            "        }\n"
+            "        __syncthreads();\n"
+            "    }",
+        ),
     ),
     Transformation(
         "register_blocking",
         "tiling",
         "Let each thread compute 2 or 4 neighbouring outputs instead of one, keeping the "
         "partial results in registers and reusing each loaded value for all of them.",
+        example=(
+            "    for (int c = t; c < N; c += stride) {\n"
+            "        float acc = 0.0f;\n"
+            "        for (int k = 0; k < K; ++k) acc += A[r * K + k] * B[k * N + c];\n"
+            "        C[r * N + c] = acc;\n"
+            "    }",
+            "    for (int c = 2 * t; c < N; c += 2 * stride) {\n"
+            "        float acc0 = 0.0f, acc1 = 0.0f;\n"
+            "        for (int k = 0; k < K; ++k) {\n"
+            "            float a = A[r * K + k];\n"
+            "            acc0 += a * B[k * N + c];\n"
+            "            if (c + 1 < N) acc1 += a * B[k * N + c + 1];\n"
+            "        }\n"
+            "        C[r * N + c] = acc0;\n"
+            "        if (c + 1 < N) C[r * N + c + 1] = acc1;\n"
+            "    }",
+        ),
     ),
     Transformation(
         "unroll_inner_loop",
@@ -78,17 +148,50 @@ CATALOGUE: tuple[Transformation, ...] = (
         "and put `constexpr int r3_unroll = R3_UNROLL;` and `#pragma unroll r3_unroll` "
         "before the loop.",
         rule="unroll_pragma",
+        example=(
+            "    for (int k = 0; k < K; ++k) {\n"
+            "        acc += A[row * K + k] * x[k];\n"
+            "    }",
+            "    // r3: tune R3_UNROLL 1 2 4 8 16\n"
+            "#ifndef R3_UNROLL\n"
+            "#define R3_UNROLL 4\n"
+            "#endif\n"
+            "    constexpr int r3_unroll = R3_UNROLL;\n"
+            "    #pragma unroll r3_unroll\n"
+            "    for (int k = 0; k < K; ++k) {\n"
+            "        acc += A[row * K + k] * x[k];\n"
+            "    }",
+        ),
     ),
     Transformation(
         "fuse_loops",
         "loops",
         "Merge two consecutive loops over the same range into one loop, so the data is read once.",
+        example=(
+            "    for (int k = 0; k < n; ++k) mx = fmaxf(mx, x[k]);\n"
+            "    for (int k = 0; k < n; ++k) sum += x[k];",
+            "    for (int k = 0; k < n; ++k) {\n"
+            "        float v = x[k];\n"
+            "        mx = fmaxf(mx, v);\n"
+            "        sum += v;\n"
+            "    }",
+        ),
     ),
     Transformation(
         "simplify_index_math",
         "loops",
         "Compute an array offset once and advance it by a constant stride each iteration "
         "instead of recomputing products of indices in every access.",
+        example=(
+            "    for (int k = 0; k < K; ++k) {\n"
+            "        acc += A[row * K + k] * B[k * N + col];\n"
+            "    }",
+            "    const float* a = A + row * K;\n"
+            "    const float* b = B + col;\n"
+            "    for (int k = 0; k < K; ++k, b += N) {\n"
+            "        acc += a[k] * *b;\n"
+            "    }",
+        ),
     ),
     Transformation(
         "warp_shuffle_reduction",
@@ -96,12 +199,38 @@ CATALOGUE: tuple[Transformation, ...] = (
         "Finish the reduction inside each warp with `__shfl_down_sync(0xffffffff, v, offset)` "
         "for offset 16, 8, 4, 2, 1 instead of shared memory and `__syncthreads()`.",
         rule="warp_shuffle_reduction",
+        example=(
+            "    for (int s = blockDim.x / 2; s > 0; s /= 2) {\n"
+            "        if (tid < s) buf[tid] += buf[tid + s];\n"
+            "        __syncthreads();\n"
+            "    }",
+            "    for (int s = blockDim.x / 2; s > 16; s /= 2) {\n"
+            "        if (tid < s) buf[tid] += buf[tid + s];\n"
+            "        __syncthreads();\n"
+            "    }\n"
+            "    if (tid < 32) {\n"
+            "        float v = buf[tid] + buf[tid + 16];\n"
+            "        for (int offset = 8; offset > 0; offset /= 2) v +="
+            " __shfl_down_sync(0xffffffff, v, offset);\n"
+            "        if (tid == 0) buf[0] = v;\n"
+            "    }",
+        ),
     ),
     Transformation(
         "grid_stride_loop",
         "parallelism",
         "Let each thread handle several elements with a grid-stride loop "
         "(`for (i = start; i < n; i += gridDim.x * blockDim.x)`).",
+        example=(
+            "    int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+            "    if (i < n) {\n"
+            "        y[i] = a * x[i] + y[i];\n"
+            "    }",
+            "    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x *"
+            " blockDim.x) {\n"
+            "        y[i] = a * x[i] + y[i];\n"
+            "    }",
+        ),
     ),
     Transformation(
         "expose_tunable",
@@ -109,6 +238,13 @@ CATALOGUE: tuple[Transformation, ...] = (
         "Turn one fixed block, tile or unroll size into `#define NAME value` with the line "
         "`// r3: tune NAME v1 v2 v3` above it, so the tuner can try other values.",
         rule="expose_tunable",
+        example=(
+            "#define TILE 16",
+            "// r3: tune TILE 8 16 32\n"
+            "#ifndef TILE\n"
+            "#define TILE 16\n"
+            "#endif",
+        ),
     ),
 )
 

@@ -145,6 +145,8 @@ def describe_inspirations(inspirations: Sequence[Inspiration], kernel_name: str)
 
 CONFINED_NOTE = (" Change only the definition of `{kernel}`; the code around it is shown for "
                  "reference and stays as it is.")
+# shown where a transformation has no worked example of its own
+GENERIC_EXAMPLE = ("    float v = a[i];", "    float v = __ldg(&a[i]);")
 REPAIR_NOTE = ("The kernel below is your change for this task: {instruction} It failed: "
                "{failure}. Fix that failure, keep the change, and change nothing else.")
 REPAIR_CHARS = 600  # of the failure shown to the model
@@ -170,12 +172,17 @@ def build_messages(ctx: MutationContext) -> list[ChatMessage]:
         instruction = REPAIR_NOTE.format(instruction=instruction, failure=failure)
     if ctx.confined:
         instruction += CONFINED_NOTE.format(kernel=ctx.kernel_name)
+    before, after = ctx.transformation.example or GENERIC_EXAMPLE
     user = template(ctx.edit_format or "search_replace").substitute(
         kernel_name=ctx.kernel_name,
         source=_code(shown_source(ctx)),
         profile=describe_profile(ctx.profile),
         inspirations=describe_inspirations(ctx.inspirations, ctx.kernel_name),
         instruction=instruction,
+        example_lead=("this change in another kernel" if ctx.transformation.example
+                      else "a change of another kind"),
+        example_before=before.rstrip("\n"),
+        example_after=after.rstrip("\n"),
     )
     system = template("system").substitute().strip()
     return [ChatMessage("system", system), ChatMessage("user", user.strip() + "\n")]

@@ -277,3 +277,57 @@ def test_catalogue_families_and_rules() -> None:
     assert transformation("restrict_const").rule == "restrict_const"
     with pytest.raises(Exception, match="unknown transformation"):
         transformation("launch_bounds")
+
+
+PREAMBLE = """
+__device__ float f(float a, float b) { return a * b; }
+extern "C" __global__ void k(float* y, const float* x, float* out, const float* in,
+                             const float* A, const float* B, float* C, const float* w,
+                             const float* scale, const float* p, int n, int K, int N, int m,
+                             float a) {
+    int t = blockIdx.x * blockDim.x + threadIdx.x;
+    int stride = gridDim.x * blockDim.x;
+    int i = t, r = blockIdx.y, row = r, col = t, tid = threadIdx.x;
+    float acc = 0.0f, mx = 0.0f, sum = 0.0f;
+    __shared__ float buf[256];
+    {
+%s
+    }
+    out[0] = acc + mx + sum + buf[0];
+}
+"""
+
+
+@pytest.mark.parametrize("name", [t.name for t in CATALOGUE])
+def test_each_worked_example_compiles_before_and_after(name: str) -> None:
+    """The example the model is shown for each transformation is real CUDA, both sides."""
+    example = transformation(name).example
+    assert example is not None
+    for side in example:
+        if side.lstrip().startswith("__global__"):  # a kernel's head
+            source = side + "\n    if (n > 0) out[0] = in[0] * a;\n}\n"
+            kernel = "scale"
+        elif side.lstrip().startswith("#define") or "TILE" in side:  # a file-scope macro
+            source = side + "\n" + PREAMBLE % "        acc = TILE;"
+            kernel = "k"
+        else:
+            source = PREAMBLE % side
+            kernel = "k"
+        source = source.replace("__global__ void scale", 'extern "C" __global__ void scale')
+        compiled = get_toolchain("nvrtc").compile(CompileRequest(source, kernel))
+        assert compiled.ok, f"{name}:\n{source}\n{compiled.log}"
+
+
+def test_the_prompt_shows_the_transformations_own_example_as_an_edit_block() -> None:
+    from r3tui.remix.prompt import MutationContext, build_messages
+
+    wanted = transformation("warp_shuffle_reduction")
+    assert wanted.example is not None
+    ctx = MutationContext("reduce_sum", KERNELS["reduce_sum"], transformation=wanted)
+    user = build_messages(ctx)[1].content
+    before, after = wanted.example
+    assert f"for example this change in another kernel:\n<<<<<<< SEARCH\n{before}\n=======\n" \
+           f"{after}\n>>>>>>> REPLACE" in user
+    whole = build_messages(MutationContext("reduce_sum", KERNELS["reduce_sum"],
+                                           transformation=wanted, edit_format="whole"))[1]
+    assert f"```cuda\n{after}\n```" in whole.content
