@@ -25,20 +25,11 @@ pytestmark = pytest.mark.gpu
 
 APP = Path(__file__).resolve().parent / "apps" / "atomic_sum_app.cu"
 
-DROPS_A_BLOCK = r"""
-extern "C" __global__ void sum_squares_wrong(const float *x, float *total, int n) {
-    __shared__ float part[256];
-    int i = blockIdx.x * blockDim.x + threadIdx.x;
-    float v = i < n ? x[i] * x[i] : 0.0f;
-    part[threadIdx.x] = v;
-    __syncthreads();
-    for (int s = blockDim.x / 2; s > 0; s /= 2) {
-        if (threadIdx.x < s) part[threadIdx.x] += part[threadIdx.x + s];
-        __syncthreads();
-    }
-    if (threadIdx.x == 0 && blockIdx.x % 64 != 7) atomicAdd(total, part[0]);
-}
-"""
+_KERNEL = APP.read_text().split("int main()")[0].split("#include <vector>\n")[1]
+# the same kernel, leaving out every 64th block's share
+DROPS_A_BLOCK = _KERNEL.replace("__global__ void sum_squares(",
+                                'extern "C" __global__ void sum_squares_wrong(').replace(
+    "if (threadIdx.x == 0) atomicAdd", "if (threadIdx.x == 0 && blockIdx.x % 64 != 7) atomicAdd")
 
 
 def test_an_atomic_float_sum_replays_verified_and_a_wrong_one_fails(tmp_path: Path) -> None:

@@ -6,6 +6,7 @@ times); the real path runs in tests/gpu/test_gpu_campaign.py on the device.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -289,7 +290,6 @@ def test_report_and_export_describe_the_best_variant(
 def test_a_wall_time_budget_leaves_the_source_search_most_of_it(tmp_path: Path) -> None:
     """On the corpus a full campaign of `--budget 8s` spent its 8 s on the original's 40
     trials and proposed no source at all; the original may now take SEED_SHARE of it."""
-    from dataclasses import replace
 
     from r3tui.engine.campaign import SEED_SHARE
 
@@ -337,11 +337,17 @@ FIXED = ("<<<<<<< SEARCH\n    long long sy = nx_wrong;\n=======\n    const long 
          ">>>>>>> REPLACE\n")
 
 
-def test_a_change_that_does_not_compile_goes_back_to_the_model_once(tmp_path: Path) -> None:
-    # no prefetch: the script's answers then go to the proposals in the order written
-    settings = CampaignSettings(variants=2, inner_trials=2, seed_trials=3, give_up_after=2,
-                                llm_share=1.0, prefetch=False,
+def model_settings(variants: int, **changes: object) -> CampaignSettings:
+    """A small campaign whose every proposal goes to the model, without prefetch: a scripted
+    model's answers then go to the proposals in the order written."""
+    settings = CampaignSettings(variants=variants, inner_trials=2, seed_trials=3,
+                                give_up_after=2, llm_share=1.0, prefetch=False,
                                 inner=InnerSettings(batch=2, finalists=1, rounds=2))
+    return replace(settings, **changes)  # type: ignore[arg-type]
+
+
+def test_a_change_that_does_not_compile_goes_back_to_the_model_once(tmp_path: Path) -> None:
+    settings = model_settings(2)
     database = open_database(tmp_path / "c.sqlite")
     cid = new_campaign(database, settings)
     model = ScriptedBackend([BROKEN, FIXED])
@@ -367,9 +373,7 @@ def test_a_change_that_does_not_compile_goes_back_to_the_model_once(tmp_path: Pa
 
 def test_a_repair_that_fails_again_is_not_repaired_and_the_setting_turns_it_off(
         tmp_path: Path) -> None:
-    settings = CampaignSettings(variants=3, inner_trials=2, seed_trials=3, give_up_after=2,
-                                llm_share=1.0, prefetch=False,
-                                inner=InnerSettings(batch=2, finalists=1, rounds=2))
+    settings = model_settings(3)
     database = open_database(tmp_path / "c.sqlite")
     cid = new_campaign(database, settings)
     again = FIXED.replace("const long long sy = nx;", "long long sy = nx_still_wrong;")
@@ -380,7 +384,7 @@ def test_a_repair_that_fails_again_is_not_repaired_and_the_setting_turns_it_off(
         origins = [v.origin for v in repo.campaign_variants(s, cid)]
     # proposal, its repair (failed), then a new proposal: a repair is never repaired
     assert origins.count(VariantOrigin.REPAIR) == 1 and origins.count(VariantOrigin.LLM) == 2
-    off = CampaignSettings(**{**settings.to_json(), "inner": settings.inner, "repair": False})
+    off = model_settings(3, repair=False)
     cid2 = new_campaign(database, off)
     model2 = ScriptedBackend([BROKEN, other, BROKEN.replace("nx_wrong", "nx_third")])
     make_run(database, cid2, off, backend=model2).run()
@@ -391,7 +395,6 @@ def test_a_repair_that_fails_again_is_not_repaired_and_the_setting_turns_it_off(
 
 def test_the_campaign_tries_first_what_has_gained_and_reports_each_operator(
         finished: tuple[Path, int, CampaignRun]) -> None:
-    from dataclasses import replace
 
     from r3tui.report import render
 
@@ -420,9 +423,7 @@ def test_the_campaign_tries_first_what_has_gained_and_reports_each_operator(
 
 def test_a_change_of_comments_or_layout_only_is_a_duplicate_not_a_variant(
         tmp_path: Path) -> None:
-    settings = CampaignSettings(variants=2, inner_trials=2, seed_trials=3, give_up_after=2,
-                                llm_share=1.0, prefetch=False, repair=False,
-                                inner=InnerSettings(batch=2, finalists=1, rounds=2))
+    settings = model_settings(2, repair=False)
     database = open_database(tmp_path / "c.sqlite")
     cid = new_campaign(database, settings)
     comment_only = ("<<<<<<< SEARCH\n    long long sy = nx;\n=======\n"
@@ -444,9 +445,7 @@ def test_a_generational_run_writes_the_repair_turns_of_failed_changes_first(
         tmp_path: Path) -> None:
     """--generate-only on the login node, `r3 evaluate` on the GPU node, then the next
     --generate-only: the model's changes that failed come back to it before new ones."""
-    settings = CampaignSettings(variants=4, inner_trials=2, seed_trials=3, give_up_after=2,
-                                llm_share=1.0, prefetch=False,
-                                inner=InnerSettings(batch=2, finalists=1, rounds=2))
+    settings = model_settings(4)
     database = open_database(tmp_path / "g.sqlite")
     cid = new_campaign(database, settings)
     model = ScriptedBackend([BROKEN, FIXED, FIXED])
@@ -470,9 +469,7 @@ def test_a_re_run_from_the_record_makes_the_repair_turns_again(tmp_path: Path) -
     from db import repository as repo_
     from r3tui.remix.recorded import RecordedBackend
 
-    settings = CampaignSettings(variants=3, inner_trials=2, seed_trials=3, give_up_after=2,
-                                llm_share=1.0, prefetch=False,
-                                inner=InnerSettings(batch=2, finalists=1, rounds=2))
+    settings = model_settings(3)
     database = open_database(tmp_path / "r.sqlite")
     cid = new_campaign(database, settings)
     other = BROKEN.replace("nx_wrong", "nx_other")
