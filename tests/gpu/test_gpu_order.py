@@ -38,6 +38,7 @@ def test_an_atomic_float_sum_replays_verified_and_a_wrong_one_fails(tmp_path: Pa
     from r3tui.record.bundle import Bundle
     from r3tui.replay import Candidate, ReplayWorker
 
+    assert "sum_squares_wrong" in DROPS_A_BLOCK and "% 64 != 7" in DROPS_A_BLOCK
     exe = build_app(APP, tmp_path / "atomic_sum_app", "static")
     out = tmp_path / "rec"
     with contextlib.redirect_stderr(io.StringIO()):
