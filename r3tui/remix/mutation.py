@@ -75,6 +75,9 @@ def gbnf_literal(text: str) -> str:
     )
 
 
+SEARCH_RUN = 12  # lines of the parent one anchored SEARCH section may copy
+
+
 def anchored_search_grammar(parent: str) -> str:
     """The SEARCH/REPLACE grammar with SEARCH text limited to runs of consecutive lines of
     ``parent`` (starting at a line of code), so that a model copies them exactly: the most
@@ -82,13 +85,19 @@ def anchored_search_grammar(parent: str) -> str:
     lines = parent.replace("\r\n", "\n").replace("\r", "\n").split("\n")
     if lines and lines[-1] == "":
         lines.pop()
+    # pl<i>-<d>: line i as the d-th line of the run; a run ends after SEARCH_RUN lines, so a
+    # small model cannot spend its answer copying the whole kernel into SEARCH (SmolLM2 on
+    # the CPU machine: 13 to 16 of 20 answers were cut off there, bench/llm_repair.py)
     rules, starts = [], []
     for index, line in enumerate(lines):
-        rest = f" pl{index + 1}?" if index + 1 < len(lines) else ""
-        rules.append(f'pl{index} ::= "{gbnf_literal(line + chr(10))}"{rest}')
+        rules.append(f'pt{index} ::= "{gbnf_literal(line + chr(10))}"')
+        for depth in range(min(index + 1, SEARCH_RUN)):
+            more = index + 1 < len(lines) and depth + 1 < SEARCH_RUN
+            rest = f" pl{index + 1}-{depth + 1}?" if more else ""
+            rules.append(f"pl{index}-{depth} ::= pt{index}{rest}")
         code = line.strip()
         if code and not code.startswith(("//", "/*", "*")):
-            starts.append(f"pl{index}")
+            starts.append(f"pl{index}-0")
     base = load_grammar(GRAMMAR_FOR_FORMAT["search_replace"])
     if not starts:
         return base

@@ -202,3 +202,29 @@ def test_mutator_settings_are_checked() -> None:
     with pytest.raises(Exception, match="llm_share"):
         MutatorSettings(llm_share=1.5)
     assert isinstance(transformation("fuse_loops"), Transformation)
+
+
+def test_an_anchored_search_copies_at_most_a_run_of_the_parents_lines() -> None:
+    """SmolLM2 spent most answers copying the kernel into SEARCH until max_tokens: a run of
+    the parent's lines now ends after SEARCH_RUN lines."""
+    import re
+
+    from r3tui.remix.mutation import SEARCH_RUN, anchored_search_grammar
+
+    parent = "".join(f"    x{i} = y{i};\n" for i in range(40))
+    grammar = anchored_search_grammar(parent)
+    chain = {m.group(1): m.group(2) for m in re.finditer(
+        r"^(pl\d+-\d+) ::= pt\d+(?: (pl\d+-\d+)\?)?$", grammar, re.M)}
+    starts = re.search(r"^search ::= (.*)$", grammar, re.M)
+    assert starts is not None
+    longest = 0
+    for start in starts.group(1).split(" | "):
+        rule: str | None = start
+        length = 0
+        while rule is not None:
+            length += 1
+            rule = chain[rule]
+        longest = max(longest, length)
+    assert longest == SEARCH_RUN
+    # the text of each line is written once, whatever the depth it is copied at
+    assert grammar.count('"    x20 = y20;\\n"') == 1
