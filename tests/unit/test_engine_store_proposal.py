@@ -1,4 +1,5 @@
-"""``CampaignRun.store_proposal``: duplicates are found by a query on the source, in SQLite."""
+"""``CampaignRun.store_proposal``: a proposal whose code (comments and layout aside) a variant
+of the same campaign has is a duplicate, counted and not stored; in SQLite."""
 
 from __future__ import annotations
 
@@ -39,30 +40,37 @@ def test_a_source_already_in_the_campaign_is_a_duplicate_and_only_in_that_campai
         run = make_run(database, cid)
         seed = run.seed_variant()
         request = _Request(index=1, island=0, parent=seed, profile=None, inspirations=())
-        child_source = SOURCE.text.replace("__global__", "__global__ /* a */", 1)
+        child_source = SOURCE.text.replace("long long sy = nx;", "const long long sy = nx;")
+        assert child_source != SOURCE.text
 
         first = run.store_proposal(request, proposal(child_source))
         assert first is not None and first.status is VariantStatus.PENDING
 
         # the same source again is counted, not stored: it would say nothing new
         assert run.store_proposal(request, proposal(child_source)) is None
-        # the parent's own text is a duplicate of the parent
+        # the parent's own text is a duplicate of the parent, and so is the child with a
+        # comment and a blank line more
         assert run.store_proposal(request, proposal(SOURCE.text)) is None
-        assert run.skipped == {"duplicate": 2}
+        commented = child_source.replace("const long long sy", "// the row stride\n\n"
+                                         "    const long long sy")
+        assert run.store_proposal(request, proposal(commented)) is None
+        assert run.skipped == {"duplicate": 3}
 
         # a rule that does not apply is counted as declined, never a node of the tree
         assert run.store_proposal(request, proposal(None, ok=False)) is None
-        assert run.skipped == {"duplicate": 2, "declined": 1}
+        assert run.skipped == {"duplicate": 3, "declined": 1}
         run.record_skipped()
         with database.session_scope() as s:
             (event,) = [e for e in repo.events(s, cid) if e.kind == "skipped"]
             assert event.data is not None and event.data["counts"] == {
-                "duplicate": 2, "declined": 1}
+                "duplicate": 3, "declined": 1}
             assert len(repo.campaign_variants(s, cid)) == 2  # the seed and the first child
         assert run.skipped == {}
 
-        # one character more is a different source; another campaign's rows do not count
-        longer = run.store_proposal(request, proposal(child_source + "\n"))
+        # another change of the code is a different source; another campaign's rows do not
+        # count
+        longer = run.store_proposal(request, proposal(
+            child_source.replace("long long sz", "const long long sz")))
         assert longer is not None and longer.status is VariantStatus.PENDING
         other = make_run(database, other_cid)
         other_seed = other.seed_variant()
@@ -86,10 +94,12 @@ def test_how_a_proposal_was_made_is_stored_with_the_variant(tmp_path: Path) -> N
         run = make_run(database, new_campaign(database))
         request = _Request(index=1, island=0, parent=run.seed_variant(), profile=None,
                            inspirations=())
-        source = SOURCE.text.replace("__global__", "__global__ /* b */", 1)
+        source = SOURCE.text.replace("long long sy = nx;", "const long long sy = nx;")
         detail = "1 of 2 edit(s); skipped edit 2: its SEARCH text is not in the kernel"
         stored = run.store_proposal(request, replace(proposal(source), detail=detail))
-        plain = run.store_proposal(request, proposal(source + "\n"))
+        plain = run.store_proposal(request, proposal(
+            source.replace("long long sz", "const long long sz")))
+        assert stored is not None and plain is not None
         with database.session_scope() as s:
             assert (repo.get_variant(s, stored.id) or stored).features["applied"] == detail
             assert "applied" not in (repo.get_variant(s, plain.id) or plain).features
