@@ -408,17 +408,15 @@ def campaign_variants(s: Session, campaign_id: int) -> list[Variant]:
     return [_variant(r) for r in rows]
 
 
-def variant_with_source(s: Session, campaign_id: int, source: str) -> int | None:
-    """The first variant of the campaign whose source is exactly ``source``, or ``None``.
-
-    Compared in SQLite (the campaign's rows through ``ix_variants_campaign_parent``), so no
-    source text comes back to Python; a campaign holds hundreds of variants, not millions."""
-    return s.execute(
-        select(VariantRow.id)
-        .where(VariantRow.campaign_id == campaign_id, VariantRow.source == source)
+def variant_sources_after(s: Session, campaign_id: int, after_id: int) -> list[tuple[int, str]]:
+    """``(id, source)`` of the campaign's variants with an id above ``after_id``, in creation
+    order: what a caller that keeps something per variant has not seen yet (ids only grow)."""
+    rows = s.execute(
+        select(VariantRow.id, VariantRow.source)
+        .where(VariantRow.campaign_id == campaign_id, VariantRow.id > after_id)
         .order_by(VariantRow.id)
-        .limit(1)
-    ).scalar_one_or_none()
+    )
+    return [(int(vid), str(source)) for vid, source in rows]
 
 
 def campaign_tree(s: Session, campaign_id: int) -> list[TreeNode]:

@@ -189,8 +189,10 @@ class CampaignRun:
         self.timing = Timing()
         self.state = self._load_state()
         self.ledger = ProposalLedger()  # proposals counted instead of stored; streaks
-        # code_key of each stored variant (sources compared up to comments and layout)
-        self._code_keys: dict[int, str] = {}
+        # code_key of every stored variant up to id _keyed_upto (sources are compared up to
+        # comments and layout); the rows after it are read and keyed when next asked
+        self._code_keys: set[str] = set()
+        self._keyed_upto = 0
         self._keys_lock = threading.Lock()
 
     # -- state from the database ---------------------------------------------------------
@@ -378,12 +380,11 @@ class CampaignRun:
         from db import repository as repo
         from r3tui.analysis.text import code_key
 
-        key = code_key(source)
         with self._keys_lock:  # the model's thread asks too
-            for v in repo.campaign_variants(s, self.campaign_id):
-                if v.id is not None and v.id not in self._code_keys:
-                    self._code_keys[v.id] = code_key(v.source)
-            return key in self._code_keys.values()
+            for vid, text in repo.variant_sources_after(s, self.campaign_id, self._keyed_upto):
+                self._code_keys.add(code_key(text))
+                self._keyed_upto = vid
+            return code_key(source) in self._code_keys
 
     def store_proposal(self, request: _Request, proposal: Proposal) -> Variant | None:
         """The proposal as a variant row (pending, or apply_failed/unsafe with the reason); None
@@ -710,13 +711,22 @@ class CampaignRun:
         with self.database.session_scope() as s:
             variants = repo.campaign_variants(s, self.campaign_id)
             repaired = {v.parent_id for v in variants if v.origin is VariantOrigin.REPAIR}
-            out = []
-            for v in variants:
-                if (v.origin is VariantOrigin.LLM and v.status in self.REPAIRABLE
-                        and v.operator and v.id is not None and v.id not in repaired):
-                    why = _first_failure(repo.trials_of_variant(s, v.id)) or v.status_reason
-                    out.append((v, f"{v.status.value}: {why}"))
-        return out
+            return [(v, self._failure_of(s, v)) for v in variants
+                    if self._repairable(v) and v.id not in repaired]
+
+    def _repairable(self, v: Variant) -> bool:
+        return (v.origin is VariantOrigin.LLM and v.status in self.REPAIRABLE
+                and bool(v.operator) and v.id is not None)
+
+    @staticmethod
+    def _failure_of(s: Any, v: Variant) -> str:
+        """What a repair turn tells the model: the status, and the first failed trial's
+        compiler error or mismatch (else the variant's own reason)."""
+        from db import repository as repo
+
+        assert v.id is not None
+        why = _first_failure(repo.trials_of_variant(s, v.id)) or v.status_reason
+        return f"{v.status.value}: {why}"
 
     def _repair(self, request: _Request, variant: Variant, made: int) -> int:
         """Once for a model's change that did not compile or verify: ask the model to fix it,
@@ -728,11 +738,10 @@ class CampaignRun:
                 or variant.id is None or not self._budget_left(made)):
             return 0
         with self.database.session_scope() as s:
-            failed = repo.get_variant(s, variant.id)
-            trials = repo.trials_of_variant(s, variant.id)
-        if failed is None or failed.status not in self.REPAIRABLE or not failed.operator:
-            return 0
-        why = f"{failed.status.value}: {_first_failure(trials) or failed.status_reason}"
+            failed = repo.get_variant(s, variant.id)  # as the evaluation left it
+            if failed is None or not self._repairable(failed):
+                return 0
+            why = self._failure_of(s, failed)
         repair = _Request(made, request.island, failed, None, (), (), why)
         proposal, llm_s = self.generate_proposal(repair)
         self.timing.llm_s += llm_s

@@ -81,9 +81,10 @@ def test_a_source_already_in_the_campaign_is_a_duplicate_and_only_in_that_campai
         assert elsewhere is not None and elsewhere.status is VariantStatus.PENDING
 
         with database.session_scope() as s:
-            assert repo.variant_with_source(s, cid, child_source) == first.id
-            assert repo.variant_with_source(s, cid, "no such kernel") is None
-            assert repo.variant_with_source(s, other_cid, child_source) == elsewhere.id
+            assert repo.variant_sources_after(s, cid, seed.id or 0) == [
+                (first.id, child_source), (longer.id, longer.source)]
+            assert repo.variant_sources_after(s, cid, longer.id or 0) == []
+            assert (elsewhere.id, child_source) in repo.variant_sources_after(s, other_cid, 0)
     finally:
         database.close()
 
