@@ -378,10 +378,7 @@ def warp_shuffle_reduction(source: str, kernel_name: str, rng: random.Random) ->
     # an unroll pragma on the loop goes with it (and the tunable unroll_pragma declared for
     # it: a factor that reaches no loop would only widen the search)
     pragma = _UNROLL_BEFORE.search(source[:line_start])
-    if pragma is not None:
-        source, start, end, line_start = (
-            source[:pragma.start()] + source[line_start:], start - (line_start - pragma.start()),
-            end - (line_start - pragma.start()), pragma.start())
+    cut = line_start if pragma is None else pragma.start()
     indent = source[line_start:start] if not source[line_start:start].strip() else "    "
     shuffled = combine.format(a="r3_v", b="__shfl_down_sync(0xffffffffu, r3_v, r3_o)")
     guarded = combine.format(a="r3_v", b="r3_other")
@@ -415,7 +412,7 @@ def warp_shuffle_reduction(source: str, kernel_name: str, rng: random.Random) ->
     replacement = ("\n" + indent).join(lines)
     requires = ["BLOCK_THREADS % 32 == 0"] + (["BLOCK_Y == 1 && BLOCK_Z == 1"] if one_d else [])
     declared = "".join(f"{indent}// r3: require {r}\n" for r in requires)
-    out = source[:line_start] + declared + source[line_start:start] + replacement + source[end:]
+    out = source[:cut] + declared + source[line_start:start] + replacement + source[end:]
     line = source.count("\n", 0, start) + 1
     return _finish(source, out, kernel_name,
                    f"the tree reduction of {array} at line {line} in warp shuffles")
