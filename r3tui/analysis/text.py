@@ -9,19 +9,21 @@ block macro); declarations and definitions come from the parse (:mod:`r3tui.anal
 
 from __future__ import annotations
 
+import re
 from functools import lru_cache
 
 
-def mask(text: str, directives: bool = False) -> str:
+def mask(text: str, directives: bool = False, literals: bool = True) -> str:
     """``text`` with comments blanked and the characters between a literal's quotes blanked
     (newlines kept, so offsets and line numbers hold).  ``directives``: each preprocessor
     directive, continuation lines included, blanked as well and started with ``;`` so that it
-    ends a declaration head the way a statement would."""
-    return _mask(text, directives)
+    ends a declaration head the way a statement would.  ``literals=False``: literals are kept
+    as written (only comments go)."""
+    return _mask(text, directives, literals)
 
 
 @lru_cache(maxsize=64)
-def _mask(text: str, directives: bool) -> str:
+def _mask(text: str, directives: bool, literals: bool) -> str:
     out = list(text)
     n = len(text)
 
@@ -50,7 +52,8 @@ def _mask(text: str, directives: bool) -> str:
             while end < n and text[end] != ch and text[end] != "\n":
                 end += 2 if text[end] == "\\" else 1
             end = min(end + 1, n)
-            blank(i + 1, end - 1)
+            if literals:
+                blank(i + 1, end - 1)
             line_start = False
             i = end
         elif ch == "#" and line_start and directives:
@@ -104,31 +107,10 @@ def code_key(text: str) -> str:
     written (line breaks stay: they end preprocessor directives).  Two sources with the same
     key are the same program: a variant that differs from another only in comments,
     indentation or blank lines is a duplicate."""
-    out: list[str] = []
-    i, n = 0, len(text)
-    while i < n:
-        ch = text[i]
-        if ch in "\"'":
-            end = i + 1
-            while end < n and text[end] != ch and text[end] != "\n":
-                end += 2 if text[end] == "\\" else 1
-            out.append(text[i:end + 1])
-            i = end + 1
-        elif text.startswith("//", i):
-            end = text.find("\n", i)
-            end = n if end < 0 else end
-            comment = text[i:end]
-            if comment[2:].lstrip().startswith("r3:"):
-                out.append(" ".join(comment.split()) + "\n")
-            else:
-                out.append(" ")
-            i = end
-        elif text.startswith("/*", i):
-            end = text.find("*/", i + 2)
-            i = n if end < 0 else end + 2
-            out.append(" ")
-        else:
-            out.append(ch)
-            i += 1
-    lines = (" ".join(line.split()) for line in "".join(out).splitlines())
+    pairs = zip(text.split("\n"), mask(text, literals=False).split("\n"), strict=True)
+    lines = (" ".join((line if _R3_DECLARATION.match(line) else masked).split())
+             for line, masked in pairs)
     return "\n".join(line for line in lines if line)
+
+
+_R3_DECLARATION = re.compile(r"[ \t]*//[ \t]*r3[ \t]*:")
