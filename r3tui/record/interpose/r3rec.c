@@ -1133,20 +1133,20 @@ static uint64_t reserve_for(const func_t *fi, int check) {
     return check || (fi && fi->snapped) ? largest_first_ : 0;
 }
 
-/* Whether `need` bytes (plus the reserve) pass the budget. */
+/* Whether `need` bytes (plus the reserve) pass the budget; when they do, the refusal is
+ * noted (budget_spent_, and its size and reserve for the event). */
 static int over_budget(uint64_t need, uint64_t reserve) {
-    return need > max_bytes_ || snap_bytes_ + need + reserve > max_bytes_;
+    if (need <= max_bytes_ && snap_bytes_ + need + reserve <= max_bytes_) return 0;
+    budget_spent_ = 1;
+    budget_need_ = need;
+    budget_reserve_ = reserve;
+    return 1;
 }
 
 /* Without synchronizing or reading memory: would this kernel's next snapshot surely not fit,
- * judged by the size its last one took or would have taken?  (Then budget_need_ and
- * budget_reserve_ say by how much, for the event.) */
+ * judged by the size its last one took or would have taken? */
 static int surely_over_budget(const func_t *fi, int check) {
-    if (!fi || !fi->need || !over_budget(fi->need, reserve_for(fi, check))) return 0;
-    budget_spent_ = 1;
-    budget_need_ = fi->need;
-    budget_reserve_ = reserve_for(fi, check);
-    return 1;
+    return fi && fi->need && over_budget(fi->need, reserve_for(fi, check));
 }
 
 /* Snapshot one launch of `cfg`: its first (check 0: the recorded launch, whose argument bytes
@@ -1190,9 +1190,6 @@ static CUresult snapshot_launch(const call_t *c, config_t *cfg, func_t *fi, cons
     uint64_t need = snapshot_bytes(ids, nsel, image), reserve = reserve_for(fi, check);
     if (fi) fi->need = need;
     if (over_budget(need, reserve)) {
-        budget_spent_ = 1;
-        budget_need_ = need;
-        budget_reserve_ = reserve;
         for (size_t i = 0; i < nsel; i++) free(host[i]);
         free(ids); free(host); free(args);
         *declined = 1;
