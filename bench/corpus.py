@@ -445,9 +445,10 @@ def tune_budget(recipe: Recipe, budget: str) -> str:
     return budget
 
 
-# Seconds each stage needs at most, from the H200 (2026-12-04): record 2-42 s, tune 8-29 s
-# at --budget 8s --top 1, apply 26 s (lud, 0.46 s a run) to 94 s (bfs, 2.1 s) at 10 pairs,
-# a timed run costing about twice a plain one; each with a margin.  The program's estimate
+# Seconds each stage needs at most, from the H200 (2026-12-04): record 2-42 s whatever the
+# program's wall time (7-10 s for programs of 1.4-3.2 s), tune 8-29 s at --budget 8s --top 1,
+# apply 26 s (lud, 0.46 s a run) to 94 s (bfs, 2.1 s) at 10 pairs, at most six walls a pair
+# (a timed run costs about twice a plain one, both trees); each with a margin.  The program's estimate
 # is the sum of its stages', so a program started is one whose every stage fits.
 
 def _wall(state: dict[str, Any]) -> float:
@@ -455,7 +456,7 @@ def _wall(state: dict[str, Any]) -> float:
 
 
 def record_estimate(state: dict[str, Any]) -> float:
-    return 30 + 10 * _wall(state)
+    return 45 + 3 * _wall(state)
 
 
 def tune_estimate(recipe: Recipe, args: argparse.Namespace) -> float:
@@ -465,7 +466,7 @@ def tune_estimate(recipe: Recipe, args: argparse.Namespace) -> float:
 def apply_estimate(state: dict[str, Any], args: argparse.Namespace) -> float:
     # r3 apply runs plain and timed (interposer) pairs of both trees until the intervals are
     # narrow or --max-runs pairs of each
-    return 30 + 2 * (1 + 2) * args.max_runs * _wall(state)
+    return 20 + 2 * (1 + 2) * args.max_runs * _wall(state)
 
 
 def program_estimate(state: dict[str, Any], args: argparse.Namespace) -> float:
