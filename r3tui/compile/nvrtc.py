@@ -144,9 +144,19 @@ def default_include_dirs() -> tuple[str, ...]:
     found = next((c for c in candidates if _is_header_dir(c)), None)
     if found is None:
         return ()
-    # CUDA 13 moved CCCL (<cuda/std/...>, CUB, Thrust) under include/cccl.
-    cccl = os.path.join(found, "cccl")
-    return (found, cccl) if os.path.isdir(cccl) else (found,)
+    # CUDA 13 moved CCCL (<cuda/std/...>, CUB, Thrust) under include/cccl.  The cudart wheel
+    # has no CCCL, so a toolkit's is taken when the directory found first lacks it (measured
+    # on the H200: every unit including <cmath> through libcu++ failed to compile otherwise).
+    cccl = next((d for c in (found, *candidates) if c and (d := _cccl_dir(c))), None)
+    return (found,) if cccl is None or cccl == found else (found, cccl)
+
+
+def _cccl_dir(include: str) -> str | None:
+    """The directory holding ``cuda/std`` for the CUDA include directory ``include``."""
+    for directory in (os.path.join(include, "cccl"), include):
+        if Path(directory, "cuda", "std", "cmath").is_file():
+            return directory
+    return None
 
 
 class NvrtcToolchain(Toolchain):

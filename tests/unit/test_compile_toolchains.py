@@ -160,6 +160,40 @@ def test_nvrtc_finds_the_cuda_headers() -> None:
     assert Path(default_include_dirs()[0], "cuda_fp16.h").is_file()
 
 
+@pytest.mark.skipif(len(default_include_dirs()) < 2, reason="no CCCL headers on this machine")
+def test_nvrtc_compiles_a_kernel_using_libcu_cmath() -> None:
+    source = ('#include <cuda/std/cmath>\n'
+              'extern "C" __global__ void r(float* x) { x[0] = cuda::std::sqrt(x[0]); }\n')
+    result = get_toolchain("nvrtc").compile(CompileRequest(source, "r"))
+    assert result.ok, result.log
+
+
+def test_cccl_comes_from_a_toolkit_when_the_cudart_wheel_has_none(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # the H200 image: cuda.pathfinder finds the cudart wheel's headers (no cccl/), the
+    # toolkit under CUDA_HOME has include/cccl/cuda/std
+    from cuda import pathfinder
+
+    wheel, toolkit = tmp_path / "wheel" / "include", tmp_path / "toolkit"
+    wheel.mkdir(parents=True)
+    (wheel / "cuda_fp16.h").write_text("")
+    std = toolkit / "include" / "cccl" / "cuda" / "std"
+    std.mkdir(parents=True)
+    (std / "cmath").write_text("")
+    (toolkit / "include" / "cuda_fp16.h").write_text("")
+    monkeypatch.setattr(pathfinder, "find_nvidia_header_directory", lambda _name: str(wheel))
+    monkeypatch.setenv("CUDA_HOME", str(toolkit))
+    default_include_dirs.cache_clear()
+    try:
+        assert default_include_dirs() == (str(wheel), str(toolkit / "include" / "cccl"))
+        (wheel / "cccl" / "cuda" / "std").mkdir(parents=True)
+        (wheel / "cccl" / "cuda" / "std" / "cmath").write_text("")
+        default_include_dirs.cache_clear()
+        assert default_include_dirs() == (str(wheel), str(wheel / "cccl"))
+    finally:
+        default_include_dirs.cache_clear()
+
+
 def test_versions_and_availability() -> None:
     nvrtc = get_toolchain("nvrtc")
     ok, message = nvrtc.available()
