@@ -246,7 +246,12 @@ class Bundle:
                             os.replace(tmp / h.name, target)
             finally:
                 shutil.rmtree(tmp, ignore_errors=True)
-        return tuple(str(root / d) for d in k.include_dirs) or (str(root),)
+        dirs = tuple(root / d for d in k.include_dirs) or (root,)
+        for directory in dirs:
+            # an include directory no carried header lies in (cfd: the unit's own folder,
+            # its headers all under -I folders elsewhere) is still searched by the build
+            directory.mkdir(parents=True, exist_ok=True)
+        return tuple(str(d) for d in dirs)
 
 
 def header_cache_dir() -> Path:

@@ -192,3 +192,22 @@ def test_include_dirs_write_the_tree_once(tmp_path: Path) -> None:
     assert bundle.include_dirs(tmp_path / "cache") == dirs
     assert (root / "src" / "k.h").is_file()
     assert [p.name for p in (tmp_path / "cache").iterdir()] == [root.name]  # no temporaries
+
+
+def test_an_include_directory_without_headers_exists_in_the_tree(tmp_path: Path) -> None:
+    # cfd in the corpus: the unit's own folder is an include directory, and every header it
+    # reads lies under other -I folders; the compiler refused the missing folder
+    bundle = _with_headers(tmp_path)
+    data = bundle.manifest.to_json()
+    data["kernel"]["include_dirs"] = ["cfd", "src", "include"]
+    (bundle.path / "manifest.json").write_text(json.dumps(data))
+    again = Bundle.open(bundle.path, verify=True)
+    dirs = again.include_dirs(tmp_path / "cache")
+    assert [Path(d).name for d in dirs] == ["cfd", "src", "include"]
+    assert all(Path(d).is_dir() for d in dirs)
+    from r3tui.compile import CompileRequest, get_toolchain
+
+    result = get_toolchain("nvrtc").compile(CompileRequest(
+        '#include "k.h"\n#include "app/v.h"\n'
+        'extern "C" __global__ void f(int* x) { x[0] = K * V; }\n', "f", include_dirs=dirs))
+    assert result.ok, result.log
