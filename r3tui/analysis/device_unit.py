@@ -271,6 +271,11 @@ def _prelude(system: Iterable[str], text: str) -> str:
     # the application's code is written for nvcc, which defines __NVCC__ (NVRTC does not):
     # `#if !defined(__NVCC__)` branches meant for host compilers must stay closed
     lines: list[str] = ["#ifndef __NVCC__", "#define __NVCC__ 1", "#endif"]
+    used = words(text)
+    if used & set(_INT_TYPES):
+        # a host build gets int64_t & co. through <cstdio>, <chrono> or <cuda_runtime.h>
+        # without naming <cstdint> (rmsnorm in the corpus); the device unit names it
+        system = ["cstdint", *system]
     standard = False
     for name in system:
         mapped = STANDARD_HEADERS.get(name)
@@ -287,7 +292,6 @@ def _prelude(system: Iterable[str], text: str) -> str:
         lines.append("namespace std { using namespace cuda::std; }")
         if "#include <cuda/std/cstdint>" in lines:
             lines.extend(f"using cuda::std::{t};" for t in _INT_TYPES)
-    used = words(text)
     for name, value in _MATH_CONSTANTS:
         if name in used:
             lines.append(f"#ifndef {name}\n#define {name} {value}\n#endif")

@@ -174,3 +174,15 @@ def test_a_standalone_kernel_needs_no_device_unit() -> None:
     assert not needs_device_unit(pure, has_headers=False)
     assert needs_device_unit(pure, has_headers=True)
     assert needs_device_unit(pure + "int main() { return 0; }\n", has_headers=False)
+
+
+def test_fixed_width_integers_a_host_header_brought_in_are_declared() -> None:
+    # rmsnorm in the corpus: int64_t reaches the unit through <cstdio>/<chrono> on the host;
+    # the device unit drops those headers, so it must name <cuda/std/cstdint> itself
+    unit_text = ('#include <cstdio>\n#include <chrono>\n'
+                 '__global__ void scan(float* y, const int64_t n) {\n'
+                 '  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) y[i] *= 2.f;\n}\n'
+                 'int main() { std::printf("%d", 1); }\n')
+    unit = device_unit(unit_text, "scan", {}, ["."], cuda_include_dirs=default_include_dirs())
+    assert "#include <cuda/std/cstdint>" in unit.text and "int main" not in unit.text
+    _compile(unit.text, "scan")
