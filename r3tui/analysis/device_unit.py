@@ -267,6 +267,24 @@ def _mask_comments(text: str) -> str:
     return re.sub(r"//[^\n]*|/\*.*?\*/", blank, text, flags=re.S)
 
 
+# Under NVRTC, CCCL's <cuda/std/cstdint> makes int64_t `long long`; the host build (glibc,
+# LP64) that nvcc compiles the application with makes it `long`, and code written for it
+# passes a `uint64_t*` where a function takes `unsigned long*` (xsbench in the corpus).  The
+# device unit keeps the host's types: CCCL's own are renamed while its headers are read.
+_LP64 = {"int64_t": "long", "uint64_t": "unsigned long", "intptr_t": "long",
+         "uintptr_t": "unsigned long"}
+
+
+def _host_width_integers(includes: list[str]) -> list[str]:
+    rename = [f"#define {t} r3_cccl_{t}" for t in _LP64]
+    restore = [f"#undef {t}" for t in _LP64] + [f"typedef {c} {t};" for t, c in _LP64.items()]
+    into_std = " ".join(f"using ::{t};" for t in _LP64)
+    return ["#ifdef __CUDACC_RTC__", *rename, "#endif", *includes,
+            "#ifdef __CUDACC_RTC__", *restore,
+            f"namespace cuda {{ namespace std {{ {into_std} }} }}", "#else",
+            *(f"using cuda::std::{t};" for t in _LP64), "#endif"]
+
+
 def _prelude(system: Iterable[str], text: str) -> str:
     # the application's code is written for nvcc, which defines __NVCC__ (NVRTC does not):
     # `#if !defined(__NVCC__)` branches meant for host compilers must stay closed
@@ -287,11 +305,13 @@ def _prelude(system: Iterable[str], text: str) -> str:
             line = f"#include <{header}>"
             if line not in lines:
                 lines.append(line)
+    if "#include <cuda/std/cstdint>" in lines:
+        lines[3:] = _host_width_integers(lines[3:])
     if standard:  # (<cuda/std/cassert> alone declares no cuda::std)
         lines.append("namespace cuda { namespace std {} }")
         lines.append("namespace std { using namespace cuda::std; }")
         if "#include <cuda/std/cstdint>" in lines:
-            lines.extend(f"using cuda::std::{t};" for t in _INT_TYPES)
+            lines.extend(f"using cuda::std::{t};" for t in _INT_TYPES if t not in _LP64)
     for name, value in _MATH_CONSTANTS:
         if name in used:
             lines.append(f"#ifndef {name}\n#define {name} {value}\n#endif")

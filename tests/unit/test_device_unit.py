@@ -186,3 +186,17 @@ def test_fixed_width_integers_a_host_header_brought_in_are_declared() -> None:
     unit = device_unit(unit_text, "scan", {}, ["."], cuda_include_dirs=default_include_dirs())
     assert "#include <cuda/std/cstdint>" in unit.text and "int main" not in unit.text
     _compile(unit.text, "scan")
+
+
+def test_fixed_width_integers_keep_the_host_build_types_under_nvrtc() -> None:
+    # xsbench in the corpus: the host build (glibc, LP64) has uint64_t = unsigned long and
+    # passes a uint64_t* where a function takes unsigned long*; CCCL under NVRTC would make it
+    # unsigned long long and the original would not compile
+    unit_text = ('#include <stdint.h>\n#include <cstdio>\n'
+                 '__device__ int pick(unsigned long* seed) { return int(*seed % 7); }\n'
+                 '__global__ void lookup(int* out, std::uint64_t n) {\n'
+                 '  uint64_t seed = n; intptr_t i = threadIdx.x; out[i] = pick(&seed);\n}\n')
+    unit = device_unit(unit_text, "lookup", {}, ["."], cuda_include_dirs=default_include_dirs())
+    _compile(unit.text, "lookup")
+    result = get_toolchain("nvcc").compile(CompileRequest(unit.text, "lookup"))
+    assert result.ok or "not installed" in result.log, result.log
