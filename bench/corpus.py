@@ -599,6 +599,14 @@ def selected(only: str | None) -> list[Recipe]:
     return [BY_NAME[n] for n in names]
 
 
+def cmd_units(args: argparse.Namespace) -> int:
+    from corpus_units import check
+
+    recipes = selected(args.only)
+    rows = check([CORPUS / r.name for r in recipes], {r.name: load_state(r.name) for r in recipes})
+    return 0 if rows else 1
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -632,6 +640,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     rep = sub.add_parser("report", help="one row per program and the corpus_* figures")
     rep.add_argument("--out", type=Path)
     rep.set_defaults(handler=cmd_report)
+    u = sub.add_parser("units", help="on the CPU: whether NVRTC compiles each recorded "
+                       "kernel's device unit, and both toolchains' compile times")
+    u.add_argument("--only", help="comma-separated program names")
+    u.set_defaults(handler=cmd_units)
     c = sub.add_parser("clean", help="remove build outputs, run outputs and large inputs")
     c.add_argument("--only")
     c.set_defaults(handler=cmd_clean)
