@@ -64,7 +64,12 @@ class _Case:
 
 
 class _Wrong(Exception):
-    """A verification failed; the message says which launch and which buffers."""
+    """A verification failed; the message says which launch and which buffers, ``case``
+    which launch it was (None: a layout problem, before any launch)."""
+
+    def __init__(self, text: str, worst_cmp: Comparison | None, case: _Case | None = None):
+        super().__init__(text, worst_cmp)
+        self.case = case
 
 
 def _round_up(value: int, multiple: int) -> int:
@@ -153,10 +158,11 @@ class ResidentBundle:
         # verifying the timed launches): what bench/verification.py reports they cost
         self.defence_s = 0.0
         # float buffers whose recorded result depends on the order of the kernel's float
-        # operations (_probe_order), with the tolerance they are verified with instead
-        self._order: dict[str, Tolerance] = {}
+        # operations (_probe_order), by (launch, buffer), with the tolerance they are verified
+        # with instead; the launches probed so far (each at most once)
+        self._order: dict[tuple[str, str], Tolerance] = {}
         self.order_notes: tuple[str, ...] = ()
-        self._probed = False
+        self._probed: set[str] = set()
 
     @property
     def measured(self) -> int:
@@ -253,7 +259,8 @@ class ResidentBundle:
         case = case or self.main
         out = [
             self.comparator.compare(a.address, case.expected[a.name], a.size,
-                                    self._order.get(a.name, a.tolerance), a.dtype, buffer=a.name)
+                                    self._order.get((case.label, a.name), a.tolerance), a.dtype,
+                                    buffer=a.name)
             for a in case.allocations
         ]
         for g in case.globals:
@@ -271,43 +278,57 @@ class ResidentBundle:
         bad = [x for x in comparisons if not x.passed]
         if bad:
             raise _Wrong(f"{what}: " + "; ".join(x.describe() for x in bad[:4]),
-                         worst(comparisons))
+                         worst(comparisons), case)
         return comparisons
 
-    def _probe_order(self) -> None:
-        """Once, after a verification failed: replay the recorded binary twice and see which
-        float buffers differ between the recording and those runs while every other buffer
-        matches exactly.  Each one whose spread is rounding (verify.order_dependence) is
-        verified from then on with a tolerance sized from it; otherwise nothing changes."""
-        self._probed = True
-        floats = {a.name: a for a in self.main.allocations
+    def _probe_order(self, case: _Case) -> bool:
+        """Once per launch, after its verification failed: replay the recorded binary on that
+        launch (the recorded one or a check launch) twice and see which float buffers differ
+        between the recording and those runs while every other buffer matches exactly.  Each
+        one whose spread is rounding (verify.order_dependence) is verified from then on with
+        a tolerance sized from it; otherwise nothing changes.  True when tolerances were
+        added (HeCBench jacobi: its recorded launch replayed bit for bit, its check launch
+        did not)."""
+        self._probed.add(case.label)
+        floats = {a.name: a for a in case.allocations
                   if a.tolerance is None and a.dtype in ORDER_CAP and a.epilogue != a.prologue}
         binary = self.bundle.binary()
         if binary is None or not floats:
-            return
+            return False
         original = Candidate(binary, self.manifest.kernel.entry_point)
         loaded = self._load(original)
-        grid, block, shm, args = original.resolve(self.manifest)
+        resolved: tuple[Dim3, Dim3, int, bytes] | None
+        if case is self.main:
+            resolved = original.resolve(self.manifest)
+        else:
+            resolved = original.resolve_check(self.manifest.checks[self.cases.index(case)])
+        if resolved is None:
+            return False
+        grid, block, shm, args = resolved
         if self._check_layout(loaded, args):
-            return
+            return False
         cu.allow_dynamic_shared(loaded.function, shm)
         params = cu.KernelParams(args, loaded.layout)
         runs: dict[str, list[bytes]] = {name: [] for name in floats}
         for _ in range(2):
-            self.restore(loaded)
+            self.restore(loaded, case)
             cu.launch(loaded.function, grid.as_tuple(), block.as_tuple(), shm, self.stream,
                       params)
             cu.check(cu.driver().cuStreamSynchronize(self.stream), "cuStreamSynchronize")
-            if any(not x.passed and x.buffer not in floats for x in self.verify(loaded)):
-                return  # another buffer differs too: not a matter of float order
+            if any(not x.passed and x.buffer not in floats for x in self.verify(loaded, case)):
+                return False  # another buffer differs too: not a matter of float order
             for name, a in floats.items():
                 runs[name].append(cu.copy_to_host(a.address, a.size))
         found = [order_dependence(name, str(a.dtype), self.bundle.blob(a.epilogue), runs[name])
                  for name, a in floats.items()]
         seen = [f for f in found if f is not None]
-        self.order_notes = tuple(f.describe() for f in seen)
+        where = "" if case is self.main else f" ({case.label})"
+        self.order_notes += tuple(f.describe() + where for f in seen)
         if seen and all(f.tolerance is not None for f in seen):
-            self._order = {f.buffer: f.tolerance for f in seen if f.tolerance is not None}
+            self._order.update({(case.label, f.buffer): f.tolerance
+                                for f in seen if f.tolerance is not None})
+            return True
+        return False
 
     def _resources(self, c: Candidate, loaded: _Loaded) -> ResourceUsage:
         if c.resources.registers is not None:
@@ -388,13 +409,17 @@ class ResidentBundle:
             return self._done(key, replace(base, time=stats, verified=True,
                                            max_error=max_error, notes=self.order_notes), began)
         except _Wrong as wrong:
-            if not self._probed and stage == "verify":
+            case = wrong.case
+            if (stage in ("verify", "check") and case is not None
+                    and case.label not in self._probed):
+                added = False
                 try:
-                    self._probe_order()
+                    added = self._probe_order(case)
                 except cu.CudaError as exc:  # the recorded binary faulted: say what failed
                     self.poisoned = self.poisoned or exc.sticky
-                if self._order and not self.poisoned:
-                    return self.evaluate(c, timed=timed)  # once: _probed is set
+                if added and not self.poisoned:
+                    # again, with the tolerance; bounded: each launch is probed once
+                    return self.evaluate(c, timed=timed)
             text, worst_cmp = wrong.args
             if self.order_notes:
                 text = f"{text}; {'; '.join(self.order_notes)}"
