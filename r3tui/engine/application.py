@@ -24,7 +24,7 @@ import argparse
 import json
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -302,7 +302,8 @@ WALL_BASIS = ("the recorded run's wall time, recording overhead included: the ho
 
 
 # tunes one bundle and returns (campaign id, speedup, CI) — the GPU part, replaceable in tests
-Tuner = Callable[[Path, str], tuple[int, float | None, tuple[float, float] | None]]
+# (bundle, kernel name, the most threads per block the application launches it with)
+Tuner = Callable[[Path, str, int], tuple[int, float | None, tuple[float, float] | None]]
 
 
 def select(recording: AppRecording, top: int) -> list[tuple[KernelShare, str | None]]:
@@ -337,7 +338,8 @@ def tune_app(
             continue
         assert target.bundle is not None
         try:
-            campaign_id, speedup, ci = tuner(target.bundle, kernel.name)
+            most = max(c.block[0] * c.block[1] * c.block[2] for c in kernel.configs)
+            campaign_id, speedup, ci = tuner(target.bundle, kernel.name, most)
         except OriginalUnusable as exc:  # this kernel cannot be searched; the others can
             result.kernels.append(KernelOutcome(
                 kernel.entry_point, kernel.name, 0.0, str(target.bundle.relative_to(
@@ -377,10 +379,12 @@ def inner_tuner(db: Path, budget: str, args: argparse.Namespace) -> Tuner:
 
     trials, seconds = parse_budget(budget)
 
-    def tune(bundle: Path, name: str) -> tuple[int, float | None, tuple[float, float] | None]:
+    def tune(bundle: Path, name: str,
+             most_threads: int) -> tuple[int, float | None, tuple[float, float] | None]:
         campaign_name = f"app:{name}:{time.time_ns()}"
+        settings = replace(_inner_settings(args), launch_bounds_floor=most_threads)
         outcome = run_inner_campaign(
-            InnerCampaign(bundle, db, trials, seconds, _inner_settings(args), name=campaign_name)
+            InnerCampaign(bundle, db, trials, seconds, settings, name=campaign_name)
         )
         campaign_id = _campaign_named(db, campaign_name)
         winner = outcome.winner
@@ -401,10 +405,13 @@ def campaign_tuner(db: Path, budget: str, args: argparse.Namespace) -> Tuner:
     variants, seconds = parse_budget(budget)
     backend = backend_spec(args)
 
-    def tune(bundle: Path, name: str) -> tuple[int, float | None, tuple[float, float] | None]:
+    def tune(bundle: Path, name: str,
+             most_threads: int) -> tuple[int, float | None, tuple[float, float] | None]:
         campaign_name = f"app:{name}:{time.time_ns()}"
-        job = CampaignJob(bundle, db, _campaign_settings(args, variants, seconds), backend,
-                          name=campaign_name)
+        settings = _campaign_settings(args, variants, seconds)
+        settings = replace(settings, inner=replace(settings.inner,
+                                                   launch_bounds_floor=most_threads))
+        job = CampaignJob(bundle, db, settings, backend, name=campaign_name)
         outcome = run_campaign(job)
         for note in outcome.notes:
             print(f"{name}: {note}")

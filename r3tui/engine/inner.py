@@ -167,6 +167,10 @@ class InnerSettings:
     seed: int = 0
     toolchain: str = "nvrtc"
     launch_bounds: bool = True  # inject __launch_bounds__ as a dimension
+    # the most threads per block the application launches the kernel with over all its
+    # recorded configurations (tune-app): injected bounds below it would fail those launches
+    # in the application, so the search never tries them (0: the recorded block only)
+    launch_bounds_floor: int = 0
 
 
 @dataclass(frozen=True)
@@ -204,6 +208,7 @@ def build_space(
         parse_relations(source.text),
         limits,
         include_launch_bounds=settings.launch_bounds,
+        launch_bounds_floor=settings.launch_bounds_floor,
         pipelines=list(PIPELINES) if settings.toolchain == "llvm" else None,
         toolchain=settings.toolchain,
         shared=parse_shared(source.text),

@@ -309,7 +309,16 @@ def _launch_bounds(space: SearchSpace, block_dims: list[int]) -> None:
     if not space.include_launch_bounds:
         return
     limits = space.limits
-    threads: tuple[Any, ...] = (*_pow2_upto(limits.max_threads_per_block, limits.warp_size), None)
+    # bounds below the largest block the application launches the kernel with would make
+    # those launches fail in the application: r3 apply could not ship them
+    floor = space.launch_bounds_floor
+    threads: tuple[Any, ...] = (
+        *(t for t in _pow2_upto(limits.max_threads_per_block, limits.warp_size) if t >= floor),
+        None)
+    if floor > 1 and len(threads) > 1:
+        space._launch_notes.append(
+            f"__launch_bounds__ max threads from {threads[0]}: the application launches this "
+            f"kernel with up to {floor} threads per block")
     first = len(space.dims)
     space.dims.append(_Dim("launch_bounds.max_threads", "lb_threads", threads, True,
                            len(threads) - 1))

@@ -120,6 +120,8 @@ class SearchSpace:
     pipelines: tuple[str, ...] | None
     block_encoding: BlockEncoding
     shared: Relation | None = None  # the source's `// r3: shared EXPR` (dynamic bytes)
+    # injected __launch_bounds__ max threads at least this (the application's largest block)
+    launch_bounds_floor: int = 0
     dims: list[_Dim] = field(default_factory=list)
     constraints: list[_Constraint] = field(default_factory=list)
     _labels: list[dict[str, int] | None] = field(default_factory=list, repr=False)
@@ -147,6 +149,7 @@ class SearchSpace:
         block_encoding: BlockEncoding = "axes",
         max_block_shapes: int = 48,
         shared: Relation | str | None = None,
+        launch_bounds_floor: int = 0,
     ) -> SearchSpace:
         """``shared``: the dynamic shared memory bytes as an expression of the numeric
         tunables and the block (a source's ``// r3: shared EXPR``); every point launches with
@@ -160,6 +163,7 @@ class SearchSpace:
             pipelines=None if pipelines is None else tuple(dict.fromkeys(pipelines)),
             block_encoding=block_encoding,
             shared=Relation.parse(shared) if isinstance(shared, str) else shared,
+            launch_bounds_floor=launch_bounds_floor,
         )
         space._shared_expression = space.shared or (
             Relation.parse(f"BLOCK_THREADS * {launch.shared_mem_per_thread}")
@@ -489,7 +493,9 @@ class SearchSpace:
                 "include_launch_bounds": self.include_launch_bounds,
                 "pipelines": None if self.pipelines is None else list(self.pipelines),
                 "block_encoding": self.block_encoding,
-                "shared": None if self.shared is None else self.shared.text}
+                "shared": None if self.shared is None else self.shared.text,
+                **({"launch_bounds_floor": self.launch_bounds_floor}
+                   if self.launch_bounds_floor else {})}
 
     @classmethod
     def from_description(cls, data: Mapping[str, Any]) -> SearchSpace:
@@ -505,6 +511,7 @@ class SearchSpace:
                 toolchain=str(data.get("toolchain", "nvrtc")),
                 block_encoding=data.get("block_encoding", "axes"),
                 shared=data.get("shared"),
+                launch_bounds_floor=int(data.get("launch_bounds_floor", 0)),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise SpaceError(f"bad search-space description: {exc!r}") from None

@@ -151,14 +151,18 @@ def test_tune_app_tunes_the_top_kernels_and_records_their_campaigns(tmp_path: Pa
     directory = write_recording(tmp_path / "rec", CG)
     recording = load_recording(directory)
     calls: list[tuple[Path, str]] = []
+    floors: list[int] = []
 
-    def fake_tuner(bundle: Path, name: str) -> tuple[int, float | None, tuple[float, float] | None]:
+    def fake_tuner(bundle: Path, name: str,
+                   most: int) -> tuple[int, float | None, tuple[float, float] | None]:
         """Stands in for the GPU campaign (which cannot run here): fixed speedups."""
         calls.append((bundle, name))
+        floors.append(most)
         return (len(calls), {"cg::spmv_csr": 1.25, "cg::update_xr": 2.0}[name], (1.1, 1.3))
 
     result = tune_app(recording, tmp_path / "r3.sqlite", "10", 3, fake_tuner)
     assert [name for _, name in calls] == ["cg::spmv_csr", "cg::update_xr"]
+    assert floors == [128, 128]  # the largest block each kernel is launched with
     assert result.kernel_time_speedup == pytest.approx(1 / (1 - 0.6 + 0.5 / 1.25 + 0.1 / 2.0))
     # kernels were 1.0 s of the recorded 2.5 s: every share counts 0.4 of itself on the wall
     wall = 1 / (1 - 0.4 * 0.6 + 0.4 * 0.5 / 1.25 + 0.4 * 0.1 / 2.0)
@@ -174,7 +178,7 @@ def test_tune_app_tunes_the_top_kernels_and_records_their_campaigns(tmp_path: Pa
     assert "recording overhead" in plan["wall_basis"]
     # a winner whose interval reaches 1 is not shipped by r3 apply: counted as unchanged
     noisy = tune_app(recording, tmp_path / "r3.sqlite", "10", 3,
-                     lambda bundle, name: (1, 1.25 if "spmv" in name else 2.0,
+                     lambda bundle, name, _most: (1, 1.25 if "spmv" in name else 2.0,
                                            (1.1, 1.3) if "spmv" in name else (0.99, 3.0)))
     assert [k.significant for k in noisy.kernels] == [True, False, False]
     assert noisy.kernel_time_speedup == pytest.approx(1 / (1 - 0.5 + 0.5 / 1.25))

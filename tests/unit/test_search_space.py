@@ -135,6 +135,23 @@ def test_size_and_enumerate_agree_on_a_small_space() -> None:
         for x in xs)
 
 
+def test_launch_bounds_below_the_applications_largest_block_are_not_searched() -> None:
+    # rmsnorm in the corpus: the searched configuration ran 32 threads, the application also
+    # launches 1024; the winner's __launch_bounds__(32) could not be shipped
+    launch = LaunchSpec(block=Dim3(32), work=Dim3(100_000), block_tunable=True)
+    space = SearchSpace.from_parts([], launch, include_launch_bounds=True,
+                                   launch_bounds_floor=1024)
+    (dim,) = [d for d in space.dims if d.role == "lb_threads"]
+    assert dim.choices == (1024, None)
+    assert {c.launch_bounds[0] for c in space.enumerate() if c.launch_bounds} == {1024}
+    assert any("up to 1024 threads per block" in n for n in space.launch_notes())
+    rebuilt = SearchSpace.from_description(json.loads(json.dumps(space.describe())))
+    assert rebuilt.size() == space.size() and rebuilt.launch_bounds_floor == 1024
+    free = SearchSpace.from_parts([], launch, include_launch_bounds=True)
+    assert "launch_bounds_floor" not in free.describe()  # older descriptions stay as they were
+    assert 32 in next(d for d in free.dims if d.role == "lb_threads").choices
+
+
 def test_describe_rebuilds_the_same_space(full_space) -> None:
     data = json.loads(json.dumps(full_space.describe()))
     rebuilt = SearchSpace.from_description(data)
