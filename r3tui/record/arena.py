@@ -66,13 +66,10 @@ def _reserve(base: int, size: int, granularity: int) -> int:
     if held is not None and held >= size:
         _IN_USE.add(base)
         return held
-    if held is not None:
-        raise ArenaUnavailable(
-            f"the recording arena at {base:#x} holds {held >> 20} MiB in this process; "
-            f"{size >> 20} MiB are needed",
-            hint="record or replay this bundle in a fresh process",
-        )
     drv = cu.driver()
+    if held is not None:  # too small, and no Arena uses it: give it back, reserve anew
+        cu.check(drv.cuMemAddressFree(base, held), "cuMemAddressFree")
+        del _RESERVED[base]
     result = drv.cuMemAddressReserve(size, granularity, base, 0)
     if result[0] != drv.CUresult.CUDA_SUCCESS:
         raise ArenaUnavailable(
@@ -100,7 +97,11 @@ class Arena:
     """
 
     def __init__(self, reserve: int = DEFAULT_RESERVE, *, base: int = ARENA_BASE,
-                 device: int = 0, alignment: int = ALIGNMENT) -> None:
+                 device: int = 0, alignment: int = ALIGNMENT, exact: bool = False) -> None:
+        """``reserve`` bytes of address space at ``base``, at least :data:`DEFAULT_RESERVE`
+        (a recording does not know how much it will need) unless ``exact`` (a replay knows
+        its extent: the less address space it asks for, the less likely the driver has put
+        something of its own there)."""
         drv = cu.driver()
         self.device = cu.init_device(device)
         self.alignment = alignment
@@ -113,7 +114,7 @@ class Arena:
         self.granularity = int(cu.check(
             drv.cuMemGetAllocationGranularity(prop, gran_flag), "cuMemGetAllocationGranularity"
         ))
-        want = _round_up(max(reserve, DEFAULT_RESERVE), self.granularity)
+        want = _round_up(reserve if exact else max(reserve, DEFAULT_RESERVE), self.granularity)
         self.reserved = _reserve(base, want, self.granularity)
         self.base = base
         self._chunks: list[tuple[int, int, Any]] = []  # (address, size, handle)

@@ -96,17 +96,19 @@ class ResidentBundle:
         self.poisoned = False
         self.ctx = cu.PrimaryContext(device)
         m = self.manifest
-        # The fixed range first, before anything else in this process takes address space.
-        self.arena = Arena(m.arena.size, base=m.arena.base, device=device)
-        drv = cu.driver()
-        self.info = cu.device_info(self.ctx.device)
-        self.stream = cu.check(
-            drv.cuStreamCreate(drv.CUstream_flags.CU_STREAM_NON_BLOCKING), "cuStreamCreate")
         every = m.all_allocations
         # the guard after the last allocation too (arena.guard, 0 in bundles without one): a
         # kernel that read a little past it while recording reads zeros here as it did there
         self.extent = _round_up(max((a.address + a.size - m.arena.base for a in every),
                                     default=0) + m.arena.guard, 256)
+        # The fixed range first, before anything else in this process takes address space,
+        # and no more of it than the extent (on the H200 a 64 GiB reservation at the base
+        # sometimes met the driver's own allocations: "placed the recording arena at ...")
+        self.arena = Arena(max(self.extent, 1), base=m.arena.base, device=device, exact=True)
+        drv = cu.driver()
+        self.info = cu.device_info(self.ctx.device)
+        self.stream = cu.check(
+            drv.cuStreamCreate(drv.CUstream_flags.CU_STREAM_NON_BLOCKING), "cuStreamCreate")
         self.arena.map_extent(max(self.extent, 1))
         for a in every:
             self.arena.place(a.name, a.address, a.size)
