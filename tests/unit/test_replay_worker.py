@@ -61,3 +61,38 @@ def test_worker_reports_a_bad_bundle(tmp_path: Path) -> None:
     (tmp_path / "empty").mkdir()
     with pytest.raises(RecordingError, match="not a recording bundle"):
         ReplayWorker(tmp_path / "empty", startup_timeout_s=120).start()
+
+
+def test_a_child_whose_driver_took_the_arena_range_is_replaced(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # the driver's own allocations met the fixed range in two of three H200 runs of
+    # test_gpu_app_search; a new process places them elsewhere.  The child start is a fake
+    # here (no GPU): it fails like the driver did, then succeeds; any other arena problem,
+    # or a third failure, is the caller's.
+    from r3tui.errors import ArenaUnavailable
+    from r3tui.replay.worker import WorkerInfo
+
+    placed = ArenaUnavailable("replay worker: the driver placed the recording arena at "
+                              "0x15463e000000, not 0x153940000000: another allocation holds "
+                              "that range in this process")
+    info = WorkerInfo(1, "fake", "sm_90", 13000, 0.1, True)
+    outcomes: list[object] = [placed, placed, info]
+
+    def fake_start(self: ReplayWorker) -> WorkerInfo:
+        outcome = outcomes.pop(0)
+        if isinstance(outcome, Exception):
+            raise outcome
+        assert isinstance(outcome, WorkerInfo)
+        return outcome
+
+    monkeypatch.setattr(ReplayWorker, "_start_once", fake_start)
+    worker = ReplayWorker(write_bundle(tmp_path / "b").path)
+    assert worker.start() is info and not outcomes
+    outcomes[:] = [placed, placed, placed]
+    with pytest.raises(ArenaUnavailable, match="placed the recording arena"):
+        worker.start()
+    full = ArenaUnavailable("the recording arena is full: 9 MiB needed, 8 MiB reserved")
+    outcomes[:] = [full, info]
+    with pytest.raises(ArenaUnavailable, match="is full"):
+        worker.start()
+    assert outcomes == [info]
