@@ -163,9 +163,12 @@ def test_tune_app_tunes_the_top_kernels_and_records_their_campaigns(tmp_path: Pa
     result = tune_app(recording, tmp_path / "r3.sqlite", "10", 3, fake_tuner)
     assert [name for _, name in calls] == ["cg::spmv_csr", "cg::update_xr"]
     assert floors == [128, 128]  # the largest block each kernel is launched with
-    assert result.kernel_time_speedup == pytest.approx(1 / (1 - 0.6 + 0.5 / 1.25 + 0.1 / 2.0))
+    # spmv's winner ships to both its configurations (0.5 tuned + 0.1): its 0.6 of kernel time
+    assert result.kernel_time_speedup == pytest.approx(1 / (1 - 0.7 + 0.6 / 1.25 + 0.1 / 2.0))
+    assert [(k.share, k.config_share) for k in result.kernels if k.campaign_id] == [
+        (pytest.approx(0.6), pytest.approx(0.5)), (pytest.approx(0.1), pytest.approx(0.1))]
     # kernels were 1.0 s of the recorded 2.5 s: every share counts 0.4 of itself on the wall
-    wall = 1 / (1 - 0.4 * 0.6 + 0.4 * 0.5 / 1.25 + 0.4 * 0.1 / 2.0)
+    wall = 1 / (1 - 0.4 * 0.7 + 0.4 * 0.6 / 1.25 + 0.4 * 0.1 / 2.0)
     assert result.app_wall_speedup == pytest.approx(wall)
     plan = json.loads((directory / "tune-app.json").read_text())
     assert [k["campaign_id"] for k in plan["kernels"]] == [1, None, 2]
@@ -181,7 +184,7 @@ def test_tune_app_tunes_the_top_kernels_and_records_their_campaigns(tmp_path: Pa
                      lambda bundle, name, _most: (1, 1.25 if "spmv" in name else 2.0,
                                            (1.1, 1.3) if "spmv" in name else (0.99, 3.0)))
     assert [k.significant for k in noisy.kernels] == [True, False, False]
-    assert noisy.kernel_time_speedup == pytest.approx(1 / (1 - 0.5 + 0.5 / 1.25))
+    assert noisy.kernel_time_speedup == pytest.approx(1 / (1 - 0.6 + 0.6 / 1.25))
 
 
 def test_tune_app_plan_and_bad_input_from_the_command_line(tmp_path: Path) -> None:
@@ -338,11 +341,12 @@ def test_apply_writes_a_patch_of_the_tuned_campaigns(tmp_path: Path) -> None:
     assert by_id[ids[0]]["not_applied"] == [] and by_id[ids[1]]["not_applied"] == []
     problems = " | ".join(by_id[ids[2]]["not_applied"])
     assert f"campaign {ids[1]} already set --maxrregcount=32" in problems
-    # only fully applied campaigns count: spmv 0.5 of kernel time at 1.25x, xpay 0.05 at 1.5x
-    expected = amdahl([(0.5, 1.25), (0.05, 1.5)])
+    # only fully applied campaigns count: spmv 0.6 of kernel time (both its configurations)
+    # at 1.25x, xpay 0.05 at 1.5x
+    expected = amdahl([(0.6, 1.25), (0.05, 1.5)])
     assert summary["predicted_kernel_speedup"] == pytest.approx(expected)
     assert f"kernel_time_speedup_predicted: {expected:.4f}" in run.stdout
-    wall = amdahl([(0.4 * 0.5, 1.25), (0.4 * 0.05, 1.5)])  # 1.0 s of kernels in 2.5 s
+    wall = amdahl([(0.4 * 0.6, 1.25), (0.4 * 0.05, 1.5)])  # 1.0 s of kernels in 2.5 s
     assert summary["predicted_wall_speedup"] == pytest.approx(wall)
     assert f"app_wall_speedup_predicted: {wall:.4f}" in run.stdout
     # the options reach every kernel of the one unit, and say so
@@ -464,7 +468,7 @@ def test_apply_ships_the_re_timed_winner_and_keeps_the_original_against_noise(
     by_id = {c["campaign_id"]: c for c in summary["campaigns"]}
     assert "1.001x [0.998, 1.002], is not faster than the original beyond the noise" in (
         by_id[noise]["not_applied"][0])
-    assert summary["predicted_kernel_speedup"] == pytest.approx(amdahl([(0.5, 1.25)]))
+    assert summary["predicted_kernel_speedup"] == pytest.approx(amdahl([(0.6, 1.25)]))
 
     forced = tmp_path / "forced"
     run = r3("apply", str(noise), "--into", str(forced), "--no-run", "--include-noise",
