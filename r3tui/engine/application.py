@@ -115,6 +115,26 @@ def _field(data: dict[str, Any], key: str, where: str) -> Any:
     return data[key]
 
 
+def in_app_reference(bundle_path: Path) -> float | None:
+    """The application's own device time per launch of the configuration ``bundle_path``
+    holds, from the ``recording.json`` it lies under (None for a kernel recording, or where
+    none says): what the replay worker calibrates its L2 policy against."""
+    bundle = Path(bundle_path).resolve()
+    directory = bundle.parent.parent
+    if not (directory / "recording.json").is_file():
+        return None
+    try:
+        recording = load_recording(directory)
+    except (R3Error, OSError, ValueError):
+        return None
+    for kernel in recording.kernels:
+        for config in kernel.configs:
+            if config.bundle is not None and config.bundle.resolve() == bundle:
+                per_launch, _basis = config.in_app_time()
+                return per_launch if per_launch > 0 else None
+    return None
+
+
 def load_recording(directory: Path) -> AppRecording:
     """``directory/recording.json`` read and checked; a bad one is a one-line R3Error."""
     directory = directory.resolve()  # bundle paths go into the database: make them absolute

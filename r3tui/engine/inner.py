@@ -436,7 +436,11 @@ def run_inner_campaign(job: InnerCampaign, progress: Progress | None = None) -> 
     text = source.text
     settings = job.settings
     database = open_database(job.db_path, create=True, upgrade=True)
-    with ReplayWorker(job.bundle_path, timeout_s=job.timeout_s) as worker:
+    from r3tui.engine.application import in_app_reference
+    from r3tui.replay.timing import TimingPolicy
+
+    policy = TimingPolicy(reference_s=in_app_reference(job.bundle_path))
+    with ReplayWorker(job.bundle_path, timeout_s=job.timeout_s, policy=policy) as worker:
         info = worker.start()
         # before any campaign row: an original that does not compile ends here, in one line
         checked = preflight(source, settings.toolchain, info.arch)
@@ -486,6 +490,8 @@ def run_inner_campaign(job: InnerCampaign, progress: Progress | None = None) -> 
                 f"inner search on {info.gpu}, {len(history)} trials already stored"
                 + (f"; {checked.note}" if checked.note else ""),
             )
+            if info.l2_note:
+                repo.add_event(s, campaign_id, "timing", info.l2_note)
         space = build_space(launch, source, settings, device_limits(info))
         notes = [kept] if kept else []
         if space.launch_notes() or notes:

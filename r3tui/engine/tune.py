@@ -129,9 +129,12 @@ def _gpu(bundle_path: Path, timeout_s: float) -> Iterator[tuple[Any, Any, Any]]:
     """The replay worker and the compile pool, started together and torn down together."""
     from r3tui.compile.cache import CompileCache, default_cache_dir
     from r3tui.compile.pool import CompilePool
+    from r3tui.engine.application import in_app_reference
+    from r3tui.replay.timing import TimingPolicy
     from r3tui.replay.worker import ReplayWorker
 
-    with ReplayWorker(bundle_path, timeout_s=timeout_s) as worker:
+    policy = TimingPolicy(reference_s=in_app_reference(bundle_path))
+    with ReplayWorker(bundle_path, timeout_s=timeout_s, policy=policy) as worker:
         info = worker.start()
         with CompilePool(cache=CompileCache(default_cache_dir())) as pool:
             yield worker, pool, info
@@ -187,6 +190,8 @@ def run_campaign(
                 if gpu is not None:
                     worker, pool, info = gpu
                     arch = info.arch
+                    if info.l2_note:
+                        repo.add_event(s, campaign_id, "timing", info.l2_note)
 
                     def evaluator_for(src: KernelSource) -> ReplayEvaluator:
                         return ReplayEvaluator(src, worker, pool, arch=arch)

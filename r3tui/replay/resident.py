@@ -24,7 +24,7 @@ from r3tui.record.bundle import Bundle
 from r3tui.record.manifest import AllocationInfo, GlobalInfo, Manifest
 from r3tui.replay.candidate import Candidate
 from r3tui.replay.device_verify import DeviceComparator
-from r3tui.replay.timing import EventTimer, L2Flush, TimingPolicy, time_launches
+from r3tui.replay.timing import EventTimer, L2Flush, TimingPolicy, choose_l2, time_launches
 from r3tui.replay.verify import (
     ORDER_CAP,
     CheckPolicy,
@@ -165,6 +165,9 @@ class ResidentBundle:
         self._order: dict[tuple[str, str], Tolerance] = {}
         self.order_notes: tuple[str, ...] = ()
         self._probed: set[str] = set()
+        self.l2_note = ""
+        if policy.reference_s and self.flush is not None:
+            self._calibrate_l2(policy.reference_s)
 
     @property
     def measured(self) -> int:
@@ -331,6 +334,32 @@ class ResidentBundle:
                                 for f in seen if f.tolerance is not None})
             return True
         return False
+
+    def _calibrate_l2(self, reference_s: float) -> None:
+        """Time the recorded binary cold and warm and keep the L2 policy whose time is nearer
+        the application's own (:func:`choose_l2`); a bundle without a binary stays cold."""
+        binary = self.bundle.binary()
+        if binary is None:
+            return
+        original = Candidate(binary, self.manifest.kernel.entry_point)
+        loaded = self._load(original)
+        grid, block, shm, args = original.resolve(self.manifest)
+        if self._check_layout(loaded, args):
+            return
+        cu.allow_dynamic_shared(loaded.function, shm)
+        params = cu.KernelParams(args, loaded.layout)
+
+        def launch() -> None:
+            cu.launch(loaded.function, grid.as_tuple(), block.as_tuple(), shm, self.stream,
+                      params)
+
+        flush = self.flush
+        quick = replace(self.policy, max_seconds=0.5)
+        cold = time_launches(launch, lambda: self.restore(loaded), self.timer, quick)
+        self.flush = None
+        warm = time_launches(launch, lambda: self.restore(loaded), self.timer, quick)
+        keep, self.l2_note = choose_l2(reference_s, cold.median_s, warm.median_s)
+        self.flush = flush if keep else None
 
     def _resources(self, c: Candidate, loaded: _Loaded) -> ResourceUsage:
         if c.resources.registers is not None:

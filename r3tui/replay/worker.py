@@ -44,6 +44,7 @@ class WorkerInfo:
     startup_s: float
     l2_flush: bool
     limits: dict[str, Any] = field(default_factory=dict)  # DeviceInfo.limits
+    l2_note: str = ""  # how the L2 policy was chosen against the application's time
 
 
 def _child_main(conn: Any, bundle_path: str, device: int, policy: TimingPolicy,
@@ -60,7 +61,8 @@ def _child_main(conn: Any, bundle_path: str, device: int, policy: TimingPolicy,
         return
     conn.send(("ready", WorkerInfo(os.getpid(), resident.info.name, resident.info.arch,
                                    resident.info.driver_version, time.perf_counter() - began,
-                                   resident.flush is not None, resident.info.limits)))
+                                   resident.flush is not None, resident.info.limits,
+                                   resident.l2_note)))
     while True:
         try:
             message = conn.recv()

@@ -475,3 +475,23 @@ def test_apply_ships_the_re_timed_winner_and_keeps_the_original_against_noise(
              "--db", str(db_path), cwd=tmp_path)
     assert run.returncode == 0, run.stderr
     assert XPAY_TUNED in (forced / "cg.cu").read_text()
+
+
+def test_the_l2_policy_nearer_the_applications_time_is_chosen() -> None:
+    from r3tui.replay.timing import choose_l2
+
+    flush, note = choose_l2(9.6e-6, cold_s=12.0e-6, warm_s=9.9e-6)
+    assert not flush and "left warm" in note and "9.60 µs" in note and "12.00 µs" in note
+    flush, note = choose_l2(12.1e-6, cold_s=12.0e-6, warm_s=9.9e-6)
+    assert flush and note.startswith("L2 flushed")
+    assert choose_l2(3.0, cold_s=4.0, warm_s=2.0)[0]  # a tie stays cold (METHOD.md)
+
+
+def test_in_app_reference_is_the_configurations_own_time_per_launch(tmp_path: Path) -> None:
+    from r3tui.engine.application import in_app_reference
+
+    directory = write_recording(tmp_path / "rec", CG)
+    # spmv's tuned configuration: 0.50 s over 100 launches
+    assert in_app_reference(directory / "bundles" / "spmv-0") == pytest.approx(0.005)
+    assert in_app_reference(directory / "bundles" / "spmv-1") == pytest.approx(0.10)
+    assert in_app_reference(tmp_path / "elsewhere" / "b" / "c") is None  # no recording.json
