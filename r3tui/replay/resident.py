@@ -286,6 +286,33 @@ class ResidentBundle:
                          worst(comparisons), case)
         return comparisons
 
+    def _recorded_launch(self, case: _Case) -> tuple[_Loaded, Callable[[], None]] | None:
+        """The recorded binary loaded and ready to launch on ``case`` (the recorded launch or
+        a check launch); None without a binary, or where it cannot take that launch."""
+        binary = self.bundle.binary()
+        if binary is None:
+            return None
+        original = Candidate(binary, self.manifest.kernel.entry_point)
+        loaded = self._load(original)
+        resolved: tuple[Dim3, Dim3, int, bytes] | None
+        if case is self.main:
+            resolved = original.resolve(self.manifest)
+        else:
+            resolved = original.resolve_check(self.manifest.checks[self.cases.index(case)])
+        if resolved is None:
+            return None
+        grid, block, shm, args = resolved
+        if self._check_layout(loaded, args):
+            return None
+        cu.allow_dynamic_shared(loaded.function, shm)
+        params = cu.KernelParams(args, loaded.layout)
+
+        def launch() -> None:
+            cu.launch(loaded.function, grid.as_tuple(), block.as_tuple(), shm, self.stream,
+                      params)
+
+        return loaded, launch
+
     def _probe_order(self, case: _Case) -> bool:
         """Once per launch, after its verification failed: replay the recorded binary on that
         launch (the recorded one or a check launch) twice and see which float buffers differ
@@ -297,28 +324,14 @@ class ResidentBundle:
         self._probed.add(case.label)
         floats = {a.name: a for a in case.allocations
                   if a.tolerance is None and a.dtype in ORDER_CAP and a.epilogue != a.prologue}
-        binary = self.bundle.binary()
-        if binary is None or not floats:
+        ready = self._recorded_launch(case) if floats else None
+        if ready is None:
             return False
-        original = Candidate(binary, self.manifest.kernel.entry_point)
-        loaded = self._load(original)
-        resolved: tuple[Dim3, Dim3, int, bytes] | None
-        if case is self.main:
-            resolved = original.resolve(self.manifest)
-        else:
-            resolved = original.resolve_check(self.manifest.checks[self.cases.index(case)])
-        if resolved is None:
-            return False
-        grid, block, shm, args = resolved
-        if self._check_layout(loaded, args):
-            return False
-        cu.allow_dynamic_shared(loaded.function, shm)
-        params = cu.KernelParams(args, loaded.layout)
+        loaded, launch = ready
         runs: dict[str, list[bytes]] = {name: [] for name in floats}
         for _ in range(2):
             self.restore(loaded, case)
-            cu.launch(loaded.function, grid.as_tuple(), block.as_tuple(), shm, self.stream,
-                      params)
+            launch()
             cu.check(cu.driver().cuStreamSynchronize(self.stream), "cuStreamSynchronize")
             if any(not x.passed and x.buffer not in floats for x in self.verify(loaded, case)):
                 return False  # another buffer differs too: not a matter of float order
@@ -338,21 +351,10 @@ class ResidentBundle:
     def _calibrate_l2(self, reference_s: float) -> None:
         """Time the recorded binary cold and warm and keep the L2 policy whose time is nearer
         the application's own (:func:`choose_l2`); a bundle without a binary stays cold."""
-        binary = self.bundle.binary()
-        if binary is None:
+        ready = self._recorded_launch(self.main)
+        if ready is None:
             return
-        original = Candidate(binary, self.manifest.kernel.entry_point)
-        loaded = self._load(original)
-        grid, block, shm, args = original.resolve(self.manifest)
-        if self._check_layout(loaded, args):
-            return
-        cu.allow_dynamic_shared(loaded.function, shm)
-        params = cu.KernelParams(args, loaded.layout)
-
-        def launch() -> None:
-            cu.launch(loaded.function, grid.as_tuple(), block.as_tuple(), shm, self.stream,
-                      params)
-
+        loaded, launch = ready
         flush = self.flush
         quick = replace(self.policy, max_seconds=0.5)
         cold = time_launches(launch, lambda: self.restore(loaded), self.timer, quick)
