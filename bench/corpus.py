@@ -445,7 +445,7 @@ def tune_budget(recipe: Recipe, budget: str) -> str:
     return budget
 
 
-# Seconds each stage needs at most, from the H200 (2026-12-04): record 2-42 s whatever the
+# Seconds each stage needs at most, from the H200 (2026-12-04): record 2-52 s whatever the
 # program's wall time (7-10 s for programs of 1.4-3.2 s), tune 8-29 s at --budget 8s --top 1,
 # apply 26 s (lud, 0.46 s a run) to 94 s (bfs, 2.1 s) at 10 pairs, at most six walls a pair
 # (a timed run costs about twice a plain one, both trees); each with a margin.  The program's estimate
