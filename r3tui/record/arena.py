@@ -66,10 +66,13 @@ def _reserve(base: int, size: int, granularity: int) -> int:
     if held is not None and held >= size:
         _IN_USE.add(base)
         return held
+    if held is not None:  # a freed range is not handed back at the same base (Arena.close)
+        raise ArenaUnavailable(
+            f"the recording arena at {base:#x} holds {held >> 20} MiB in this process; "
+            f"{size >> 20} MiB are needed",
+            hint="record or replay this bundle in a fresh process",
+        )
     drv = cu.driver()
-    if held is not None:  # too small, and no Arena uses it: give it back, reserve anew
-        cu.check(drv.cuMemAddressFree(base, held), "cuMemAddressFree")
-        del _RESERVED[base]
     result = drv.cuMemAddressReserve(size, granularity, base, 0)
     if result[0] != drv.CUresult.CUDA_SUCCESS:
         raise ArenaUnavailable(
