@@ -448,8 +448,8 @@ def tune_budget(recipe: Recipe, budget: str) -> str:
 # Seconds each stage needs at most, from the H200 (2026-12-04): record 2-52 s whatever the
 # program's wall time (7-10 s for programs of 1.4-3.2 s), tune 8-29 s at --budget 8s --top 1,
 # apply 26 s (lud, 0.46 s a run) to 94 s (bfs, 2.1 s) at 10 pairs, at most six walls a pair
-# (a timed run costs about twice a plain one, both trees); each with a margin.  The program's estimate
-# is the sum of its stages', so a program started is one whose every stage fits.
+# (a timed run costs about twice a plain one, both trees); each with a margin.  The program's
+# estimate is the sum of its stages', so a program started is one whose every stage fits.
 
 def _wall(state: dict[str, Any]) -> float:
     return float(state["steps"].get("plain", {}).get("median_wall_s") or 3)
