@@ -316,6 +316,9 @@ def export_variant(
                 "block": list(config.block.as_tuple()) if config.block else None,
                 "launch_bounds": list(config.launch_bounds) if config.launch_bounds else None,
                 "tunables": dict(config.tunables),
+                # elements each thread covers along x: launch ceil(work / (block x this))
+                # blocks along x instead of one thread an element
+                "work_per_thread": _work_per_thread(variant.source, config),
                 "toolchain": config.toolchain,
                 "pipeline": config.pipeline,
                 "variant_id": variant.id,
@@ -340,6 +343,15 @@ def export_variant(
     for path, text in files.items():
         path.write_text(text)
     return list(files)
+
+
+def _work_per_thread(source: str, config: TrialConfig) -> int:
+    from r3tui.search.source import DeclarationError, work_divisor
+
+    try:
+        return work_divisor(source, config.tunables)
+    except DeclarationError:
+        return 1
 
 
 def application_patch(bundle_path: Path, original: str, variant: str, kernel: str) -> str | None:

@@ -284,6 +284,17 @@ def apply_campaign(
             return outcome
         block_flag = (found[0], x)
         max_threads = x  # every launch of the kernel takes its block from that macro
+    from r3tui.search.source import DeclarationError, work_divisor
+
+    try:
+        per_thread = work_divisor(best.source, best.tunables)
+    except DeclarationError:
+        per_thread = 1  # declarations the search never read: it did not divide the grid
+    if per_thread > 1:
+        outcome.not_applied.append(
+            f"nothing: its winner covers {per_thread} elements a thread with a grid "
+            f"{per_thread} times smaller, and the application's host code computes the grid")
+        return outcome
     if best.launch_bounds is not None and max_threads and best.launch_bounds[0] < max_threads:
         outcome.not_applied.append(
             f"nothing: its winner's __launch_bounds__({best.launch_bounds[0]}) is below the "

@@ -103,10 +103,13 @@ class ReplayEvaluator:
 
     def candidate(self, config: TrialConfig, compiled: CompiledKernel) -> Candidate:
         from r3tui.replay.candidate import Candidate
+        from r3tui.search.source import work_divisor
 
         return Candidate.from_compiled(compiled, block=config.block,
                                        shared_mem_bytes=config.shared_mem_bytes,
-                                       label=str(config.options))
+                                       label=str(config.options),
+                                       work_divisor=work_divisor(self.source.text,
+                                                                 config.tunables))
 
     def evaluate(self, configs: Sequence[TrialConfig]) -> list[Measurement]:
         futures: dict[Future[CompiledKernel], int] = {
@@ -198,10 +201,20 @@ def build_space(
         parse_shared,
         parse_tunables,
     )
+    from r3tui.search.source import Tunable, parse_work_per_thread
 
     specs = [s for s in accepted_options(settings.toolchain) if s.name != "passes"]
     tunables = parse_tunables(source.text)
-    return SearchSpace.from_parts(
+    per_thread = parse_work_per_thread(source.text)
+    fixed = None
+    if per_thread is not None and (source.confined or launch.work is None):
+        # an application's host code computes its grid: r3 apply cannot divide it
+        fixed = (f"{per_thread} fixed at 1: "
+                 + ("the application's host code computes the grid" if source.confined
+                    else "no work size recorded to derive a smaller grid from"))
+        tunables = tuple(Tunable(t.name, (1,), 1) if t.name == per_thread else t
+                         for t in tunables)
+    space = SearchSpace.from_parts(
         option_dims(specs),
         LaunchSpec.of(launch, facts=launch_facts(launch, source, tunables)),
         tunables,
@@ -213,6 +226,9 @@ def build_space(
         toolchain=settings.toolchain,
         shared=parse_shared(source.text),
     )
+    if fixed is not None:
+        space._launch_notes.append(fixed)
+    return space
 
 
 def launch_facts(

@@ -220,12 +220,17 @@ CATALOGUE: tuple[Transformation, ...] = (
         "grid_stride_loop",
         "parallelism",
         "Let each thread handle several elements with a grid-stride loop "
-        "(`for (i = start; i < n; i += gridDim.x * blockDim.x)`).",
+        "(`for (i = start; i < n; i += gridDim.x * blockDim.x)`), and declare how many with "
+        "`// r3: tune WPT 1 2 4 8` and `// r3: work_per_thread WPT`: the tuner then launches "
+        "a grid WPT times smaller.",
+        rule="grid_stride",
         example=(
             "    int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
             "    if (i < n) {\n"
             "        y[i] = a * x[i] + y[i];\n"
             "    }",
+            "    // r3: tune WPT 1 2 4 8\n"
+            "    // r3: work_per_thread WPT\n"
             "    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x *"
             " blockDim.x) {\n"
             "        y[i] = a * x[i] + y[i];\n"

@@ -417,6 +417,93 @@ def warp_shuffle_reduction(source: str, kernel_name: str, rng: random.Random) ->
     return _finish(source, out, kernel_name,
                    f"the tree reduction of {array} at line {line} in warp shuffles")
 
+# `int i = blockIdx.x * blockDim.x + threadIdx.x;` in any of its usual spellings
+_GLOBAL_X = (r"(?:blockIdx\.x\s*\*\s*blockDim\.x|blockDim\.x\s*\*\s*blockIdx\.x)\s*\+\s*"
+             r"threadIdx\.x|threadIdx\.x\s*\+\s*(?:blockIdx\.x\s*\*\s*blockDim\.x|"
+             r"blockDim\.x\s*\*\s*blockIdx\.x)")
+_INDEX = re.compile(
+    r"(?P<decl>(?:const\s+)?(?P<type>int|unsigned(?:\s+int)?|long(?:\s+long)?|size_t|"
+    r"unsigned\s+long(?:\s+long)?)\s+(?P<i>[A-Za-z_]\w*)\s*=\s*(?:\(\s*\w+(?:\s+\w+)*\s*\)\s*)?"
+    rf"\(?\s*(?:{_GLOBAL_X})\s*\)?\s*;)")
+# the guard right after it: `if (i >= n) return;` / `if (i >= n) { return; }`
+_EARLY_RETURN = re.compile(
+    r"\s*if\s*\(\s*(?P<i>[A-Za-z_]\w*)\s*(?P<op>>=|>)\s*(?P<bound>[^;{}()]+(?:\([^;{}()]*\)"
+    r"[^;{}()]*)*)\)\s*(?:return\s*;|\{\s*return\s*;\s*\})")
+_SYNC = re.compile(r"__syncthreads|__syncwarp|\.sync\s*\(|__shared__|\bgrid_group\b|"
+                   r"__threadfence_block|\bthis_grid\b")
+WPT_FACTORS = (1, 2, 4, 8, 16)
+# rules whose variants pay only with a smaller grid (never offered for an application's kernel)
+GRID_RULES = frozenset({"grid_stride"})
+
+
+def grid_stride(source: str, kernel_name: str, rng: random.Random) -> RuleResult:
+    """A kernel that gives each thread one element along x (``int i = blockIdx.x *
+    blockDim.x + threadIdx.x;`` then ``if (i >= n) return;``) made a grid-stride loop over
+    the rest of its body, with the number of elements per thread a tunable that divides the
+    launch's grid (``// r3: work_per_thread R3_WPT_<line>``, 1 2 4 8 16; 1 launches the
+    recorded grid and does what the original did).
+
+    The rest of the body becomes a lambda called once per element, so its ``return``
+    statements still end one element's work.  Only for bodies without barriers, warp
+    synchronization or shared memory (threads of a block would run different numbers of
+    elements), that never assign the index, and never for an application's kernel, whose grid
+    its host code computes (the campaign does not offer the rule there).
+    """
+    span = _kernel(source, kernel_name)
+    if isinstance(span, RuleResult):
+        return span
+    masked = mask(source)
+    body_start = span.body_open + 1
+    body = masked[body_start:span.body_end - 1]
+    index = _INDEX.search(body)
+    if index is None:
+        return _declined("no `int i = blockIdx.x * blockDim.x + threadIdx.x;` in the kernel")
+    name = index.group("i")
+    guard = _EARLY_RETURN.match(body, index.end())
+    if guard is None or guard.group("i") != name:
+        return _declined(f"no `if ({name} >= bound) return;` right after the index")
+    bound = guard.group("bound").strip()
+    if re.search(rf"\b{re.escape(name)}\b", bound) or re.search(r"\+\+|--|[^=!<>]=[^=]", bound):
+        return _declined("the guard's bound depends on the index or assigns")
+    if _brace_depth(body, index.start()) != 0:
+        return _declined("the index is not declared at the top of the kernel's body")
+    rest = body[guard.end():]
+    if _SYNC.search(body):
+        return _declined("the body synchronizes threads or uses shared memory")
+    if re.search(rf"(?<![\w.]){re.escape(name)}\s*(?:[-+*/%&|^]?=(?!=)|\+\+|--)|"
+                 rf"(?:\+\+|--)\s*{re.escape(name)}\b|&\s*{re.escape(name)}\b", rest):
+        return _declined(f"the body assigns or takes the address of {name}")
+    line = source.count("\n", 0, body_start + index.start()) + 1
+    macro = f"R3_WPT_{line}"
+    if re.search(rf"\b{macro}\b", source):
+        return _declined(f"{macro} is already a name in the source")
+    condition = (f"{name} < ({bound})" if guard.group("op") == ">=" else
+                 f"{name} <= ({bound})")
+    kind = re.sub(r"^const\s+", "", index.group("type"))
+    decl_at = body_start + index.start()
+    line_start = source.rfind("\n", 0, decl_at) + 1
+    indent = re.match(r"[ \t]*", source[line_start:]).group(0)  # type: ignore[union-attr]
+    factors = " ".join(str(f) for f in WPT_FACTORS)
+    rest_text = source[body_start + guard.end():span.body_end - 1]
+    header = (f"{indent}// r3: tune {macro} {factors}\n"
+              f"{indent}// r3: work_per_thread {macro}\n"
+              f"#ifndef {macro}\n#define {macro} 1\n#endif\n")
+    loop = (f"{indent}auto r3_element_{line} = [&]({kind} {name}) {{{rest_text}\n{indent}}};\n"
+            f"{indent}for ({kind} {name} = {index.group(0).split('=', 1)[1].strip()[:-1]}; "
+            f"{condition}; {name} += ({kind})blockDim.x * gridDim.x) {{\n"
+            f"{indent}    r3_element_{line}({name});\n{indent}}}\n")
+    if source[line_start:decl_at].strip():
+        return _declined(f"the declaration of {name} does not start its line")
+    out = source[:line_start] + header + loop + source[span.body_end - 1:]
+    return _finish(source, out, kernel_name,
+                   f"a grid-stride loop over {name} at line {line}, {macro} elements a thread "
+                   f"in {{{factors}}}")
+
+
+def _brace_depth(text: str, at: int) -> int:
+    return text.count("{", 0, at) - text.count("}", 0, at)
+
+
 
 RULES: dict[str, Rule] = {
     "restrict_const": restrict_const,
@@ -424,6 +511,7 @@ RULES: dict[str, Rule] = {
     "unroll_pragma": unroll_pragma,
     "expose_tunable": expose_tunable,
     "warp_shuffle_reduction": warp_shuffle_reduction,
+    "grid_stride": grid_stride,
 }
 
 

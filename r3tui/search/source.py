@@ -32,7 +32,9 @@ Everything here is a pure text transform: no file, no compiler.
 
 from __future__ import annotations
 
+import functools
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from r3tui.analysis.text import mask
@@ -131,13 +133,13 @@ def parse_tunables(source: str) -> tuple[Tunable, ...]:
     on a malformed or unknown ``// r3:`` line."""
     tunables: dict[str, Tunable] = {}
     for line, verb, rest in _directives(source):
-        if verb in ("require", "shared"):
+        if verb in ("require", "shared", "work_per_thread"):
             continue
         if verb != "tune":
             raise DeclarationError(
                 f"line {line}: unknown declaration '// r3: {verb}'",
                 hint="known: '// r3: tune NAME v1 v2 ...', '// r3: require EXPR', "
-                "'// r3: shared EXPR'",
+                "'// r3: shared EXPR', '// r3: work_per_thread NAME'",
             )
         parts = rest.replace(",", " ").split()
         if len(parts) < 2:
@@ -196,6 +198,40 @@ def parse_shared(source: str) -> Relation | None:
                 f"line {line}: '// r3: shared' but the source declares no extern __shared__ "
                 "array", hint="dynamic shared memory is an `extern __shared__ T name[];` array")
     return found
+
+
+@functools.lru_cache(maxsize=64)  # asked once per candidate of a variant
+def parse_work_per_thread(source: str) -> str | None:
+    """The tunable named by ``// r3: work_per_thread NAME`` (None without one): each thread
+    covers NAME elements along x, so a launch divides its grid's x extent by NAME's value
+    (the kernel strides over the elements, e.g. in a grid-stride loop).  NAME must be a
+    declared tunable whose values are positive integers; :class:`DeclarationError` otherwise,
+    or when the line is given twice."""
+    found: str | None = None
+    for line, verb, rest in _directives(source):
+        if verb != "work_per_thread":
+            continue
+        if found is not None:
+            raise DeclarationError(f"line {line}: '// r3: work_per_thread' is declared twice")
+        name = rest.strip()
+        tunable = next((t for t in parse_tunables(source) if t.name == name), None)
+        if tunable is None or not all(isinstance(v, int) and v >= 1 for v in tunable.values):
+            raise DeclarationError(
+                f"line {line}: '// r3: work_per_thread {name}' names no tunable of positive "
+                "integers", hint="declare it with '// r3: tune NAME 1 2 4 ...'")
+        found = name
+    return found
+
+
+def work_divisor(source: str, tunables: Mapping[str, TunableValue]) -> int:
+    """The grid divisor a configuration's ``tunables`` give ``source`` (1 without one)."""
+    name = parse_work_per_thread(source)
+    if name is None:
+        return 1
+    value = tunables.get(name, _source_default(source, name))
+    if isinstance(value, str) and value.strip().isdigit():  # as a -D value
+        value = int(value)
+    return value if isinstance(value, int) and value >= 1 else 1
 
 
 def guard_defines(source: str, names: set[str] | frozenset[str]) -> str:

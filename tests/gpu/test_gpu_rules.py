@@ -3,7 +3,8 @@
 Each example is recorded fresh; each rule that applies to it (tests/unit/test_remix_rules.py
 checks the same variants compile on the CPU) is compiled with NVRTC and evaluated against that
 recording, at the recorded block, and for a tunable the rule declares, at each of its values
-(an unroll factor of 1 and of 16 both replay).  Issue #19: "each transformation's variants of
+(an unroll factor of 1 and of 16 both replay; a grid-stride loop at 1 and at 16 elements a
+thread, with a grid 16 times smaller).  Issue #19: "each transformation's variants of
 the examples replay to the recorded epilogue".
 """
 
@@ -30,7 +31,7 @@ def test_every_rule_variant_replays_to_the_recorded_epilogue(example: str,
     from r3tui.remix.rules import RULES, apply_rule
     from r3tui.replay.candidate import Candidate
     from r3tui.replay.worker import ReplayWorker
-    from r3tui.search.source import parse_tunables
+    from r3tui.search.source import parse_tunables, work_divisor
 
     ex = REPO / "examples" / example
     source = (ex / "kernel.cu").read_text()
@@ -53,11 +54,16 @@ def test_every_rule_variant_replays_to_the_recorded_epilogue(example: str,
             for defines in settings:
                 compiled = nvrtc.compile(CompileRequest(made.source, example, defines=defines))
                 assert compiled.ok, (rule, defines, compiled.log[:400])
-                measured = worker.evaluate(Candidate.from_compiled(compiled, block=block),
+                # a grid-stride variant launches a grid divided by its elements per thread
+                divisor = work_divisor(made.source, dict(defines))
+                measured = worker.evaluate(Candidate.from_compiled(compiled, block=block,
+                                                                   work_divisor=divisor),
                                            timed=False)
                 assert measured.status is MeasurementStatus.OK, (rule, defines,
                                                                  measured.error_text)
                 assert measured.verified is True
-                ran.append((rule, defines))
+                ran.append((rule, defines, divisor))
     print(f"{example}: {len(ran)} variants replayed: {ran}")
     assert ran  # every example has at least one rule that applies
+    if example in ("spmv_csr", "nbody"):  # a grid 16 times smaller covers every element
+        assert any(rule == "grid_stride" and divisor == 16 for rule, _d, divisor in ran)

@@ -6,6 +6,7 @@ times); the real path runs in tests/gpu/test_gpu_campaign.py on the device.
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from pathlib import Path
 
@@ -285,6 +286,8 @@ def test_report_and_export_describe_the_best_variant(
     assert "speedup" in text and "yield rule" in text
     names = {p.name for p in files}
     assert {"stencil7.cu", "options.txt", "launch.json", "stencil7.patch"} <= names
+    launch = json.loads(next(p for p in files if p.name == "launch.json").read_text())
+    assert launch["work_per_thread"] == 1  # grid_stride does not apply to stencil7
 
 
 def test_a_wall_time_budget_leaves_the_source_search_most_of_it(tmp_path: Path) -> None:

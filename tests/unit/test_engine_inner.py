@@ -256,3 +256,31 @@ def test_make_strategy_applies_the_bo_spec_over_the_estimator() -> None:
     assert make_strategy(make_space(), InnerSettings()).settings == BayesSettings()
     with pytest.raises(ConfigError, match="xi is float"):
         make_strategy(make_space(), InnerSettings(bayes="xi=big"))
+
+
+def test_elements_per_thread_reach_the_launch_and_stay_1_for_an_applications_kernel() -> None:
+    import random
+    from typing import Any, cast
+
+    from r3tui.engine import KernelSource, ReplayEvaluator, build_space
+    from r3tui.record.manifest import LaunchInfo
+    from r3tui.remix.rules import grid_stride
+    from r3tui.search import DeviceLimits
+
+    kernel = (Path(__file__).resolve().parents[2] / "examples" / "nbody" / "kernel.cu")
+    varied = grid_stride(kernel.read_text(), "nbody", random.Random(0)).source
+    assert varied is not None
+    launch = LaunchInfo(grid=Dim3(64), block=Dim3(256), work=Dim3(16384), block_tunable=True)
+    free = build_space(launch, KernelSource(varied, "nbody"), InnerSettings(), DeviceLimits())
+    name = "tune.R3_WPT_15"
+    assert name in free.names
+    pool, worker = FakeCompilePool(), FakeReplayWorker()
+    evaluator = ReplayEvaluator(KernelSource(varied, "nbody"), cast(Any, worker),
+                                cast(Any, pool), arch="sm_90")
+    evaluator.evaluate([TrialConfig(tunables={"R3_WPT_15": 4}), TrialConfig()])
+    assert sorted(cast(Any, c).work_divisor for c in worker.candidates) == [1, 4]
+    app = build_space(launch, KernelSource(varied, "nbody", confined=True), InnerSettings(),
+                      DeviceLimits())
+    assert name not in app.names
+    assert any("R3_WPT_15 fixed at 1: the application's host code computes the grid" in n
+               for n in app.launch_notes())

@@ -60,6 +60,7 @@ def test_rules_apply_to_the_kernels_they_are_for() -> None:
     assert {e for r, e in applies if r == "expose_tunable"} == {"reduce_sum", "softmax"}
     assert {e for r, e in applies if r == "warp_shuffle_reduction"} == {"reduce_sum", "softmax"}
     assert ("unroll_pragma", "stencil7") not in applies  # it has no loop
+    assert {e for r, e in applies if r == "grid_stride"} == {"nbody", "spmv_csr"}
 
 
 def test_read_only_analysis_on_real_kernels() -> None:
@@ -331,3 +332,66 @@ def test_the_prompt_shows_the_transformations_own_example_as_an_edit_block() -> 
     whole = build_messages(MutationContext("reduce_sum", KERNELS["reduce_sum"],
                                            transformation=wanted, edit_format="whole"))[1]
     assert f"```cuda\n{after}\n```" in whole.content
+
+
+GRID_STRIDE_CASES = {
+    # the early-return spelling of each usual index form, and what the rule must refuse
+    "saxpy": ("    int i = threadIdx.x + blockIdx.x * blockDim.x;\n"
+              "    if (i >= n) { return; }\n"
+              "    if (x[i] < 0.0f) return;  // one element's early exit\n"
+              "    y[i] = a * x[i] + y[i];\n", True),
+    "barrier": ("    int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+                "    if (i >= n) return;\n"
+                "    __syncthreads();\n    y[i] = x[i];\n", False),
+    "assigns": ("    int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+                "    if (i >= n) return;\n"
+                "    i += 1;\n    y[i] = x[i];\n", False),
+    "bound_of_i": ("    int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+                   "    if (i >= n - i) return;\n    y[i] = x[i];\n", False),
+    "no_guard": ("    int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+                 "    y[i % n] = x[i % n];\n", False),
+}
+
+
+@pytest.mark.parametrize("case", sorted(GRID_STRIDE_CASES))
+def test_grid_stride_makes_a_loop_whose_elements_per_thread_divide_the_grid(case: str) -> None:
+    from r3tui.search.source import parse_work_per_thread, work_divisor
+
+    body, applies = GRID_STRIDE_CASES[case]
+    source = ('extern "C" __global__ void saxpy(float* y, const float* x, float a, int n) {\n'
+              + body + "}\n")
+    result = apply_rule("grid_stride", source, "saxpy", random.Random(0))
+    assert result.ok is applies, result.reason
+    if not applies:
+        assert result.reason
+        return
+    assert result.source is not None
+    name = parse_work_per_thread(result.source)
+    assert name == "R3_WPT_2"
+    (tunable,) = parse_tunables(result.source)
+    assert tunable.values == (1, 2, 4, 8, 16) and tunable.default == 1
+    assert work_divisor(result.source, {name: 8}) == 8 and work_divisor(result.source, {}) == 1
+    assert work_divisor(result.source, {name: "16"}) == 16  # a -D value
+    # the element's own early exit stays an early exit of that element (a lambda's return)
+    assert "auto r3_element_2 = [&](int i)" in result.source
+    assert "i < (n); i += (int)blockDim.x * gridDim.x" in result.source
+    for value in ("1", "4"):
+        compiled = get_toolchain("nvrtc").compile(
+            CompileRequest(result.source, "saxpy", defines=((name, value),)))
+        assert compiled.ok, compiled.log
+
+
+def test_grid_stride_is_not_offered_for_an_applications_kernel() -> None:
+    from r3tui.remix.mutation import Mutator
+    from r3tui.remix.prompt import MutationContext
+
+    source = KERNELS["nbody"]
+    wanted = transformation("grid_stride_loop")
+    mutator = Mutator(None)
+    free = mutator.propose_rule(MutationContext("nbody", source, transformation=wanted),
+                                random.Random(0))
+    assert free.ok and "work_per_thread" in (free.source or "")
+    confined = mutator.propose_rule(
+        MutationContext("nbody", source, transformation=wanted, confined=True),
+        random.Random(0))
+    assert not confined.ok and "host code computes the grid" in (confined.reason or "")

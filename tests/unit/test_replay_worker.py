@@ -24,6 +24,23 @@ def test_candidate_defaults_to_the_recorded_launch(tmp_path: Path) -> None:
     assert Candidate(b"cubin", "axpy", grid=Dim3(3), block=Dim3(128)).resolve(m)[0] == Dim3(3)
 
 
+def test_elements_per_thread_divide_the_grid_of_the_launch_and_its_checks(
+        tmp_path: Path) -> None:
+    bundle = write_bundle(tmp_path / "b", n=4096, check=True)
+    m = bundle.manifest
+    assert m.checks
+    four = Candidate(b"cubin", "axpy", work_divisor=4)
+    assert four.resolve(m)[:2] == (Dim3(4), Dim3(256))  # 4096 elements / (256 x 4)
+    assert Candidate(b"cubin", "axpy", block=Dim3(128), work_divisor=3).resolve(m)[0] == \
+        Dim3(11)  # ceil(ceil(4096 / 3) / 128)
+    assert four.launch_key(m) != Candidate(b"cubin", "axpy").launch_key(m)
+    for check in m.checks:  # a check launch's grid follows its own work size
+        assert check.launch.work is not None
+        expected = -(-check.launch.work.x // (256 * 4))
+        resolved = four.resolve_check(check)
+        assert resolved is not None and resolved[0] == Dim3(expected)
+
+
 def test_identical_code_has_one_launch_key(tmp_path: Path) -> None:
     m = write_bundle(tmp_path / "b").manifest
     a = Candidate(b"cubin-with-note-1", "axpy", code_sha256="ab" * 32)
