@@ -114,3 +114,15 @@ def code_key(text: str) -> str:
 
 
 _R3_DECLARATION = re.compile(r"[ \t]*//[ \t]*r3[ \t]*:")
+
+
+_VECTOR_TYPE = re.compile(
+    r"\b(?:float|int|uint|double|half|__half|bfloat16|__nv_bfloat16|short|ushort|char|uchar|"
+    r"long|ulong|longlong|ulonglong)([234])\b")
+
+
+def vector_width(text: str) -> int:
+    """The widest CUDA vector type (``float4``: 4, ``half2``: 2) the code of ``text`` names,
+    comments and string literals aside; 1 for scalar code."""
+    widths = [int(m.group(1)) for m in _VECTOR_TYPE.finditer(mask(text))]
+    return max(widths, default=1)

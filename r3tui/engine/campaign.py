@@ -537,7 +537,8 @@ class CampaignRun:
             if status in EVALUATED_OK:
                 fit = fitness_of(s, variant, self.launch.block)
                 assert fit is not None
-                features = {**features, **features_for(fit, family), "family": family}
+                features = {**features, **features_for(fit, family, variant.source),
+                            "family": family}
             repo.update_variant(
                 s, variant.id, status=status, status_reason=reason, features=features
             )

@@ -129,10 +129,19 @@ def family_of(variant: Variant) -> str:
     return str(family) if family else "other"
 
 
-def features_for(fitness: VariantFitness, family: str) -> dict[str, Any]:
+def features_for(fitness: VariantFitness, family: str, source: str = "") -> dict[str, Any]:
+    """The variant's archive descriptors: its best trial's resources, its family, and how
+    many elements a thread handles (``source``'s vector width, the trial's work per thread)."""
+    from r3tui.analysis.text import vector_width
     from r3tui.search.elites import describe
+    from r3tui.search.source import DeclarationError, work_divisor
 
-    return describe(fitness.registers, fitness.shared_mem_bytes, fitness.occupancy, family)
+    try:
+        per_thread = work_divisor(source, fitness.config.tunables) if source else 1
+    except DeclarationError:
+        per_thread = 1
+    return describe(fitness.registers, fitness.shared_mem_bytes, fitness.occupancy, family,
+                    vector_width=vector_width(source), work_per_thread=per_thread)
 
 
 def migration_rng(seed: int, n_evaluated: int) -> random.Random:
@@ -189,7 +198,8 @@ def rebuild_archive(
         fit = fitness_of(s, v, recorded_block)
         if fit is None:
             continue
-        state.offer(v, v.features or features_for(fit, family_of(v)), fit.median_s, seed=seed)
+        state.offer(v, v.features or features_for(fit, family_of(v), v.source), fit.median_s,
+                    seed=seed)
     return state
 
 

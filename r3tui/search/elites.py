@@ -200,11 +200,22 @@ FAMILY = FeatureDim(
     "catalogue's families; seed for the original); any other text counts as 'other'",
 )
 
-DEFAULT_FEATURES: tuple[FeatureDim, ...] = (REGISTERS, SHARED_MEMORY, FAMILY)
+GRAIN = FeatureDim(
+    "grain",
+    "bins",
+    edges=(1, 4),
+    descriptor="elements_per_thread",
+    help="elements a thread handles: its vector width (float4 loads: 4) times the elements "
+    "per thread its launch gives it (// r3: work_per_thread); 1, 2 to 4, more (issue #19: "
+    "coarsened and vectorized variants compete in cells of their own)",
+)
+
+DEFAULT_FEATURES: tuple[FeatureDim, ...] = (REGISTERS, SHARED_MEMORY, GRAIN, FAMILY)
 
 
 def describe(
-    registers: int | None, shared_mem_bytes: int | None, occupancy: float | None, family: str
+    registers: int | None, shared_mem_bytes: int | None, occupancy: float | None, family: str,
+    *, vector_width: int = 1, work_per_thread: int = 1,
 ) -> dict[str, Any]:
     """The raw descriptor values of a variant, as stored in ``variants.features``
     (JSON-ready; :func:`cell_key` bins them)."""
@@ -219,11 +230,17 @@ def describe(
         raise ValueError(f"occupancy must be a fraction in [0, 1] or None, got {occupancy!r}")
     if not isinstance(family, str):
         raise ValueError(f"family must be text, got {family!r}")
+    for name, count in (("vector_width", vector_width), ("work_per_thread", work_per_thread)):
+        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+            raise ValueError(f"{name} must be a positive integer, got {count!r}")
     return {
         "registers": registers,
         "shared_mem_bytes": shared_mem_bytes,
         "occupancy": None if occupancy is None else float(occupancy),
         "family": family,
+        "vector_width": vector_width,
+        "work_per_thread": work_per_thread,
+        "elements_per_thread": vector_width * work_per_thread,
     }
 
 

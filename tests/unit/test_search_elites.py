@@ -54,13 +54,31 @@ def filled(
 # -- cells --------------------------------------------------------------------------------
 def test_cell_key_is_stable_text_in_declared_order() -> None:
     features = describe(registers=40, shared_mem_bytes=0, occupancy=0.5, family="tiling")
-    assert cell_key(features) == "regs=1|smem=0|family=tiling"
-    assert cell_key(dict(reversed(list(features.items())))) == "regs=1|smem=0|family=tiling"
-    assert cell_coordinates("regs=1|smem=0|family=tiling") == {
+    assert cell_key(features) == "regs=1|smem=0|grain=0|family=tiling"
+    assert cell_key(dict(reversed(list(features.items())))) == \
+        "regs=1|smem=0|grain=0|family=tiling"
+    assert cell_coordinates("regs=1|smem=0|grain=0|family=tiling") == {
         "regs": "1",
         "smem": "0",
+        "grain": "0",
         "family": "tiling",
     }
+
+
+def test_vectorized_and_coarsened_variants_fall_in_cells_of_their_own() -> None:
+    # issue #19: the archive's dimensions reflect vector width and work per thread
+    def grain(vector_width: int, work_per_thread: int) -> str:
+        features = describe(40, 0, 0.5, "memory", vector_width=vector_width,
+                            work_per_thread=work_per_thread)
+        assert features["elements_per_thread"] == vector_width * work_per_thread
+        return cell_coordinates(cell_key(features))["grain"]
+
+    assert (grain(1, 1), grain(4, 1), grain(1, 2), grain(4, 4), grain(1, 8)) == (
+        "0", "1", "1", "2", "2")
+    assert cell_coordinates(cell_key({"registers": 40, "family": "memory"}))["grain"] == \
+        "na"  # features stored before the dimension existed
+    with pytest.raises(ValueError, match="work_per_thread"):
+        describe(40, 0, 0.5, "memory", work_per_thread=0)
 
 
 @pytest.mark.parametrize(
@@ -123,7 +141,7 @@ def test_feature_dims_reject_malformed_declarations() -> None:
     with pytest.raises(ValueError):
         cell_key({"registers": "many"})
     with pytest.raises(ValueError):
-        cell_coordinates("regs=9|smem=0|family=seed")
+        cell_coordinates("regs=9|smem=0|grain=0|family=seed")
 
 
 def test_describe_validates_raw_values() -> None:
@@ -165,7 +183,7 @@ def test_offer_reports_what_happened_and_ties_go_to_the_lower_variant_id() -> No
     archive = EliteArchive(ArchiveSettings(islands=1))
     features = describe(40, 0, None, "tiling")
     first = archive.offer(0, 7, features, 2e-4)
-    assert first == Elite(0, "regs=1|smem=0|family=tiling", 7, 2e-4)
+    assert first == Elite(0, "regs=1|smem=0|grain=0|family=tiling", 7, 2e-4)
     assert archive.offer(0, 9, features, 3e-4) is None  # slower: loses
     assert archive.offer(0, 8, features, 2e-4) is None  # tie, higher id: loses
     assert archive.offer(0, 3, features, 2e-4) is not None  # tie, lower id: wins
@@ -265,7 +283,7 @@ def test_rebuild_refuses_cells_of_other_feature_settings() -> None:
         EliteArchive.rebuild(ArchiveSettings(islands=1), [EliteCell(1, 0, "occ=1", 5, 1e-4)])
     with pytest.raises(ValueError):
         EliteArchive.rebuild(
-            ArchiveSettings(islands=1), [EliteCell(1, 3, "regs=0|smem=0|family=seed", 5, 1e-4)]
+            ArchiveSettings(islands=1), [EliteCell(1, 3, "regs=0|smem=0|grain=0|family=seed", 5, 1e-4)]
         )
 
 
@@ -278,8 +296,8 @@ def test_to_cells_are_the_rows_rebuild_reads() -> None:
     )
     rows = archive.to_cells(campaign_id=4)
     assert rows == [
-        EliteCell(4, 0, "regs=0|smem=0|family=seed", 1, 1e-4),
-        EliteCell(4, 2, "regs=2|smem=1|family=tiling", 2, 5e-5),
+        EliteCell(4, 0, "regs=0|smem=0|grain=0|family=seed", 1, 1e-4),
+        EliteCell(4, 2, "regs=2|smem=1|grain=0|family=tiling", 2, 5e-5),
     ]
     assert EliteArchive.rebuild(THREE, rows) == archive
 
@@ -322,8 +340,8 @@ def test_migration_sends_the_fastest_elite_to_the_next_island() -> None:
     archive.offer(2, 3, describe(20, 0, None, "seed"), 2e-4)
     moved = archive.migrate(random.Random(0))
     assert moved == [
-        (Elite(1, "regs=0|smem=0|family=tiling", 2, 1e-4), 1),
-        (Elite(0, "regs=0|smem=0|family=seed", 3, 2e-4), 0),
+        (Elite(1, "regs=0|smem=0|grain=0|family=tiling", 2, 1e-4), 1),
+        (Elite(0, "regs=0|smem=0|grain=0|family=seed", 3, 2e-4), 0),
     ]
     assert archive.elites(0)[0].variant_id == 3  # island 2's faster seed displaced island 0's
     assert [e.variant_id for e in archive.elites(1)] == [2]
