@@ -24,7 +24,7 @@ import argparse
 import json
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -115,10 +115,9 @@ def _field(data: dict[str, Any], key: str, where: str) -> Any:
     return data[key]
 
 
-def in_app_reference(bundle_path: Path) -> float | None:
-    """The application's own device time per launch of the configuration ``bundle_path``
-    holds, from the ``recording.json`` it lies under (None for a kernel recording, or where
-    none says): what the replay worker calibrates its L2 policy against."""
+def _recorded_in(bundle_path: Path) -> tuple[KernelShare, RecordedConfig] | None:
+    """The kernel and configuration of an application recording that ``bundle_path`` holds,
+    from the ``recording.json`` it lies under (None for a kernel recording)."""
     bundle = Path(bundle_path).resolve()
     directory = bundle.parent.parent
     if not (directory / "recording.json").is_file():
@@ -130,9 +129,29 @@ def in_app_reference(bundle_path: Path) -> float | None:
     for kernel in recording.kernels:
         for config in kernel.configs:
             if config.bundle is not None and config.bundle.resolve() == bundle:
-                per_launch, _basis = config.in_app_time()
-                return per_launch if per_launch > 0 else None
+                return kernel, config
     return None
+
+
+def in_app_reference(bundle_path: Path) -> float | None:
+    """The application's own device time per launch of the configuration ``bundle_path``
+    holds (None for a kernel recording, or where none says): what the replay worker
+    calibrates its L2 policy against."""
+    found = _recorded_in(bundle_path)
+    if found is None:
+        return None
+    per_launch, _basis = found[1].in_app_time()
+    return per_launch if per_launch > 0 else None
+
+
+def most_threads_launched(bundle_path: Path) -> int:
+    """The most threads per block the application launches the kernel of ``bundle_path``
+    with, over every recorded configuration (0 for a kernel recording): an injected
+    ``__launch_bounds__`` below it would make those launches fail."""
+    found = _recorded_in(bundle_path)
+    if found is None:
+        return 0
+    return max(c.block[0] * c.block[1] * c.block[2] for c in found[0].configs)
 
 
 def load_recording(directory: Path) -> AppRecording:
@@ -328,8 +347,7 @@ WALL_BASIS = ("the recorded run's wall time, recording overhead included: the ho
 
 
 # tunes one bundle and returns (campaign id, speedup, CI) — the GPU part, replaceable in tests
-# (bundle, kernel name, the most threads per block the application launches it with)
-Tuner = Callable[[Path, str, int], tuple[int, float | None, tuple[float, float] | None]]
+Tuner = Callable[[Path, str], tuple[int, float | None, tuple[float, float] | None]]
 
 
 def select(recording: AppRecording, top: int) -> list[tuple[KernelShare, str | None]]:
@@ -364,8 +382,7 @@ def tune_app(
             continue
         assert target.bundle is not None
         try:
-            most = max(c.block[0] * c.block[1] * c.block[2] for c in kernel.configs)
-            campaign_id, speedup, ci = tuner(target.bundle, kernel.name, most)
+            campaign_id, speedup, ci = tuner(target.bundle, kernel.name)
         except OriginalUnusable as exc:  # this kernel cannot be searched; the others can
             result.kernels.append(KernelOutcome(
                 kernel.entry_point, kernel.name, 0.0, str(target.bundle.relative_to(
@@ -406,12 +423,10 @@ def inner_tuner(db: Path, budget: str, args: argparse.Namespace) -> Tuner:
 
     trials, seconds = parse_budget(budget)
 
-    def tune(bundle: Path, name: str,
-             most_threads: int) -> tuple[int, float | None, tuple[float, float] | None]:
+    def tune(bundle: Path, name: str) -> tuple[int, float | None, tuple[float, float] | None]:
         campaign_name = f"app:{name}:{time.time_ns()}"
-        settings = replace(_inner_settings(args), launch_bounds_floor=most_threads)
         outcome = run_inner_campaign(
-            InnerCampaign(bundle, db, trials, seconds, settings, name=campaign_name)
+            InnerCampaign(bundle, db, trials, seconds, _inner_settings(args), name=campaign_name)
         )
         campaign_id = _campaign_named(db, campaign_name)
         winner = outcome.winner
@@ -432,13 +447,10 @@ def campaign_tuner(db: Path, budget: str, args: argparse.Namespace) -> Tuner:
     variants, seconds = parse_budget(budget)
     backend = backend_spec(args)
 
-    def tune(bundle: Path, name: str,
-             most_threads: int) -> tuple[int, float | None, tuple[float, float] | None]:
+    def tune(bundle: Path, name: str) -> tuple[int, float | None, tuple[float, float] | None]:
         campaign_name = f"app:{name}:{time.time_ns()}"
-        settings = _campaign_settings(args, variants, seconds)
-        settings = replace(settings, inner=replace(settings.inner,
-                                                   launch_bounds_floor=most_threads))
-        job = CampaignJob(bundle, db, settings, backend, name=campaign_name)
+        job = CampaignJob(bundle, db, _campaign_settings(args, variants, seconds), backend,
+                          name=campaign_name)
         outcome = run_campaign(job)
         for note in outcome.notes:
             print(f"{name}: {note}")

@@ -460,7 +460,10 @@ def run_inner_campaign(job: InnerCampaign, progress: Progress | None = None) -> 
         info = worker.start()
         # before any campaign row: an original that does not compile ends here, in one line
         checked = preflight(source, settings.toolchain, info.arch)
-        settings = replace(settings, toolchain=checked.toolchain)
+        from r3tui.engine.application import most_threads_launched
+
+        settings = replace(settings, toolchain=checked.toolchain, launch_bounds_floor=max(
+            settings.launch_bounds_floor, most_threads_launched(job.bundle_path)))
         with database.session_scope() as s:
             if job.resume_campaign is None:
                 recording_id = repo.add_recording(s, recording_of(bundle), manifest.to_json())

@@ -151,18 +151,14 @@ def test_tune_app_tunes_the_top_kernels_and_records_their_campaigns(tmp_path: Pa
     directory = write_recording(tmp_path / "rec", CG)
     recording = load_recording(directory)
     calls: list[tuple[Path, str]] = []
-    floors: list[int] = []
 
-    def fake_tuner(bundle: Path, name: str,
-                   most: int) -> tuple[int, float | None, tuple[float, float] | None]:
+    def fake_tuner(bundle: Path, name: str) -> tuple[int, float | None, tuple[float, float] | None]:
         """Stands in for the GPU campaign (which cannot run here): fixed speedups."""
         calls.append((bundle, name))
-        floors.append(most)
         return (len(calls), {"cg::spmv_csr": 1.25, "cg::update_xr": 2.0}[name], (1.1, 1.3))
 
     result = tune_app(recording, tmp_path / "r3.sqlite", "10", 3, fake_tuner)
     assert [name for _, name in calls] == ["cg::spmv_csr", "cg::update_xr"]
-    assert floors == [128, 128]  # the largest block each kernel is launched with
     # spmv's winner ships to both its configurations (0.5 tuned + 0.1): its 0.6 of kernel time
     assert result.kernel_time_speedup == pytest.approx(1 / (1 - 0.7 + 0.6 / 1.25 + 0.1 / 2.0))
     assert [(k.share, k.config_share) for k in result.kernels if k.campaign_id] == [
@@ -181,7 +177,7 @@ def test_tune_app_tunes_the_top_kernels_and_records_their_campaigns(tmp_path: Pa
     assert "recording overhead" in plan["wall_basis"]
     # a winner whose interval reaches 1 is not shipped by r3 apply: counted as unchanged
     noisy = tune_app(recording, tmp_path / "r3.sqlite", "10", 3,
-                     lambda bundle, name, _most: (1, 1.25 if "spmv" in name else 2.0,
+                     lambda bundle, name: (1, 1.25 if "spmv" in name else 2.0,
                                            (1.1, 1.3) if "spmv" in name else (0.99, 3.0)))
     assert [k.significant for k in noisy.kernels] == [True, False, False]
     assert noisy.kernel_time_speedup == pytest.approx(1 / (1 - 0.6 + 0.6 / 1.25))
@@ -495,3 +491,19 @@ def test_in_app_reference_is_the_configurations_own_time_per_launch(tmp_path: Pa
     assert in_app_reference(directory / "bundles" / "spmv-0") == pytest.approx(0.005)
     assert in_app_reference(directory / "bundles" / "spmv-1") == pytest.approx(0.10)
     assert in_app_reference(tmp_path / "elsewhere" / "b" / "c") is None  # no recording.json
+
+
+def test_the_launch_bounds_floor_is_the_largest_block_the_application_launches(
+        tmp_path: Path) -> None:
+    # rmsnorm in the corpus: a winner with __launch_bounds__(32) for a kernel the application
+    # also launches with 1024 threads could not ship; campaigns never search below this
+    from r3tui.engine.application import most_threads_launched
+
+    directory = write_recording(tmp_path / "rec", CG)
+    data = json.loads((directory / "recording.json").read_text())
+    spmv = next(k for k in data["kernels"] if k["name"] == "cg::spmv_csr")
+    spmv["configs"][1]["block"] = [32, 8, 1]  # its other configuration: 256 threads
+    (directory / "recording.json").write_text(json.dumps(data))
+    assert most_threads_launched(directory / "bundles" / "spmv-0") == 256
+    assert most_threads_launched(directory / "bundles" / "update-0") == 128
+    assert most_threads_launched(tmp_path / "kernel-recording" / "b") == 0

@@ -283,7 +283,8 @@ def test_rebuild_refuses_cells_of_other_feature_settings() -> None:
         EliteArchive.rebuild(ArchiveSettings(islands=1), [EliteCell(1, 0, "occ=1", 5, 1e-4)])
     with pytest.raises(ValueError):
         EliteArchive.rebuild(
-            ArchiveSettings(islands=1), [EliteCell(1, 3, "regs=0|smem=0|grain=0|family=seed", 5, 1e-4)]
+            ArchiveSettings(islands=1),
+            [EliteCell(1, 3, "regs=0|smem=0|grain=0|family=seed", 5, 1e-4)]
         )
 
 
