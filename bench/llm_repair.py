@@ -54,6 +54,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-examples", action="store_true",
                         help="ablation: the prompt's generic example instead of each "
                         "transformation's worked one")
+    parser.add_argument("--search-anywhere", action="store_true",
+                        help="ablation: SEARCH may copy any run of the parent's lines, the "
+                        "kernel's head too (as before session 21), not only its body")
     args = parser.parse_args(argv)
     model = args.model or bundled_model()
     if model is None:
@@ -71,13 +74,16 @@ def main(argv: list[str] | None = None) -> int:
     repair_s: list[float] = []
     print(f"# bench/llm_repair.py, model {Path(model).name}, seed {args.seed}, "
           f"max_tokens {args.max_tokens}, "
-          f"{'generic example' if args.no_examples else 'worked examples'}")
+          f"{'generic example' if args.no_examples else 'worked examples'}, SEARCH "
+          f"{'anywhere in the parent' if args.search_anywhere else 'inside the kernel body'}")
     for name in args.examples.split(","):
         source = (ROOT / "examples" / name / "kernel.cu").read_text()
         for k in range(args.per_kernel):
             wanted = CATALOGUE[(k + rng.randrange(len(CATALOGUE))) % len(CATALOGUE)]
             if args.no_examples:
                 wanted = replace(wanted, example=None)
+            if args.search_anywhere:
+                wanted = replace(wanted, signature=True)
             ctx = MutationContext(name, source, transformation=wanted)
             proposal = mutator.propose(ctx, random.Random(rng.randrange(2**31)))
             counts["proposals"] += 1

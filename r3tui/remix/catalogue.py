@@ -25,6 +25,9 @@ class Transformation:
     family: str  # one of FAMILIES
     instruction: str  # what the prompt asks for, in one or two short sentences
     rule: str | None = None  # the operator in rules.RULES that makes this change mechanically
+    # the change is to the kernel's parameter list: the model's SEARCH text may include it
+    # (every other change edits the body, and the grammar keeps SEARCH there)
+    signature: bool = False
     # a worked example, (before, after): a few lines of some other kernel with the change
     # made, shown to the model as an edit block (written here, checked to compile)
     example: tuple[str, str] | None = None
@@ -41,6 +44,7 @@ CATALOGUE: tuple[Transformation, ...] = (
         "Declare every pointer parameter that the kernel only reads as `const T* __restrict__`, "
         "so the compiler knows it does not alias the outputs.",
         rule="restrict_const",
+        signature=True,
         example=(
             "__global__ void scale(float* out, float* in, float a, int n) {",
             "__global__ void scale(float* __restrict__ out, const float* __restrict__ in, float"

@@ -78,21 +78,35 @@ def gbnf_literal(text: str) -> str:
 SEARCH_RUN = 12  # lines of the parent one anchored SEARCH section may copy
 
 
-def anchored_search_grammar(parent: str) -> str:
+def anchored_search_grammar(parent: str, body_of: str | None = None) -> str:
     """The SEARCH/REPLACE grammar with SEARCH text limited to runs of consecutive lines of
     ``parent`` (starting at a line of code), so that a model copies them exactly: the most
-    common way a small model's edit fails is a SEARCH text that is not in the kernel."""
+    common way a small model's edit fails is a SEARCH text that is not in the kernel.
+
+    ``body_of``: a kernel's name; the runs then lie inside its body, between the lines of its
+    opening and closing braces.  SmolLM2's SEARCH started at the first line of code and ran
+    over the kernel's signature, which its REPLACE then left out: 9 of 20 answers on the CPU
+    machine removed the entry point (bench/llm_repair.py, max_tokens 512)."""
     lines = parent.replace("\r\n", "\n").replace("\r", "\n").split("\n")
     if lines and lines[-1] == "":
         lines.pop()
+    lo, hi = 0, len(lines) - 1
+    span = find_kernel(parent, body_of) if body_of is not None else None
+    if span is not None:
+        first = parent.count("\n", 0, span.body_open) + 1
+        last = parent.count("\n", 0, span.body_end - 1) - 1
+        if first <= last:
+            lo, hi = first, last
     # pl<i>-<d>: line i as the d-th line of the run; a run ends after SEARCH_RUN lines, so a
     # small model cannot spend its answer copying the whole kernel into SEARCH (SmolLM2 on
     # the CPU machine: 13 to 16 of 20 answers were cut off there, bench/llm_repair.py)
     rules, starts = [], []
     for index, line in enumerate(lines):
+        if not lo <= index <= hi:
+            continue
         rules.append(f'pt{index} ::= "{gbnf_literal(line + chr(10))}"')
-        for depth in range(min(index + 1, SEARCH_RUN)):
-            more = index + 1 < len(lines) and depth + 1 < SEARCH_RUN
+        for depth in range(min(index - lo + 1, SEARCH_RUN)):
+            more = index + 1 <= hi and depth + 1 < SEARCH_RUN
             rest = f" pl{index + 1}-{depth + 1}?" if more else ""
             rules.append(f"pl{index}-{depth} ::= pt{index}{rest}")
         code = line.strip()
@@ -274,7 +288,8 @@ class Mutator:
         grammar: str | None = None
         if settings.use_grammar and edit_format == "search_replace" and settings.anchor_search:
             grammar_name, grammar = ANCHORED_GRAMMAR, anchored_search_grammar(
-                _kernel_text(ctx) if ctx.confined else ctx.parent_source)
+                _kernel_text(ctx) if ctx.confined else ctx.parent_source,
+                None if transformation.signature else ctx.kernel_name)
         elif settings.use_grammar:
             grammar_name = GRAMMAR_FOR_FORMAT[edit_format]
             grammar = load_grammar(grammar_name)

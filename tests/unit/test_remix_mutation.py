@@ -228,3 +228,29 @@ def test_an_anchored_search_copies_at_most_a_run_of_the_parents_lines() -> None:
     assert longest == SEARCH_RUN
     # the text of each line is written once, whatever the depth it is copied at
     assert grammar.count('"    x20 = y20;\\n"') == 1
+
+
+def test_an_anchored_search_stays_inside_the_kernels_body_unless_the_change_needs_its_head(
+        ) -> None:
+    """SmolLM2's SEARCH ran from the first line of code over the kernel's signature, and its
+    REPLACE left the signature out: the entry point was gone in 9 of 20 answers."""
+    import re
+
+    from r3tui.remix.mutation import anchored_search_grammar
+
+    parent = ('#define N 4\n'
+              'extern "C" __global__ void k(float* y, const float* x)\n'
+              '{\n'
+              '    int i = threadIdx.x;\n'
+              '    y[i] = x[i] * N;\n'
+              '}\n'
+              '__device__ float other() { return 1.0f; }\n')
+    body = anchored_search_grammar(parent, "k")
+    literals = set(re.findall(r'^pt\d+ ::= "(.*)"$', body, re.M))
+    assert literals == {"    int i = threadIdx.x;\\n", "    y[i] = x[i] * N;\\n"}
+    whole = anchored_search_grammar(parent)
+    assert 'extern \\"C\\" __global__ void k' in whole and "#define N 4" in whole
+    # restrict_const edits the parameter list: its grammar keeps the head
+    from r3tui.remix.catalogue import CATALOGUE
+
+    assert [t.name for t in CATALOGUE if t.signature] == ["restrict_const"]
