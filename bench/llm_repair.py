@@ -49,7 +49,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--examples", default="reduce_sum,softmax,spmv_csr,stencil7")
     parser.add_argument("--per-kernel", type=int, default=6, help="proposals per kernel")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--max-tokens", type=int, default=256)
+    parser.add_argument("--max-tokens", type=int, default=Sampling().max_tokens,
+                        help="answer tokens (default: a campaign's own; session 20 ran 256, "
+                        "where most answers ended at the bench's limit)")
     parser.add_argument("--n-ctx", type=int, default=4096)
     parser.add_argument("--no-examples", action="store_true",
                         help="ablation: the prompt's generic example instead of each "
