@@ -429,6 +429,10 @@ _INDEX = re.compile(
 _EARLY_RETURN = re.compile(
     r"\s*if\s*\(\s*(?P<i>[A-Za-z_]\w*)\s*(?P<op>>=|>)\s*(?P<bound>[^;{}()]+(?:\([^;{}()]*\)"
     r"[^;{}()]*)*)\)\s*(?:return\s*;|\{\s*return\s*;\s*\})")
+# or the guard that encloses the rest of the body: `if (i < n) { ... }` and nothing after it
+_ENCLOSING = re.compile(
+    r"\s*if\s*\(\s*(?P<i>[A-Za-z_]\w*)\s*(?P<op><=|<)\s*(?P<bound>[^;{}()]+(?:\([^;{}()]*\)"
+    r"[^;{}()]*)*)\)\s*\{")
 _SYNC = re.compile(r"__syncthreads|__syncwarp|\.sync\s*\(|__shared__|\bgrid_group\b|"
                    r"__threadfence_block|\bthis_grid\b")
 WPT_FACTORS = (1, 2, 4, 8, 16)
@@ -438,10 +442,11 @@ GRID_RULES = frozenset({"grid_stride"})
 
 def grid_stride(source: str, kernel_name: str, rng: random.Random) -> RuleResult:
     """A kernel that gives each thread one element along x (``int i = blockIdx.x *
-    blockDim.x + threadIdx.x;`` then ``if (i >= n) return;``) made a grid-stride loop over
-    the rest of its body, with the number of elements per thread a tunable that divides the
-    launch's grid (``// r3: work_per_thread R3_WPT_<line>``, 1 2 4 8 16; 1 launches the
-    recorded grid and does what the original did).
+    blockDim.x + threadIdx.x;`` then ``if (i >= n) return;``, or ``if (i < n) { ... }``
+    around the rest of its body) made a grid-stride loop over the rest of its body, with the
+    number of elements per thread a tunable that divides the launch's grid
+    (``// r3: work_per_thread R3_WPT_<line>``, 1 2 4 8 16; 1 launches the recorded grid and
+    does what the original did).
 
     The rest of the body becomes a lambda called once per element, so its ``return``
     statements still end one element's work.  Only for bodies without barriers, warp
@@ -460,14 +465,23 @@ def grid_stride(source: str, kernel_name: str, rng: random.Random) -> RuleResult
         return _declined("no `int i = blockIdx.x * blockDim.x + threadIdx.x;` in the kernel")
     name = index.group("i")
     guard = _EARLY_RETURN.match(body, index.end())
+    rest_at, rest_end = (guard.end(), len(body)) if guard is not None else (0, 0)
+    if guard is None:  # `if (i < n) { REST }` closing the body
+        guard = _ENCLOSING.match(body, index.end())
+        close = _matching_brace(body, guard.end() - 1) if guard is not None else None
+        if guard is None or close is None or body[close + 1:].strip():
+            guard = None
+        else:
+            rest_at, rest_end = guard.end(), close
     if guard is None or guard.group("i") != name:
-        return _declined(f"no `if ({name} >= bound) return;` right after the index")
+        return _declined(f"no `if ({name} >= bound) return;` or `if ({name} < bound) {{ ... }}` "
+                         "around the rest of the body right after the index")
     bound = guard.group("bound").strip()
     if re.search(rf"\b{re.escape(name)}\b", bound) or re.search(r"\+\+|--|[^=!<>]=[^=]", bound):
         return _declined("the guard's bound depends on the index or assigns")
     if _brace_depth(body, index.start()) != 0:
         return _declined("the index is not declared at the top of the kernel's body")
-    rest = body[guard.end():]
+    rest = body[rest_at:rest_end]
     if _SYNC.search(body):
         return _declined("the body synchronizes threads or uses shared memory")
     if re.search(rf"(?<![\w.]){re.escape(name)}\s*(?:[-+*/%&|^]?=(?!=)|\+\+|--)|"
@@ -477,14 +491,14 @@ def grid_stride(source: str, kernel_name: str, rng: random.Random) -> RuleResult
     macro = f"R3_WPT_{line}"
     if re.search(rf"\b{macro}\b", source):
         return _declined(f"{macro} is already a name in the source")
-    condition = (f"{name} < ({bound})" if guard.group("op") == ">=" else
+    condition = (f"{name} < ({bound})" if guard.group("op") in (">=", "<") else
                  f"{name} <= ({bound})")
     kind = re.sub(r"^const\s+", "", index.group("type"))
     decl_at = body_start + index.start()
     line_start = source.rfind("\n", 0, decl_at) + 1
     indent = re.match(r"[ \t]*", source[line_start:]).group(0)  # type: ignore[union-attr]
     factors = " ".join(str(f) for f in WPT_FACTORS)
-    rest_text = source[body_start + guard.end():span.body_end - 1]
+    rest_text = source[body_start + rest_at:body_start + rest_end]
     header = (f"{indent}// r3: tune {macro} {factors}\n"
               f"{indent}// r3: work_per_thread {macro}\n"
               f"#ifndef {macro}\n#define {macro} 1\n#endif\n")
@@ -498,6 +512,19 @@ def grid_stride(source: str, kernel_name: str, rng: random.Random) -> RuleResult
     return _finish(source, out, kernel_name,
                    f"a grid-stride loop over {name} at line {line}, {macro} elements a thread "
                    f"in {{{factors}}}")
+
+
+def _matching_brace(text: str, at: int) -> int | None:
+    """The index of the ``}`` closing the ``{`` at ``at`` (in masked text), or None."""
+    depth = 0
+    for k in range(at, len(text)):
+        if text[k] == "{":
+            depth += 1
+        elif text[k] == "}":
+            depth -= 1
+            if depth == 0:
+                return k
+    return None
 
 
 def _brace_depth(text: str, at: int) -> int:

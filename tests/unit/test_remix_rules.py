@@ -340,6 +340,14 @@ GRID_STRIDE_CASES = {
               "    if (i >= n) { return; }\n"
               "    if (x[i] < 0.0f) return;  // one element's early exit\n"
               "    y[i] = a * x[i] + y[i];\n", True),
+    "enclosing": ("    int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+                  "    if (i < n) {\n"
+                  "        if (x[i] < 0.0f) return;\n"
+                  "        y[i] = a * x[i] + y[i];\n"
+                  "    }\n", True),
+    "enclosing_then_more": ("    int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+                            "    if (i < n) {\n        y[i] = x[i];\n    }\n"
+                            "    if (i == 0) y[0] = 0.0f;\n", False),
     "barrier": ("    int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
                 "    if (i >= n) return;\n"
                 "    __syncthreads();\n    y[i] = x[i];\n", False),
