@@ -363,6 +363,7 @@ class CampaignRun:
             transformation=wanted,
             is_known=self.has_source,
             confined=self.seed_source.confined,
+            grid_fixed=self.settings.inner.grid_fixed,
             repair=request.repair,
             preference=request.preference,
         )

@@ -174,6 +174,10 @@ class InnerSettings:
     # recorded configurations (tune-app): injected bounds below it would fail those launches
     # in the application, so the search never tries them (0: the recorded block only)
     launch_bounds_floor: int = 0
+    # the application's host code computes the kernel's grid (any bundle of an application
+    # recording): a `// r3: work_per_thread` tunable is held at 1, since r3 apply could not
+    # ship a smaller grid
+    grid_fixed: bool = False
 
 
 @dataclass(frozen=True)
@@ -207,10 +211,11 @@ def build_space(
     tunables = parse_tunables(source.text)
     per_thread = parse_work_per_thread(source.text)
     fixed = None
-    if per_thread is not None and (source.confined or launch.work is None):
+    app = source.confined or settings.grid_fixed
+    if per_thread is not None and (app or launch.work is None):
         # an application's host code computes its grid: r3 apply cannot divide it
         fixed = (f"{per_thread} fixed at 1: "
-                 + ("the application's host code computes the grid" if source.confined
+                 + ("the application's host code computes the grid" if app
                     else "no work size recorded to derive a smaller grid from"))
         tunables = tuple(Tunable(t.name, (1,), 1) if t.name == per_thread else t
                          for t in tunables)
@@ -462,8 +467,9 @@ def run_inner_campaign(job: InnerCampaign, progress: Progress | None = None) -> 
         checked = preflight(source, settings.toolchain, info.arch)
         from r3tui.engine.application import most_threads_launched
 
+        most = most_threads_launched(job.bundle_path)
         settings = replace(settings, toolchain=checked.toolchain, launch_bounds_floor=max(
-            settings.launch_bounds_floor, most_threads_launched(job.bundle_path)))
+            settings.launch_bounds_floor, most), grid_fixed=settings.grid_fixed or most > 0)
         with database.session_scope() as s:
             if job.resume_campaign is None:
                 recording_id = repo.add_recording(s, recording_of(bundle), manifest.to_json())

@@ -126,11 +126,14 @@ def _model_json(spec: BackendSpec | None) -> dict[str, Any] | None:
 
 def _with_app_floor(settings: CampaignSettings, bundle_path: Path) -> CampaignSettings:
     """An application's kernel is never searched with ``__launch_bounds__`` below a block the
-    application launches it with, also when `r3 tune` is given its bundle directly."""
+    application launches it with, nor with a smaller grid (its host code computes the grid),
+    also when `r3 tune` is given its bundle directly."""
     from r3tui.engine.application import most_threads_launched
 
-    floor = max(settings.inner.launch_bounds_floor, most_threads_launched(bundle_path))
-    return replace(settings, inner=replace(settings.inner, launch_bounds_floor=floor))
+    most = most_threads_launched(bundle_path)
+    return replace(settings, inner=replace(
+        settings.inner, launch_bounds_floor=max(settings.inner.launch_bounds_floor, most),
+        grid_fixed=settings.inner.grid_fixed or most > 0))
 
 
 @contextmanager

@@ -255,7 +255,7 @@ class Mutator:
         reasons = []
         for transformation in candidates:
             assert transformation.rule is not None
-            if ctx.confined and transformation.rule in GRID_RULES:
+            if (ctx.confined or ctx.grid_fixed) and transformation.rule in GRID_RULES:
                 reasons.append(f"{transformation.rule}: an application's host code computes "
                                "the grid, which r3 apply cannot divide")
                 continue

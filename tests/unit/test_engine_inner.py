@@ -282,5 +282,10 @@ def test_elements_per_thread_reach_the_launch_and_stay_1_for_an_applications_ker
     app = build_space(launch, KernelSource(varied, "nbody", confined=True), InnerSettings(),
                       DeviceLimits())
     assert name not in app.names
+    # a bundle of an application recording whose unit needed no device unit: not confined,
+    # but its grid is the host code's all the same
+    unconfined = build_space(launch, KernelSource(varied, "nbody"),
+                             InnerSettings(grid_fixed=True), DeviceLimits())
+    assert name not in unconfined.names
     assert any("R3_WPT_15 fixed at 1: the application's host code computes the grid" in n
                for n in app.launch_notes())

@@ -403,3 +403,7 @@ def test_grid_stride_is_not_offered_for_an_applications_kernel() -> None:
         MutationContext("nbody", source, transformation=wanted, confined=True),
         random.Random(0))
     assert not confined.ok and "host code computes the grid" in (confined.reason or "")
+    fixed = mutator.propose_rule(
+        MutationContext("nbody", source, transformation=wanted, grid_fixed=True),
+        random.Random(0))
+    assert not fixed.ok and "host code computes the grid" in (fixed.reason or "")
