@@ -36,7 +36,7 @@ sys.path.insert(0, str(ROOT))
 
 
 def main(argv: list[str] | None = None) -> int:
-    from r3tui.compile import CompileRequest, get_toolchain
+    from r3tui.compile import CompiledKernel, CompileRequest, get_toolchain
     from r3tui.compile.base import first_error_line
     from r3tui.remix.backends import BackendSpec, Sampling, open_backend
     from r3tui.remix.catalogue import CATALOGUE
@@ -60,6 +60,20 @@ def main(argv: list[str] | None = None) -> int:
                         help="ablation: SEARCH may copy any run of the parent's lines, the "
                         "kernel's head too (as before session 21), not only its body")
     args = parser.parse_args(argv)
+
+    def compiles(source: str, name: str) -> CompiledKernel:
+        """As a campaign compiles a variant's baseline: a tunable declared without a #define
+        gets its first value as -D (the search always sets one); session 20's bench compiled
+        without, and counted "identifier R3_UNROLL is undefined" against the model."""
+        from r3tui.search.source import DeclarationError, parse_tunables
+
+        try:
+            defines = tuple((t.name, str(t.values[0])) for t in parse_tunables(source)
+                            if t.default is None)
+        except DeclarationError:
+            defines = ()
+        return nvrtc.compile(CompileRequest(source, name, defines=defines))
+
     model = args.model or bundled_model()
     if model is None:
         print("no model: give --model FILE.gguf or install the bundled one", file=sys.stderr)
@@ -93,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{name:10} {wanted.name:24} not applied: {proposal.reason}")
                 continue
             counts["applied"] += 1
-            compiled = nvrtc.compile(CompileRequest(proposal.source, name))
+            compiled = compiles(proposal.source, name)
             if compiled.ok:
                 counts["compiled"] += 1
                 print(f"{name:10} {wanted.name:24} compiles")
@@ -109,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
             if repaired.ok and repaired.source is not None:
                 counts["r_applied"] += 1
                 outcome = "does not compile"
-                if nvrtc.compile(CompileRequest(repaired.source, name)).ok:
+                if compiles(repaired.source, name).ok:
                     counts["r_compiled"] += 1
                     outcome = "compiles"
             print(f"{name:10} {wanted.name:24} does not compile ({error[:60]}); "
