@@ -292,6 +292,7 @@ def export_variant(
     """Write the variant's source, options, launch and a patch against the original; the
     configuration is ``config`` (e.g. the re-timed winner) or the variant's fastest trial's."""
     from db import repository as repo
+    from r3tui.search.source import work_divisor
     from r3tui.search.space import config_key
 
     report = build_report(s, campaign_id)
@@ -318,7 +319,7 @@ def export_variant(
                 "tunables": dict(config.tunables),
                 # elements each thread covers along x: launch ceil(work / (block x this))
                 # blocks along x instead of one thread an element
-                "work_per_thread": _work_per_thread(variant.source, config),
+                "work_per_thread": work_divisor(variant.source, config.tunables),
                 "toolchain": config.toolchain,
                 "pipeline": config.pipeline,
                 "variant_id": variant.id,
@@ -343,15 +344,6 @@ def export_variant(
     for path, text in files.items():
         path.write_text(text)
     return list(files)
-
-
-def _work_per_thread(source: str, config: TrialConfig) -> int:
-    from r3tui.search.source import DeclarationError, work_divisor
-
-    try:
-        return work_divisor(source, config.tunables)
-    except DeclarationError:
-        return 1
 
 
 def application_patch(bundle_path: Path, original: str, variant: str, kernel: str) -> str | None:

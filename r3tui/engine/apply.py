@@ -284,12 +284,9 @@ def apply_campaign(
             return outcome
         block_flag = (found[0], x)
         max_threads = x  # every launch of the kernel takes its block from that macro
-    from r3tui.search.source import DeclarationError, work_divisor
+    from r3tui.search.source import work_divisor
 
-    try:
-        per_thread = work_divisor(best.source, best.tunables)
-    except DeclarationError:
-        per_thread = 1  # declarations the search never read: it did not divide the grid
+    per_thread = work_divisor(best.source, best.tunables)
     if per_thread > 1:
         outcome.not_applied.append(
             f"nothing: its winner covers {per_thread} elements a thread with a grid "

@@ -134,12 +134,9 @@ def features_for(fitness: VariantFitness, family: str, source: str = "") -> dict
     many elements a thread handles (``source``'s vector width, the trial's work per thread)."""
     from r3tui.analysis.text import vector_width
     from r3tui.search.elites import describe
-    from r3tui.search.source import DeclarationError, work_divisor
+    from r3tui.search.source import work_divisor
 
-    try:
-        per_thread = work_divisor(source, fitness.config.tunables) if source else 1
-    except DeclarationError:
-        per_thread = 1
+    per_thread = work_divisor(source, fitness.config.tunables) if source else 1
     return describe(fitness.registers, fitness.shared_mem_bytes, fitness.occupancy, family,
                     vector_width=vector_width(source), work_per_thread=per_thread)
 

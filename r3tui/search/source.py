@@ -224,8 +224,13 @@ def parse_work_per_thread(source: str) -> str | None:
 
 
 def work_divisor(source: str, tunables: Mapping[str, TunableValue]) -> int:
-    """The grid divisor a configuration's ``tunables`` give ``source`` (1 without one)."""
-    name = parse_work_per_thread(source)
+    """The grid divisor a configuration's ``tunables`` give ``source``: 1 without a
+    ``work_per_thread`` line, or where the declarations do not parse (no search could have
+    divided the grid of such a source: building its space fails first)."""
+    try:
+        name = parse_work_per_thread(source)
+    except DeclarationError:
+        return 1
     if name is None:
         return 1
     value = tunables.get(name, _source_default(source, name))

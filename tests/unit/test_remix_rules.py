@@ -380,6 +380,9 @@ def test_grid_stride_makes_a_loop_whose_elements_per_thread_divide_the_grid(case
     assert tunable.values == (1, 2, 4, 8, 16) and tunable.default == 1
     assert work_divisor(result.source, {name: 8}) == 8 and work_divisor(result.source, {}) == 1
     assert work_divisor(result.source, {name: "16"}) == 16  # a -D value
+    # declarations that do not parse divide nothing (no space could be built on them)
+    assert work_divisor(result.source.replace("R3_WPT_2 1 2", "R3_WPT_2 0 2", 1),
+                        {name: 8}) == 1
     # the element's own early exit stays an early exit of that element (a lambda's return)
     assert "auto r3_element_2 = [&](int i)" in result.source
     assert "i < (n); i += (int)blockDim.x * gridDim.x" in result.source
