@@ -84,6 +84,13 @@ class KernelShare:
     configs: tuple[RecordedConfig, ...]  # largest device time first
 
     @property
+    def most_threads(self) -> int:
+        """The most threads per block the application launches the kernel with, over every
+        recorded configuration: an injected ``__launch_bounds__`` below it would make those
+        launches fail."""
+        return max(c.block[0] * c.block[1] * c.block[2] for c in self.configs)
+
+    @property
     def target(self) -> RecordedConfig | None:
         """The configuration to tune: the replayable one with the most device time."""
         for config in self.configs:
@@ -145,13 +152,10 @@ def in_app_reference(bundle_path: Path) -> float | None:
 
 
 def most_threads_launched(bundle_path: Path) -> int:
-    """The most threads per block the application launches the kernel of ``bundle_path``
-    with, over every recorded configuration (0 for a kernel recording): an injected
-    ``__launch_bounds__`` below it would make those launches fail."""
+    """:attr:`KernelShare.most_threads` of the kernel of ``bundle_path`` (0 for a kernel
+    recording)."""
     found = _recorded_in(bundle_path)
-    if found is None:
-        return 0
-    return max(c.block[0] * c.block[1] * c.block[2] for c in found[0].configs)
+    return 0 if found is None else found[0].most_threads
 
 
 def load_recording(directory: Path) -> AppRecording:
@@ -530,8 +534,7 @@ def recording_context(s: Session, campaign_ids: list[int]) -> RecordingContext:
                 if config.bundle is not None and config.bundle.resolve() == bundle:
                     shares[campaign_id] = kernel.share  # every launch of it (KernelOutcome)
                     entries[campaign_id] = kernel.entry_point
-                    threads[campaign_id] = max(c.block[0] * c.block[1] * c.block[2]
-                                               for c in kernel.configs)
+                    threads[campaign_id] = kernel.most_threads
     if app is None:
         return RecordingContext()
     return RecordingContext(shares, entries, app.cwd, app.command, app.kernel_time_s, app.wall_s,

@@ -171,8 +171,8 @@ class InnerSettings:
     toolchain: str = "nvrtc"
     launch_bounds: bool = True  # inject __launch_bounds__ as a dimension
     # the most threads per block the application launches the kernel with over all its
-    # recorded configurations (tune-app): injected bounds below it would fail those launches
-    # in the application, so the search never tries them (0: the recorded block only)
+    # recorded configurations (with_app_limits): injected bounds below it would fail those
+    # launches in the application, so the search never tries them (0: the recorded block only)
     launch_bounds_floor: int = 0
     # the application's host code computes the kernel's grid (any bundle of an application
     # recording): a `// r3: work_per_thread` tunable is held at 1, since r3 apply could not
@@ -189,6 +189,18 @@ class InnerResult:
     winner: Winner | None
     # what the space did with the block (SearchSpace.launch_notes): fixed shapes and why
     launch_notes: tuple[str, ...] = ()
+
+
+def with_app_limits(settings: InnerSettings, bundle_path: Path) -> InnerSettings:
+    """``settings`` for a bundle of an application recording (unchanged for a kernel
+    recording, also when `r3 tune` is given the bundle directly): no ``__launch_bounds__``
+    below a block the application launches the kernel with, and no smaller grid (its host
+    code computes the grid)."""
+    from r3tui.engine.application import most_threads_launched
+
+    most = most_threads_launched(bundle_path)
+    return replace(settings, launch_bounds_floor=max(settings.launch_bounds_floor, most),
+                   grid_fixed=settings.grid_fixed or most > 0)
 
 
 def build_space(
@@ -465,11 +477,8 @@ def run_inner_campaign(job: InnerCampaign, progress: Progress | None = None) -> 
         info = worker.start()
         # before any campaign row: an original that does not compile ends here, in one line
         checked = preflight(source, settings.toolchain, info.arch)
-        from r3tui.engine.application import most_threads_launched
-
-        most = most_threads_launched(job.bundle_path)
-        settings = replace(settings, toolchain=checked.toolchain, launch_bounds_floor=max(
-            settings.launch_bounds_floor, most), grid_fixed=settings.grid_fixed or most > 0)
+        settings = with_app_limits(replace(settings, toolchain=checked.toolchain),
+                                   job.bundle_path)
         with database.session_scope() as s:
             if job.resume_campaign is None:
                 recording_id = repo.add_recording(s, recording_of(bundle), manifest.to_json())

@@ -20,6 +20,7 @@ from r3tui.engine.inner import (
     ReplayEvaluator,
     device_limits,
     provenance,
+    with_app_limits,
 )
 from r3tui.engine.unit_source import OriginalUnusable, preflight, searched_launch, seed_unit
 
@@ -124,18 +125,6 @@ def _model_json(spec: BackendSpec | None) -> dict[str, Any] | None:
     return {k: (str(v) if isinstance(v, Path) else v) for k, v in spec.__dict__.items()}
 
 
-def _with_app_floor(settings: CampaignSettings, bundle_path: Path) -> CampaignSettings:
-    """An application's kernel is never searched with ``__launch_bounds__`` below a block the
-    application launches it with, nor with a smaller grid (its host code computes the grid),
-    also when `r3 tune` is given its bundle directly."""
-    from r3tui.engine.application import most_threads_launched
-
-    most = most_threads_launched(bundle_path)
-    return replace(settings, inner=replace(
-        settings.inner, launch_bounds_floor=max(settings.inner.launch_bounds_floor, most),
-        grid_fixed=settings.inner.grid_fixed or most > 0))
-
-
 @contextmanager
 def _gpu(bundle_path: Path, timeout_s: float) -> Iterator[tuple[Any, Any, Any]]:
     """The replay worker and the compile pool, started together and torn down together."""
@@ -191,7 +180,7 @@ def run_campaign(
                     raise
                 settings = replace(settings, inner=replace(settings.inner,
                                                            toolchain=checked.toolchain))
-            settings = _with_app_floor(settings, bundle_path)
+            settings = replace(settings, inner=with_app_limits(settings.inner, bundle_path))
             with database.session_scope() as s:
                 if seed.unit is not None and job.resume_campaign is None:
                     repo.add_event(s, campaign_id, "unit", f"searching {seed.describe()}",

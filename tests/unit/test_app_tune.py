@@ -507,3 +507,9 @@ def test_the_launch_bounds_floor_is_the_largest_block_the_application_launches(
     assert most_threads_launched(directory / "bundles" / "spmv-0") == 256
     assert most_threads_launched(directory / "bundles" / "update-0") == 128
     assert most_threads_launched(tmp_path / "kernel-recording" / "b") == 0
+    from r3tui.engine.inner import InnerSettings, with_app_limits
+
+    app = with_app_limits(InnerSettings(), directory / "bundles" / "spmv-0")
+    assert (app.launch_bounds_floor, app.grid_fixed) == (256, True)
+    assert with_app_limits(InnerSettings(), tmp_path / "kernel-recording" / "b") == \
+        InnerSettings()
