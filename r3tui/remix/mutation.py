@@ -85,8 +85,9 @@ def anchored_search_grammar(parent: str, body_of: str | None = None) -> str:
 
     ``body_of``: a kernel's name; the runs then lie inside its body, between the lines of its
     opening and closing braces.  SmolLM2's SEARCH started at the first line of code and ran
-    over the kernel's signature, which its REPLACE then left out: 9 of 20 answers on the CPU
-    machine removed the entry point (bench/llm_repair.py, max_tokens 512)."""
+    over the kernel's signature, which its REPLACE then left out: 12 of 20 answers on the CPU
+    machine removed the entry point, 2 of 20 with this (bench/llm_repair.py, max_tokens
+    512; bench/results/2026-12-04-llm-search-body-s21-cpu.txt)."""
     lines = parent.replace("\r\n", "\n").replace("\r", "\n").split("\n")
     if lines and lines[-1] == "":
         lines.pop()
