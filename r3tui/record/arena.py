@@ -100,11 +100,10 @@ class Arena:
     """
 
     def __init__(self, reserve: int = DEFAULT_RESERVE, *, base: int = ARENA_BASE,
-                 device: int = 0, alignment: int = ALIGNMENT, exact: bool = False) -> None:
+                 device: int = 0, alignment: int = ALIGNMENT) -> None:
         """``reserve`` bytes of address space at ``base``, at least :data:`DEFAULT_RESERVE`
-        (a recording does not know how much it will need) unless ``exact`` (a replay knows
-        its extent: the less address space it asks for, the less likely the driver has put
-        something of its own there)."""
+        (a recording does not know how much it will need, and on the H200 the driver placed
+        a reservation of a few MiB away from the base every time, where 64 GiB held)."""
         drv = cu.driver()
         self.device = cu.init_device(device)
         self.alignment = alignment
@@ -117,7 +116,7 @@ class Arena:
         self.granularity = int(cu.check(
             drv.cuMemGetAllocationGranularity(prop, gran_flag), "cuMemGetAllocationGranularity"
         ))
-        want = _round_up(reserve if exact else max(reserve, DEFAULT_RESERVE), self.granularity)
+        want = _round_up(max(reserve, DEFAULT_RESERVE), self.granularity)
         self.reserved = _reserve(base, want, self.granularity)
         self.base = base
         self._chunks: list[tuple[int, int, Any]] = []  # (address, size, handle)
