@@ -24,12 +24,13 @@ import argparse
 import json
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from r3tui.domain import LaunchTimes
+from r3tui.engine.transfer import MAX_CHECKS, Checker, ConfigCheck, others
 from r3tui.engine.unit_source import OriginalUnusable
 from r3tui.errors import R3Error
 
@@ -289,13 +290,26 @@ class KernelOutcome:
     ci: tuple[float, float] | None
     status: str  # tuned | no-winner | skipped: <why>
     config_share: float = 0.0  # the tuned configuration's own share
+    # the winner over all of the kernel's configurations (engine.transfer), how that was
+    # formed, each other configuration's check, and why it must not ship (None: it may)
+    kernel_speedup: float | None = None
+    kernel_basis: str | None = None
+    checks: tuple[dict[str, Any], ...] = ()
+    unsafe: str | None = None
 
     @property
     def significant(self) -> bool:
-        """Faster than the recorded configuration beyond the noise (``r3 apply`` ships it)."""
+        """Faster than the recorded configuration beyond the noise, and right on every
+        configuration checked (``r3 apply`` ships it)."""
         from r3tui.search.winner import beyond_noise
 
-        return self.speedup is not None and beyond_noise(self.ci)
+        return self.speedup is not None and beyond_noise(self.ci) and self.unsafe is None
+
+    @property
+    def predicted(self) -> float | None:
+        """The speedup over the kernel's whole share: measured on its configurations where
+        they were checked, else the tuned configuration's."""
+        return self.kernel_speedup if self.kernel_speedup is not None else self.speedup
 
 
 @dataclass(frozen=True)
@@ -311,8 +325,8 @@ class AppTuneResult:
     def _parts(self) -> list[tuple[float, float]]:
         """(share, speedup) of the kernels whose winner is significant: the others keep
         their original code (``r3 apply`` does not ship noise), so they count as unchanged."""
-        return [(k.share, k.speedup) for k in self.kernels
-                if k.significant and k.speedup is not None and k.speedup > 0]
+        return [(k.share, k.predicted) for k in self.kernels
+                if k.significant and k.predicted is not None and k.predicted > 0]
 
     @property
     def kernel_time_speedup(self) -> float:
@@ -369,8 +383,12 @@ def select(recording: AppRecording, top: int) -> list[tuple[KernelShare, str | N
 
 
 def tune_app(
-    recording: AppRecording, db: Path, budget: str, top: int, tuner: Tuner
+    recording: AppRecording, db: Path, budget: str, top: int, tuner: Tuner,
+    checker: Checker | None = None, max_checks: int = MAX_CHECKS,
 ) -> AppTuneResult:
+    """Tune the ``top`` kernels, each on its largest replayable configuration; ``checker``
+    re-times each significant winner on up to ``max_checks`` other configurations of its
+    kernel (engine.transfer)."""
     result = AppTuneResult(
         str(recording.path), str(db), datetime.now(UTC).isoformat(timespec="seconds"), budget,
         kernel_time_s=recording.kernel_time_s, wall_s=recording.wall_s,
@@ -393,22 +411,41 @@ def tune_app(
                     recording.path)), None, None, None, f"failed: {exc.one_line()}"))
             write_plan(recording.path, result)
             continue
-        result.kernels.append(
-            KernelOutcome(
-                kernel.entry_point,
-                kernel.name,
-                kernel.share,
-                str(target.bundle.relative_to(recording.path)),
-                campaign_id,
-                speedup,
-                ci,
-                "tuned" if speedup is not None else "no-winner",
-                target.share,
-            )
+        outcome = KernelOutcome(
+            kernel.entry_point,
+            kernel.name,
+            kernel.share,
+            str(target.bundle.relative_to(recording.path)),
+            campaign_id,
+            speedup,
+            ci,
+            "tuned" if speedup is not None else "no-winner",
+            target.share,
         )
+        configs = others(kernel, target, max_checks)
+        if checker is not None and configs and outcome.significant and speedup is not None:
+            outcome = _checked(outcome, checker(campaign_id, configs), db)
+        result.kernels.append(outcome)
         # written after every kernel: an interrupted run still says which campaigns it made
         write_plan(recording.path, result)
     return result
+
+
+def _checked(outcome: KernelOutcome, checks: list[ConfigCheck], db: Path) -> KernelOutcome:
+    """``outcome`` with its winner's checks on the kernel's other configurations, which also
+    go into the campaign's ``configs`` event for ``r3 apply``."""
+    from r3tui.engine import transfer
+
+    assert outcome.speedup is not None and outcome.campaign_id is not None
+    if not checks:
+        return outcome
+    speedup, how = transfer.kernel_speedup(outcome.share, outcome.config_share,
+                                           outcome.speedup, checks)
+    transfer.store(db, outcome.campaign_id, checks, speedup, how)
+    why = transfer.failure(checks)
+    return replace(outcome, kernel_speedup=speedup, kernel_basis=how,
+                   checks=tuple(asdict(c) for c in checks), unsafe=why,
+                   status=f"not shippable: {why}" if why else outcome.status)
 
 
 def write_plan(directory: Path, result: AppTuneResult) -> Path:
@@ -561,6 +598,36 @@ def render_ranking(recording: AppRecording, top: int) -> list[str]:
     return lines
 
 
+def outcome_lines(k: KernelOutcome) -> list[str]:
+    """What tune-app says about one kernel: its winner, and that winner over the kernel's
+    other configurations."""
+    if k.speedup is None:
+        return [f"{k.name}: {k.status}"]
+    ci = f" [{k.ci[0]:.3f}, {k.ci[1]:.3f}]" if k.ci else ""
+    lines = [
+        f"{k.name}: campaign {k.campaign_id}, speedup {k.speedup:.3f}x{ci} on the tuned "
+        f"configuration ({k.config_share:.2%} of kernel time; the kernel holds {k.share:.2%})"
+        + ("" if k.significant or k.unsafe else " (not beyond the noise: counted as unchanged)")
+    ]
+    for c in k.checks:
+        where = f"grid {'x'.join(map(str, c['grid']))}, block {'x'.join(map(str, c['block']))}"
+        if c.get("speedup") is not None:
+            low, high = c["ci"] or (c["speedup"], c["speedup"])
+            lines.append(f"  on {where} ({c['share']:.2%}): {c['speedup']:.3f}x "
+                         f"[{low:.3f}, {high:.3f}]")
+        else:
+            lines.append(f"  on {where} ({c['share']:.2%}): "
+                         + (f"FAILS: {c['failed']}" if c.get("failed")
+                            else f"not measured: {c.get('skipped')}"))
+    if k.unsafe:
+        lines.append(f"  not shipped: {k.unsafe}")
+    elif k.kernel_speedup is not None:
+        lines.append(f"  over the whole kernel: {k.kernel_speedup:.3f}x ({k.kernel_basis})")
+    elif k.config_share < k.share:
+        lines.append("  taken for every configuration of the kernel (none other checked)")
+    return lines
+
+
 def prediction_lines(kernel_speedup: float, wall_speedup: float | None, kernel_time_s: float,
                      wall_s: float) -> list[str]:
     """The two predicted figures, each with what it is over (tune-app and apply print them)."""
@@ -585,25 +652,22 @@ def _cmd_tune_app(args: argparse.Namespace) -> int:
     parse_budget(args.budget)  # a bad budget fails before anything runs
     if args.top < 1:
         raise R3Error("--top must be at least 1")
+    if args.check_configs < 0:
+        raise R3Error("--check-configs must be 0 or more")
     for line in render_ranking(recording, args.top):
         print(line)
     if args.plan:
         return 0
     tuner = (inner_tuner(Path(args.db), args.budget, args) if args.inner_only
              else campaign_tuner(Path(args.db), args.budget, args))
-    result = tune_app(recording, Path(args.db), args.budget, args.top, tuner)
+    from r3tui.engine.transfer import gpu_checker
+
+    checker = gpu_checker(Path(args.db), recording.path) if args.check_configs else None
+    result = tune_app(recording, Path(args.db), args.budget, args.top, tuner, checker,
+                      args.check_configs)
     for k in result.kernels:
-        if k.speedup is None:
-            print(f"{k.name}: {k.status}")
-            continue
-        ci = f" [{k.ci[0]:.3f}, {k.ci[1]:.3f}]" if k.ci else ""
-        print(
-            f"{k.name}: campaign {k.campaign_id}, speedup {k.speedup:.3f}x{ci} "
-            f"on {k.share:.2%} of kernel time (every configuration of the kernel"
-            + (f"; the tuned one holds {k.config_share:.2%})" if k.config_share < k.share
-               else ")")
-            + ("" if k.significant else " (not beyond the noise: counted as unchanged)")
-        )
+        for line in outcome_lines(k):
+            print(line)
     for line in prediction_lines(result.kernel_time_speedup, result.app_wall_speedup,
                                  result.kernel_time_s, result.wall_s):
         print(line)
@@ -629,6 +693,11 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     tune_app_parser.add_argument(
         "--inner-only", action="store_true",
         help="only Bayesian optimization of options and launch settings, no source search")
+    tune_app_parser.add_argument(
+        "--check-configs", type=int, default=MAX_CHECKS, metavar="N",
+        help="re-time each winner on up to N other recorded configurations of its kernel, "
+             f"for the prediction and to refuse one that is wrong there (default {MAX_CHECKS}; "
+             "0: take the tuned configuration's speedup for all)")
     add_campaign_options(tune_app_parser)
     tune_app_parser.add_argument(
         "--plan", action="store_true", help="only print the ranking; touch no GPU"

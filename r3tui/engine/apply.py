@@ -122,10 +122,14 @@ class _Best:
     speedup: float | None
     bundle_path: Path
     noise: str | None = None  # why applying it would ship noise (the winner is not significant)
+    # the winner over every configuration of its kernel, where tune-app checked the others
+    # (engine.transfer), and why it must not ship (it failed on one of them)
+    kernel_speedup: float | None = None
+    unsafe: str | None = None
 
 
 @dataclass(frozen=True)
-class _Decision:
+class Decision:
     """The campaign's re-timed verdict: which variant and config, and how sure."""
 
     variant_id: int
@@ -140,7 +144,8 @@ class _Decision:
         return beyond_noise(self.ci)
 
 
-def _decision(s: Session, campaign_id: int, best_variant_id: int | None) -> _Decision | None:
+def campaign_decision(s: Session, campaign_id: int, best_variant_id: int | None
+                      ) -> Decision | None:
     """The ``final`` event (a remix campaign's best re-timed against the original), else the
     ``inner_done`` event of the report's best variant (its winner re-timed against the
     recorded configuration); None for a campaign stored before either carried a config."""
@@ -160,19 +165,20 @@ def _decision(s: Session, campaign_id: int, best_variant_id: int | None) -> _Dec
         return None
     data, config = chosen
     ci = data.get("ci")
-    return _Decision(int(data["variant_id"]), TrialConfig.from_json(config),
+    return Decision(int(data["variant_id"]), TrialConfig.from_json(config),
                      float(data["speedup"]), (float(ci[0]), float(ci[1])) if ci else None)
 
 
 def load_best(s: Session, campaign_id: int, exports: Path) -> _Best:
     from db import repository as repo
     from r3tui.domain import VariantOrigin
+    from r3tui.engine import transfer
     from r3tui.report import build_report, export_variant
 
     report = build_report(s, campaign_id)
     if report.best_variant is None:
         raise R3Error(f"campaign {campaign_id} has no measured variant to apply")
-    decision = _decision(s, campaign_id, report.best_variant.id)
+    decision = campaign_decision(s, campaign_id, report.best_variant.id)
     out = exports / f"campaign-{campaign_id}"
     files = export_variant(
         s,
@@ -191,6 +197,7 @@ def load_best(s: Session, campaign_id: int, exports: Path) -> _Best:
     assert recording is not None
     block = launch.get("block")
     bounds = launch.get("launch_bounds")
+    checked = transfer.stored(s, campaign_id) or {}
     return _Best(
         campaign_id,
         report.kernel,
@@ -208,6 +215,8 @@ def load_best(s: Session, campaign_id: int, exports: Path) -> _Best:
             + (f" [{decision.ci[0]:.3f}, {decision.ci[1]:.3f}]" if decision.ci else "")
             + ", is not faster than the original beyond the noise"
         ),
+        checked.get("kernel_speedup"),
+        checked.get("failed"),
     )
 
 
@@ -239,9 +248,13 @@ def apply_campaign(
     from r3tui.record.bundle import Bundle
     from r3tui.search import inject_launch_bounds
 
-    outcome = CampaignApply(best.campaign_id, best.kernel, speedup=best.speedup, share=share)
+    outcome = CampaignApply(best.campaign_id, best.kernel, share=share,
+                            speedup=best.kernel_speedup or best.speedup)
     if withheld is not None:
         outcome.not_applied += [withheld] if withheld else []
+        return outcome
+    if best.unsafe is not None:
+        outcome.not_applied.append(f"nothing: {best.unsafe}")
         return outcome
     if best.noise is not None and not include_noise:
         # Amdahl without this kernel is the kernel unchanged: the prediction stays honest

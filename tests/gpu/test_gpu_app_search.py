@@ -96,6 +96,25 @@ def test_an_applications_kernels_are_searched_at_every_level_and_applied(tmp_pat
             assert any(t.config.block is not None or t.config.launch_bounds is not None
                        for t in ok), name  # launch settings searched
 
+    # the winner re-timed on scale's other configuration (a quarter of the elements), as
+    # tune-app does for its prediction and to refuse a winner that is wrong there
+    from r3tui.engine.application import load_recording
+    from r3tui.engine.transfer import others, retime, winner_of
+
+    (scale,) = [k for k in load_recording(rec).kernels if "scale" in k.name]
+    assert scale.target is not None
+    (other,) = others(scale, scale.target)
+    assert other.grid[0] * 4 == pytest.approx(scale.target.grid[0], abs=1) and other.bundle
+    winner = winner_of(db, campaigns["scale"])
+    assert winner is not None
+    speedup, ci, failed, skipped = retime(other.bundle, *winner)
+    assert failed is None and skipped is None, (failed, skipped)
+    assert speedup is not None and ci is not None and ci[0] <= speedup <= ci[1]
+    scale_plan = next(k for k in plan["kernels"] if "scale" in k["name"])
+    if scale_plan["speedup"] and scale_plan["ci"][0] > 1:  # significant: tune-app checked it
+        assert [c["bundle"] for c in scale_plan["checks"]] == [
+            str(other.bundle.relative_to(rec))], scale_plan
+
     # where the edits go, before any measurement decides what ships
     written = tmp_path / "written"
     applied = r3("apply", *map(str, campaigns.values()), "--into", str(written), "--source-tree",

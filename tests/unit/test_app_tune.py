@@ -195,6 +195,7 @@ def test_tune_app_plan_and_bad_input_from_the_command_line(tmp_path: Path) -> No
     for bad in (
         ("tune-app", str(tmp_path / "missing")),
         ("tune-app", str(directory), "--budget", "lots"),
+        ("tune-app", str(directory), "--check-configs", "-1"),
         ("apply", "--into", str(tmp_path / "x")),
     ):
         result = r3(*bad, "--db", str(tmp_path / "r3.sqlite"), cwd=tmp_path)
@@ -513,3 +514,76 @@ def test_the_launch_bounds_floor_is_the_largest_block_the_application_launches(
     assert (app.launch_bounds_floor, app.grid_fixed) == (256, True)
     assert with_app_limits(InnerSettings(), tmp_path / "kernel-recording" / "b") == \
         InnerSettings()
+
+
+def test_the_winner_is_checked_on_the_kernels_other_configurations(tmp_path: Path) -> None:
+    from r3tui.engine.transfer import ConfigCheck, kernel_speedup
+
+    tree = tmp_path / "app"
+    shutil.copytree(CG, tree, ignore=shutil.ignore_patterns("cg", "cg-shared", "*.o", "*.json"))
+    rec = write_recording(tmp_path / "rec", tree)
+    db_path, ids = _apply_db(tmp_path, tree, rec)  # spmv's winner: 1.25x on spmv-0
+    recording = load_recording(rec)
+    checked: list[tuple[int, list[str]]] = []
+
+    def fake_checker(campaign_id: int, configs) -> list[ConfigCheck]:
+        """Stands in for the GPU re-timing (engine.transfer.gpu_checker, run on the device):
+        the winner is no faster on spmv's other configuration."""
+        checked.append((campaign_id, [c.bundle.name for c in configs]))
+        return [ConfigCheck(str(c.bundle.relative_to(rec)), c.grid, c.block, c.share, 1.0,
+                            (0.98, 1.02)) for c in configs]
+
+    tuners = {"cg::spmv_csr": (ids[0], 1.25), "cg::update_xr": (ids[2], 2.0)}
+    result = tune_app(recording, db_path, "10", 3,
+                      lambda bundle, name: (*tuners[name], (1.1, 1.4)), fake_checker)
+    # only spmv has another configuration with a bundle: 0.5 at 1.25x, 0.1 at 1.0x
+    assert checked == [(ids[0], ["spmv-1"])]
+    spmv = result.kernels[0]
+    assert spmv.kernel_speedup == pytest.approx(0.6 / (0.5 / 1.25 + 0.1 / 1.0))
+    assert "2 configuration(s) measured, 100% of the kernel's time" in spmv.kernel_basis
+    assert result.kernel_time_speedup == pytest.approx(amdahl([(0.6, 1.2), (0.1, 2.0)]))
+    assert result.kernels[2].kernel_speedup is None  # one configuration: nothing to check
+    plan = json.loads((rec / "tune-app.json").read_text())
+    assert plan["kernels"][0]["checks"][0]["bundle"] == "bundles/spmv-1"
+
+    # r3 apply predicts with the checked figure, which the campaign's event carries
+    out = tmp_path / "patched"
+    run = r3("apply", str(ids[0]), "--into", str(out), "--no-run", "--db", str(db_path),
+             cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    summary = json.loads((out / "r3-apply.json").read_text())
+    assert summary["predicted_kernel_speedup"] == pytest.approx(amdahl([(0.6, 1.2)]))
+
+    # a configuration without a bundle counts at the median of the measured ratios
+    half = ConfigCheck("bundles/b", (1, 1, 1), (32, 1, 1), 0.2, 2.0, (1.9, 2.1))
+    speedup, how = kernel_speedup(1.0, 0.4, 1.0, [half])
+    assert speedup == pytest.approx(1.0 / (0.4 / 1.0 + 0.2 / 2.0 + 0.4 / 1.5))
+    assert "the other 40% at their median ratio 1.500" in how
+
+
+def test_a_winner_wrong_on_another_configuration_is_not_shipped(tmp_path: Path) -> None:
+    from r3tui.engine.transfer import ConfigCheck
+
+    tree = tmp_path / "app"
+    shutil.copytree(CG, tree, ignore=shutil.ignore_patterns("cg", "cg-shared", "*.o", "*.json"))
+    rec = write_recording(tmp_path / "rec", tree)
+    db_path, ids = _apply_db(tmp_path, tree, rec)
+    wrong = "wrong_result: buffer y differs at element 7"
+
+    def fake_checker(campaign_id: int, configs) -> list[ConfigCheck]:
+        """Stands in for the GPU re-timing: the winner fails verification on spmv-1."""
+        return [ConfigCheck(str(c.bundle.relative_to(rec)), c.grid, c.block, c.share,
+                            failed=wrong) for c in configs]
+
+    result = tune_app(load_recording(rec), db_path, "10", 1,
+                      lambda bundle, name: (ids[0], 1.25, (1.1, 1.4)), fake_checker)
+    (spmv,) = result.kernels
+    assert not spmv.significant and spmv.status.startswith("not shippable: the winner fails")
+    assert wrong in spmv.unsafe and result.kernel_time_speedup == 1.0
+    out = tmp_path / "patched"
+    run = r3("apply", str(ids[0]), "--into", str(out), "--no-run", "--db", str(db_path),
+             cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    (campaign,) = json.loads((out / "r3-apply.json").read_text())["campaigns"]
+    assert campaign["applied"] == [] and wrong in campaign["not_applied"][0]
+    assert (out / "cg.cu").read_text() == (tree / "cg.cu").read_text()

@@ -1,0 +1,210 @@
+"""A campaign's winner measured on the other recorded configurations of its kernel.
+
+``r3 tune-app`` searches one configuration of a kernel (the replayable one with the most
+device time), but what ``r3 apply`` ships -- the source, the flags, the bounds, a block
+macro -- changes every launch of that kernel.  Taking the tuned configuration's speedup for
+all of them mispredicts where the configurations differ: on the H200 (2026-12-04) rmsnorm's
+winner gave 1.572x on its tuned configuration, which held 24.8% of the kernel's time, and
+``r3 apply`` measured 1.268x over the whole kernel.
+
+So after the campaign the winner (its variant at its configuration) is re-timed against the
+original, interleaved, on each other configuration that has a bundle (the largest first, at
+most ``max_checks``), each in a replay worker of its own.  The kernel's predicted speedup is
+Amdahl within the kernel: every checked configuration at its own ratio; the configurations
+without a bundle (or beyond ``max_checks``) at the median of the measured ratios.  A winner
+that fails verification on another configuration is not shipped: it would compute wrong
+results in those launches.
+
+The checks go into the campaign's ``configs`` event, where ``r3 apply`` reads them.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from r3tui.domain import TrialConfig
+    from r3tui.engine.application import KernelShare, RecordedConfig
+
+EVENT = "configs"
+MAX_CHECKS = 3  # other configurations re-timed per kernel (each starts a replay worker)
+ROUNDS = 9  # interleaved rounds per configuration
+
+
+@dataclass(frozen=True)
+class ConfigCheck:
+    """The winner on one other configuration of its kernel."""
+
+    bundle: str  # relative to the recording directory
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    share: float  # of all kernels' device time
+    speedup: float | None = None
+    ci: tuple[float, float] | None = None
+    failed: str | None = None  # why the winner is wrong there (it must not ship)
+    skipped: str | None = None  # why it was not measured (the original did not replay, ...)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ConfigCheck:
+        ci = data.get("ci")
+        return cls(str(data["bundle"]), tuple(data["grid"]), tuple(data["block"]),
+                   float(data["share"]), data.get("speedup"),
+                   (float(ci[0]), float(ci[1])) if ci else None, data.get("failed"),
+                   data.get("skipped"))
+
+
+# checks the winner of campaign ``int`` on these configurations -- the GPU part, a fake in tests
+Checker = Callable[[int, Sequence["RecordedConfig"]], list[ConfigCheck]]
+
+
+def others(kernel: KernelShare, tuned: RecordedConfig, max_checks: int = MAX_CHECKS
+           ) -> list[RecordedConfig]:
+    """The configurations of ``kernel`` to check: replayable, with a bundle, not the tuned one,
+    the most device time first."""
+    found = [c for c in kernel.configs
+             if c is not tuned and c.replayable and c.bundle is not None]
+    return sorted(found, key=lambda c: -c.device_time_s)[:max(0, max_checks)]
+
+
+def kernel_speedup(kernel_share: float, tuned_share: float, tuned_speedup: float,
+                   checks: Sequence[ConfigCheck]) -> tuple[float, str]:
+    """The winner's speedup over all of the kernel's device time, and how it was formed.
+
+    Each configuration counts at its measured ratio; the rest of the kernel's share (no
+    bundle, not checked, or not measurable) at the median of the measured ratios."""
+    measured = [(tuned_share, tuned_speedup)] + [
+        (c.share, c.speedup) for c in checks
+        if c.speedup is not None and c.speedup > 0 and c.failed is None]
+    if kernel_share <= 0:
+        return tuned_speedup, "the tuned configuration's ratio"
+    covered = sum(share for share, _ in measured)
+    rest = max(0.0, kernel_share - covered)
+    typical = statistics.median(r for _, r in measured)
+    time_after = sum(share / r for share, r in measured) + rest / typical
+    how = (f"{len(measured)} configuration(s) measured, {covered / kernel_share:.0%} of the "
+           "kernel's time" + (f"; the other {rest / kernel_share:.0%} at their median ratio "
+                              f"{typical:.3f}" if rest > 1e-12 else ""))
+    return kernel_share / time_after, how
+
+
+def failure(checks: Sequence[ConfigCheck]) -> str | None:
+    """Why the winner must not ship (it failed verification on another configuration)."""
+    bad = [c for c in checks if c.failed is not None]
+    if not bad:
+        return None
+    c = bad[0]
+    return (f"the winner fails on another configuration of the kernel (grid "
+            f"{'x'.join(map(str, c.grid))}, block {'x'.join(map(str, c.block))}): {c.failed}")
+
+
+# -- the event -------------------------------------------------------------------------------
+def store(db: Path, campaign_id: int, checks: Sequence[ConfigCheck], speedup: float,
+          how: str) -> None:
+    from db import repository as repo
+    from db.session import open_database
+
+    why = failure(checks)
+    message = (why if why else f"the winner over every configuration: {speedup:.3f}x ({how})")
+    with open_database(db, create=False) as database, database.session_scope() as s:
+        repo.add_event(s, campaign_id, EVENT, message[:500], {
+            "checks": [asdict(c) for c in checks], "kernel_speedup": speedup, "how": how,
+            "failed": why})
+
+
+def stored(s: Any, campaign_id: int) -> dict[str, Any] | None:
+    """The campaign's last ``configs`` event's data, if it has one."""
+    from db import repository as repo
+
+    found = [e.data for e in repo.events(s, campaign_id, limit=1_000_000)
+             if e.kind == EVENT and e.data]
+    return found[-1] if found else None
+
+
+# -- on the GPU ------------------------------------------------------------------------------
+def winner_of(db: Path, campaign_id: int) -> tuple[str, TrialConfig] | None:
+    """The source and configuration ``r3 apply`` would ship for the campaign (None: none)."""
+    from db import repository as repo
+    from db.session import open_database
+    from r3tui.engine.apply import campaign_decision
+    from r3tui.report import build_report
+
+    with open_database(db, readonly=True, create=False) as database, \
+            database.session_scope() as s:
+        report = build_report(s, campaign_id)
+        if report.best_variant is None:
+            return None
+        decision = campaign_decision(s, campaign_id, report.best_variant.id)
+        if decision is None:
+            return None
+        variant = repo.get_variant(s, decision.variant_id)
+        return (variant.source, decision.config) if variant is not None else None
+
+
+def retime(bundle_path: Path, text: str, config: TrialConfig, *, rounds: int = ROUNDS,
+           timeout_s: float = 60.0) -> tuple[float | None, tuple[float, float] | None,
+                                             str | None, str | None]:
+    """``text`` at ``config`` against the bundle's original at its recorded configuration,
+    interleaved: (speedup, ci, failed, skipped)."""
+    from r3tui.engine.inner import (
+        InnerSettings,
+        ReplayEvaluator,
+        build_space,
+        device_limits,
+        with_app_limits,
+    )
+    from r3tui.engine.tune import _gpu
+    from r3tui.engine.unit_source import searched_launch, seed_unit
+    from r3tui.errors import R3Error
+    from r3tui.record.bundle import Bundle
+    from r3tui.search.winner import summarize
+
+    try:
+        bundle = Bundle.open(bundle_path, verify=True)
+        seed = seed_unit(bundle)
+        launch, _ = searched_launch(bundle, seed)
+    except R3Error as exc:
+        return None, None, None, exc.one_line()
+    settings = with_app_limits(InnerSettings(toolchain=config.toolchain), bundle_path)
+    with _gpu(bundle_path, timeout_s) as (worker, pool, info):
+        space = build_space(launch, seed.source, settings, device_limits(info))
+        baseline = replace(space.baseline_config(), toolchain=config.toolchain)
+        original = ReplayEvaluator(seed.source, worker, pool, arch=info.arch)
+        tuned = original.with_source(replace(seed.source, text=text))
+        (first,) = original.evaluate([baseline])
+        if not first.ok:
+            return None, None, None, f"the original does not replay here: {_why(first)}"
+        (mine,) = tuned.evaluate([config])
+        if not mine.ok:
+            return None, None, _why(mine), None
+        base, times = original.interleave_with(tuned, baseline, config, rounds)
+    f = summarize(config, base, times)
+    return f.speedup, (f.low, f.high), None, None
+
+
+def _why(m: Any) -> str:
+    return f"{m.status.value}: {m.error_text}" if m.error_text else str(m.status.value)
+
+
+def gpu_checker(db: Path, recording_dir: Path, *, rounds: int = ROUNDS,
+                timeout_s: float = 60.0) -> Checker:
+    """Re-times each campaign's winner on the given configurations, one worker each."""
+
+    def check(campaign_id: int, configs: Sequence[RecordedConfig]) -> list[ConfigCheck]:
+        winner = winner_of(db, campaign_id)
+        if winner is None:
+            return []
+        text, config = winner
+        out = []
+        for c in configs:
+            assert c.bundle is not None
+            speedup, ci, failed, skipped = retime(c.bundle, text, config, rounds=rounds,
+                                                  timeout_s=timeout_s)
+            out.append(ConfigCheck(str(c.bundle.relative_to(recording_dir)), c.grid, c.block,
+                                   c.share, speedup, ci, failed, skipped))
+        return out
+
+    return check
