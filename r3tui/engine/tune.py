@@ -262,6 +262,7 @@ def run_campaign(
         notes = tuple(n for n in (
             f"searched {seed.describe()}" if seed.unit is not None else None,
             checked.note if checked is not None else None,
+            gpu[2].l2_note if gpu is not None else None,
             run.stop_reason) if n)
         return CampaignOutcome(campaign_id, made, status.value, timing, notes)
     finally:
