@@ -382,7 +382,7 @@ def _tune(step: str, extra: Sequence[str]) -> Callable[
         if steps.get("record", {}).get("status") != "ok":
             return "not recorded"
         rec = Path(steps["record"]["recording"])
-        if ctx.left() < tune_estimate(recipe, ctx.args):
+        if ctx.left() < tune_estimate(recipe, ctx.args, state, step):
             return "deadline"
         argv = r3_argv("tune-app", str(rec), "--budget", tune_budget(recipe, ctx.args.budget),
                        "--top",
@@ -455,24 +455,48 @@ def _wall(state: dict[str, Any]) -> float:
     return float(state["steps"].get("plain", {}).get("median_wall_s") or 3)
 
 
+# A stage this program ran before (on this machine or an earlier one) is expected to take
+# its last time with this margin, instead of the bound from the program's wall time (which,
+# for r3 apply's --max-runs pairs, was up to 3x what it took on the H200).
+_SEEN_MARGIN = 1.4
+_SEEN_SLACK_S = 15.0
+
+
+def _seen(state: dict[str, Any], step: str, bound: float) -> float:
+    last = (state.get("last_walls") or {}).get(step)
+    return bound if last is None else min(bound, _SEEN_SLACK_S + _SEEN_MARGIN * float(last))
+
+
 def record_estimate(state: dict[str, Any]) -> float:
-    return 45 + 3 * _wall(state)
+    return _seen(state, "record", 45 + 3 * _wall(state))
 
 
-def tune_estimate(recipe: Recipe, args: argparse.Namespace) -> float:
-    return 20 + budget_seconds(tune_budget(recipe, args.budget)) * args.top * 1.5
+def tune_estimate(recipe: Recipe, args: argparse.Namespace,
+                  state: dict[str, Any] | None = None, step: str = "tune") -> float:
+    bound = 20 + budget_seconds(tune_budget(recipe, args.budget)) * args.top * 1.5
+    return bound if state is None else _seen(state, step, bound)
 
 
 def apply_estimate(state: dict[str, Any], args: argparse.Namespace) -> float:
     # r3 apply runs plain and timed (interposer) pairs of both trees until the intervals are
     # narrow or --max-runs pairs of each
-    return 20 + 2 * (1 + 2) * args.max_runs * _wall(state)
+    return _seen(state, "apply", 20 + 2 * (1 + 2) * args.max_runs * _wall(state))
 
 
 def program_estimate(state: dict[str, Any], args: argparse.Namespace) -> float:
     """Seconds one program's whole pipeline needs at most (its stages' estimates)."""
-    return (record_estimate(state) + 2 * tune_estimate(BY_NAME[state["program"]], args)
-            + apply_estimate(state, args))
+    recipe = BY_NAME[state["program"]]
+    return (record_estimate(state) + tune_estimate(recipe, args, state, "tune")
+            + tune_estimate(recipe, args, state, "tune_bo") + apply_estimate(state, args))
+
+
+def remember_walls(state: dict[str, Any], steps: Sequence[str]) -> None:
+    """Keep the wall time of each step about to be redone, for the estimates above."""
+    seen = state.setdefault("last_walls", {})
+    for step in steps:
+        wall = state["steps"].get(step, {}).get("wall_s")
+        if wall is not None and state["steps"][step].get("status") == "ok":
+            seen[step] = float(wall)
 
 
 def stage_all(recipe: Recipe, state: dict[str, Any], ctx: StageContext) -> str | None:
@@ -483,6 +507,7 @@ def stage_all(recipe: Recipe, state: dict[str, Any], ctx: StageContext) -> str |
     steps = state["steps"]
     rec = Path(steps.get("record", {}).get("recording", "/nonexistent"))
     if steps.get("record", {}).get("status") == "ok" and not (rec / "recording.json").is_file():
+        remember_walls(state, ("record", "tune", "tune_bo", "apply"))
         for step in ("record", "tune", "tune_bo", "apply"):
             steps.pop(step, None)
     if "plain" in steps and ctx.left() < program_estimate(state, ctx.args):
@@ -520,7 +545,9 @@ def cmd_run(args: argparse.Namespace) -> int:
             print(f"{recipe.name:<15} {step}: {done} earlier, skipped")
             continue
         if args.force:  # the whole program for "all" (its plain runs stay: the same build)
-            for name in (*(STAGES[n][0] for n in PIPELINE), "all") if step == "all" else (step,):
+            redo = (*(STAGES[n][0] for n in PIPELINE), "all") if step == "all" else (step,)
+            remember_walls(state, redo)
+            for name in redo:
                 state["steps"].pop(name, None)
         why = stage(recipe, state, ctx)
         write_json(STATE / f"{recipe.name}.json", state)
