@@ -596,12 +596,17 @@ class CampaignRun:
         return max(1.0, seconds - self.timing.wall_s())
 
     def _budget_left(self, made: int) -> bool:
+        """Whether to propose another variant.  Under a wall-time budget the first one is
+        always proposed: the original's evaluation (its check, its inner search, its
+        finalists' re-timing) may spend a short budget alone where a replay is slow (gelu on
+        the H200: 8 s, no source variant at all), and a campaign that searched no source
+        is no three-level search; that variant's own inner search gets a second at least."""
         if self.control.stop_requested:
             return False
         if self.settings.variants is not None and made >= self.settings.variants:
             return False
         seconds = self.settings.seconds
-        return seconds is None or self.timing.wall_s() < seconds
+        return seconds is None or self.timing.wall_s() < seconds or made == 0
 
     def _checkpoint(self) -> None:
         from db import repository as repo

@@ -312,6 +312,25 @@ def test_a_wall_time_budget_leaves_the_source_search_most_of_it(tmp_path: Path) 
     database.close()
 
 
+def test_a_budget_the_original_spends_alone_still_searches_one_source_variant(
+        tmp_path: Path) -> None:
+    """gelu on the H200: its slow replays spent all of `--budget 8s` on the original, and
+    the campaign searched no source; the first variant is proposed past the budget, and
+    only that one."""
+    settings = replace(SETTINGS, variants=None, seconds=0.001, seed_trials=3)
+    database = open_database(tmp_path / "short.sqlite")
+    cid = new_campaign(database, settings)
+    run = make_run(database, cid, settings)
+    assert run.run() == 1
+    with database.session_scope() as s:
+        variants = repo.campaign_variants(s, cid)
+        trials = repo.finished_trials(s, cid)
+    (child,) = [v for v in variants if v.origin is not VariantOrigin.SEED]
+    assert any(t.variant_id == child.id for t in trials), child.status_reason
+    assert run.timing.wall_s() > settings.seconds
+    database.close()
+
+
 class ScriptedBackend:
     """A named fake of a language model: answers from a script, in order, and keeps every
     prompt it was sent (the real model runs in tests/unit/test_remix_llm.py)."""
