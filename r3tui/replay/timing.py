@@ -7,6 +7,7 @@ Sampling stops when the running median settles, bounded by a count and a time bu
 
 from __future__ import annotations
 
+import ctypes
 import statistics
 import time
 from collections.abc import Callable
@@ -78,22 +79,85 @@ class L2Flush:
         cu.driver().cuMemFree(self.address)
 
 
-class EventTimer:
-    """A pair of CUDA events on one stream."""
+class LaunchGate:
+    """Holds a stream until the host has submitted what is queued behind it.
 
-    def __init__(self, stream: Any) -> None:
+    On an idle stream a start event is processed at once and the kernel only once the host
+    has finished submitting it, so the host's launch latency would count as kernel time.  The
+    stream waits on a word of mapped host memory (cuStreamWaitValue32, GEQ); the events and
+    the launch queue behind the wait; :meth:`open` writes the word.  The recording
+    interposer times the application's launches the same way (r3rec.c), so a replay is set
+    against an in-app time measured alike.  ``enabled`` is False where the device has no
+    stream memory operations or mapped host memory: timing is then ungated.
+    """
+
+    def __init__(self) -> None:
+        drv = cu.driver()
+        self.enabled = False
+        self._seq = 0
+        self._host = 0
+        err, host = drv.cuMemHostAlloc(4, drv.CU_MEMHOSTALLOC_PORTABLE
+                                       | drv.CU_MEMHOSTALLOC_DEVICEMAP)
+        if err != drv.CUresult.CUDA_SUCCESS:
+            return
+        self._host = int(host)
+        self._word = ctypes.c_uint32.from_address(self._host)
+        self._word.value = 0
+        err, device = drv.cuMemHostGetDevicePointer(self._host, 0)
+        if err == drv.CUresult.CUDA_SUCCESS:
+            self._device = device
+            self.enabled = True
+
+    def close_on(self, stream: Any) -> bool:
+        """Queue the wait on ``stream``; True when the caller must :meth:`open` it."""
+        if not self.enabled:
+            return False
+        drv = cu.driver()
+        err, = drv.cuStreamWaitValue32(stream, self._device, self._seq + 1,
+                                       drv.CUstreamWaitValue_flags.CU_STREAM_WAIT_VALUE_GEQ)
+        if err != drv.CUresult.CUDA_SUCCESS:
+            self.enabled = False  # e.g. no stream memory operations: time without the gate
+            return False
+        self._seq += 1
+        return True
+
+    def open(self) -> None:
+        self._word.value = self._seq
+
+    def release(self) -> None:
+        if self._host:
+            cu.driver().cuMemFreeHost(self._host)
+            self._host = 0
+            self.enabled = False
+
+
+class EventTimer:
+    """A pair of CUDA events on one stream, behind a :class:`LaunchGate` where one works."""
+
+    def __init__(self, stream: Any, *, gated: bool = True) -> None:
         drv = cu.driver()
         flags = drv.CUevent_flags.CU_EVENT_DEFAULT
         self.start = cu.check(drv.cuEventCreate(flags), "cuEventCreate")
         self.end = cu.check(drv.cuEventCreate(flags), "cuEventCreate")
         self.stream = stream
+        self.gate = LaunchGate() if gated else None
+
+    @property
+    def gated(self) -> bool:
+        return self.gate is not None and self.gate.enabled
 
     def time(self, launch: Callable[[], None]) -> float:
         """Seconds between the events around ``launch`` (synchronizes on the end event)."""
         drv = cu.driver()
-        cu.check(drv.cuEventRecord(self.start, self.stream), "cuEventRecord")
-        launch()
-        cu.check(drv.cuEventRecord(self.end, self.stream), "cuEventRecord")
+        held = self.gate is not None and self.gate.close_on(self.stream)
+        try:
+            cu.check(drv.cuEventRecord(self.start, self.stream), "cuEventRecord")
+            launch()
+            cu.check(drv.cuEventRecord(self.end, self.stream), "cuEventRecord")
+        finally:
+            if held:
+                assert self.gate is not None
+                self.gate.open()  # never leave the stream waiting, whatever failed
         cu.check(drv.cuEventSynchronize(self.end), "cuEventSynchronize")
         ms = cu.check(drv.cuEventElapsedTime(self.start, self.end), "cuEventElapsedTime")
         return float(ms) * 1e-3
@@ -102,6 +166,8 @@ class EventTimer:
         drv = cu.driver()
         drv.cuEventDestroy(self.start)
         drv.cuEventDestroy(self.end)
+        if self.gate is not None:
+            self.gate.release()
 
 
 def time_launches(
