@@ -83,6 +83,7 @@ class KernelShare:
     device_time_s: float
     share: float
     configs: tuple[RecordedConfig, ...]  # largest device time first
+    unit: str | None = None  # the translation unit it was recorded from (its path)
 
     @property
     def most_threads(self) -> int:
@@ -175,7 +176,7 @@ def load_recording(directory: Path) -> AppRecording:
     if not isinstance(data, dict) or data.get("format_version") != 1:
         raise R3Error(f"{path}: not a format_version 1 application recording")
     where = str(path)
-    raw_kernels: list[tuple[str, str, int, float, list[RecordedConfig]]] = []
+    raw_kernels: list[tuple[str, str, int, float, list[RecordedConfig], str | None]] = []
     try:
         for k in _field(data, "kernels", where):
             entry = str(_field(k, "entry_point", where))
@@ -195,9 +196,10 @@ def load_recording(directory: Path) -> AppRecording:
                 )
                 for c in _field(k, "configs", where)
             ]
-            raw_kernels.append(
-                (entry, name, int(k.get("launches", 0)), float(k["device_time_s"]), configs)
-            )
+            unit = (k.get("source") or {}).get("path")
+            raw_kernels.append((entry, name, int(k.get("launches", 0)),
+                                float(k["device_time_s"]), configs,
+                                str(unit) if unit else None))
     except (TypeError, ValueError, KeyError) as exc:
         raise R3Error(f"{where}: malformed kernel entry ({type(exc).__name__}: {exc})") from exc
     try:
@@ -206,7 +208,7 @@ def load_recording(directory: Path) -> AppRecording:
         raise R3Error(f"{where}: malformed graphs entry ({exc})") from exc
     # Shares are of all kernel device time, graph launches included, so a graph-heavy
     # application's predicted speedup is not overstated.
-    total = sum(t for _, _, _, t, _ in raw_kernels) + graph_time
+    total = sum(k[3] for k in raw_kernels) + graph_time
     kernels = [
         KernelShare(
             entry,
@@ -220,8 +222,9 @@ def load_recording(directory: Path) -> AppRecording:
                     key=lambda c: -c.device_time_s,
                 )
             ),
+            unit,
         )
-        for entry, name, launches, t, configs in raw_kernels
+        for entry, name, launches, t, configs, unit in raw_kernels
     ]
     kernels.sort(key=lambda k: (-k.device_time_s, k.entry_point))
     return AppRecording(
@@ -296,6 +299,8 @@ class KernelOutcome:
     kernel_basis: str | None = None
     checks: tuple[dict[str, Any], ...] = ()
     unsafe: str | None = None
+    # the winner's options on the unit's other kernels (engine.transfer.UnitCheck as dicts)
+    neighbours: tuple[dict[str, Any], ...] = ()
 
     @property
     def significant(self) -> bool:
@@ -325,8 +330,18 @@ class AppTuneResult:
     def _parts(self) -> list[tuple[float, float]]:
         """(share, speedup) of the kernels whose winner is significant: the others keep
         their original code (``r3 apply`` does not ship noise), so they count as unchanged."""
-        return [(k.share, k.predicted) for k in self.kernels
-                if k.significant and k.predicted is not None and k.predicted > 0]
+        parts = [(k.share, k.predicted) for k in self.kernels
+                 if k.significant and k.predicted is not None and k.predicted > 0]
+        # the unit's other kernels under a shipped winner's options, each counted once
+        seen = {k.entry_point for k in self.kernels if k.significant}
+        for k in self.kernels:
+            if not k.significant:
+                continue
+            for n in k.neighbours:
+                if n.get("speedup") and not n.get("failed") and n["entry_point"] not in seen:
+                    seen.add(n["entry_point"])
+                    parts.append((float(n["share"]), float(n["speedup"])))
+        return parts
 
     @property
     def kernel_time_speedup(self) -> float:
@@ -424,9 +439,12 @@ def tune_app(
         )
         configs = others(kernel, target, max_checks)
         if checker is not None and configs and outcome.significant and speedup is not None:
-            outcome = _checked(outcome, checker(campaign_id, configs), db)
+            outcome = _checked(outcome, checker.configs(campaign_id, configs), db)
         result.kernels.append(outcome)
         # written after every kernel: an interrupted run still says which campaigns it made
+        write_plan(recording.path, result)
+    if checker is not None and max_checks > 0:
+        _check_units(recording, result, checker, db)
         write_plan(recording.path, result)
     return result
 
@@ -446,6 +464,30 @@ def _checked(outcome: KernelOutcome, checks: list[ConfigCheck], db: Path) -> Ker
     return replace(outcome, kernel_speedup=speedup, kernel_basis=how,
                    checks=tuple(asdict(c) for c in checks), unsafe=why,
                    status=f"not shippable: {why}" if why else outcome.status)
+
+
+def _check_units(recording: AppRecording, result: AppTuneResult, checker: Checker,
+                 db: Path) -> None:
+    """Each shipped winner's options on the other kernels of its unit that no campaign of
+    the run ships (engine.transfer)."""
+    from r3tui.engine import transfer
+
+    by_entry = {k.entry_point: k for k in recording.kernels}
+    shipped = {k.entry_point for k in result.kernels if k.significant}
+    for i, outcome in enumerate(result.kernels):
+        kernel = by_entry.get(outcome.entry_point)
+        if not outcome.significant or outcome.campaign_id is None or kernel is None:
+            continue
+        near = transfer.neighbours(recording.kernels, kernel, shipped)
+        checks = checker.unit(outcome.campaign_id, near) if near else []
+        if not checks:
+            continue
+        transfer.store_unit(db, outcome.campaign_id, checks)
+        why = transfer.failure(checks)
+        result.kernels[i] = replace(
+            outcome, neighbours=tuple(asdict(c) for c in checks),
+            unsafe=outcome.unsafe or why,
+            status=f"not shippable: {why}" if why and not outcome.unsafe else outcome.status)
 
 
 def write_plan(directory: Path, result: AppTuneResult) -> Path:
@@ -619,6 +661,11 @@ def outcome_lines(k: KernelOutcome) -> list[str]:
             lines.append(f"  on {where} ({c['share']:.2%}): "
                          + (f"FAILS: {c['failed']}" if c.get("failed")
                             else f"not measured: {c.get('skipped')}"))
+    for n in k.neighbours:
+        lines.append(f"  its options on {n['kernel']} ({n['share']:.2%}): "
+                     + (f"{n['speedup']:.3f}x" if n.get("speedup") is not None else
+                        f"FAILS: {n['failed']}" if n.get("failed") else
+                        f"not measured: {n.get('skipped')}"))
     if k.unsafe:
         lines.append(f"  not shipped: {k.unsafe}")
     elif k.kernel_speedup is not None:
@@ -660,9 +707,9 @@ def _cmd_tune_app(args: argparse.Namespace) -> int:
         return 0
     tuner = (inner_tuner(Path(args.db), args.budget, args) if args.inner_only
              else campaign_tuner(Path(args.db), args.budget, args))
-    from r3tui.engine.transfer import gpu_checker
+    from r3tui.engine.transfer import GpuChecker
 
-    checker = gpu_checker(Path(args.db), recording.path) if args.check_configs else None
+    checker = GpuChecker(Path(args.db), recording.path) if args.check_configs else None
     result = tune_app(recording, Path(args.db), args.budget, args.top, tuner, checker,
                       args.check_configs)
     for k in result.kernels:

@@ -77,6 +77,9 @@ class CampaignApply:
     entry_point: str | None = None  # the kernel's lowered name, as the interposer sees it
     whole_build: list[str] = field(default_factory=list)  # its flags that reach other kernels
     flag_scope: list[str] = field(default_factory=list)  # which kernels those flags affect
+    # the unit's other kernels its options reach, as tune-app measured them with and without
+    # those options: (entry point, share, speedup), counted in the prediction
+    neighbours: list[tuple[str, float, float]] = field(default_factory=list)
     measured: dict[str, Any] | None = None  # its own kernel's device time, original/patched
     shipped: bool | None = None  # None: not measured (--no-run, or nothing applied)
 
@@ -126,6 +129,7 @@ class _Best:
     # (engine.transfer), and why it must not ship (it failed on one of them)
     kernel_speedup: float | None = None
     unsafe: str | None = None
+    neighbours: tuple[tuple[str, float, float], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -198,6 +202,7 @@ def load_best(s: Session, campaign_id: int, exports: Path) -> _Best:
     block = launch.get("block")
     bounds = launch.get("launch_bounds")
     checked = transfer.stored(s, campaign_id) or {}
+    unit = transfer.stored(s, campaign_id, transfer.UNIT_EVENT) or {}
     return _Best(
         campaign_id,
         report.kernel,
@@ -216,7 +221,8 @@ def load_best(s: Session, campaign_id: int, exports: Path) -> _Best:
             + ", is not faster than the original beyond the noise"
         ),
         checked.get("kernel_speedup"),
-        checked.get("failed"),
+        checked.get("failed") or unit.get("failed"),
+        tuple(transfer.unit_parts(unit)),
     )
 
 
@@ -538,6 +544,14 @@ def write_tree(
         for o in outcomes
         if o.complete and o.share is not None and o.speedup is not None and o.speedup > 0
     ]
+    # the unit's other kernels, where the campaign's options reached the build
+    counted = {o.entry_point for o in outcomes if o.complete}
+    for o, best in zip(outcomes, bests, strict=True):
+        o.neighbours = list(best.neighbours) if o.complete and o.whole_build else []
+        for entry, share, speedup in o.neighbours:
+            if entry not in counted:
+                counted.add(entry)
+                parts.append((share, speedup))
     fraction = kernel_fraction_of_wall(context.kernel_time_s, context.wall_s)
     known = context.shares is not None
     result = ApplyResult(

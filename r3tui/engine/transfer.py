@@ -15,22 +15,32 @@ without a bundle (or beyond ``max_checks``) at the median of the measured ratios
 that fails verification on another configuration is not shipped: it would compute wrong
 results in those launches.
 
-The checks go into the campaign's ``configs`` event, where ``r3 apply`` reads them.
+The winner's compiler options reach every kernel of its translation unit (``r3 apply``
+writes them into the build's flags), so the other kernels recorded from that unit, which no
+campaign of the run ships, are replayed too: each one's original with the winner's options
+against itself without them.  Their ratios join the prediction (cfd on the H200: its flux
+kernel's options made the unit's other kernels faster, and the kernel-time prediction
+without them was 5.5% below the measured 1.423x), and a kernel the options make wrong stops
+the winner from shipping.
+
+The checks go into the campaign's ``configs`` and ``unit`` events, where ``r3 apply`` reads
+them.
 """
 
 from __future__ import annotations
 
 import statistics
-from collections.abc import Callable, Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from r3tui.domain import TrialConfig
     from r3tui.engine.application import KernelShare, RecordedConfig
 
 EVENT = "configs"
+UNIT_EVENT = "unit"
 MAX_CHECKS = 3  # other configurations re-timed per kernel (each starts a replay worker)
 ROUNDS = 9  # interleaved rounds per configuration
 
@@ -57,8 +67,34 @@ class ConfigCheck:
                    data.get("skipped"))
 
 
-# checks the winner of campaign ``int`` on these configurations -- the GPU part, a fake in tests
-Checker = Callable[[int, Sequence["RecordedConfig"]], list[ConfigCheck]]
+@dataclass(frozen=True)
+class UnitCheck:
+    """Another kernel of the winner's unit, its original with and without the winner's
+    compiler options (on its largest replayable configuration)."""
+
+    kernel: str
+    entry_point: str
+    bundle: str  # relative to the recording directory
+    share: float  # the kernel's share of all kernels' device time, every configuration
+    options: tuple[str, ...] = ()
+    speedup: float | None = None
+    ci: tuple[float, float] | None = None
+    failed: str | None = None
+    skipped: str | None = None
+
+
+class Checker(Protocol):
+    """Re-times a campaign's winner -- the GPU part (:class:`GpuChecker`), a fake in tests."""
+
+    def configs(self, campaign_id: int, configs: Sequence[RecordedConfig]
+                ) -> list[ConfigCheck]:
+        """The winner on these other configurations of its kernel."""
+        ...
+
+    def unit(self, campaign_id: int, kernels: Sequence[KernelShare]) -> list[UnitCheck]:
+        """The winner's compiler options on these other kernels of its unit ([] where the
+        winner has none)."""
+        ...
 
 
 def others(kernel: KernelShare, tuned: RecordedConfig, max_checks: int = MAX_CHECKS
@@ -91,12 +127,25 @@ def kernel_speedup(kernel_share: float, tuned_share: float, tuned_speedup: float
     return kernel_share / time_after, how
 
 
-def failure(checks: Sequence[ConfigCheck]) -> str | None:
-    """Why the winner must not ship (it failed verification on another configuration)."""
+def neighbours(kernels: Sequence[KernelShare], kernel: KernelShare,
+               shipped: Collection[str]) -> list[KernelShare]:
+    """The other kernels recorded from ``kernel``'s unit that have a replayable configuration
+    and that no campaign in ``shipped`` (entry points) ships itself."""
+    if kernel.unit is None:
+        return []
+    return [k for k in kernels if k.unit == kernel.unit and k.entry_point != kernel.entry_point
+            and k.entry_point not in shipped and k.target is not None]
+
+
+def failure(checks: Sequence[ConfigCheck | UnitCheck]) -> str | None:
+    """Why the winner must not ship (it, or its options, failed verification elsewhere)."""
     bad = [c for c in checks if c.failed is not None]
     if not bad:
         return None
     c = bad[0]
+    if isinstance(c, UnitCheck):
+        return (f"its options ({' '.join(c.options)}) make another kernel of the unit, "
+                f"{c.kernel}, fail: {c.failed}")
     return (f"the winner fails on another configuration of the kernel (grid "
             f"{'x'.join(map(str, c.grid))}, block {'x'.join(map(str, c.block))}): {c.failed}")
 
@@ -115,13 +164,32 @@ def store(db: Path, campaign_id: int, checks: Sequence[ConfigCheck], speedup: fl
             "failed": why})
 
 
-def stored(s: Any, campaign_id: int) -> dict[str, Any] | None:
-    """The campaign's last ``configs`` event's data, if it has one."""
+def store_unit(db: Path, campaign_id: int, checks: Sequence[UnitCheck]) -> None:
+    from db import repository as repo
+    from db.session import open_database
+
+    why = failure(checks)
+    parts = ", ".join(f"{c.kernel} {c.speedup:.3f}x" for c in checks if c.speedup is not None)
+    message = why or f"its options on the unit's other kernels: {parts or 'not measured'}"
+    with open_database(db, create=False) as database, database.session_scope() as s:
+        repo.add_event(s, campaign_id, UNIT_EVENT, message[:500], {
+            "checks": [asdict(c) for c in checks], "failed": why})
+
+
+def stored(s: Any, campaign_id: int, kind: str = EVENT) -> dict[str, Any] | None:
+    """The campaign's last ``configs`` (or ``unit``) event's data, if it has one."""
     from db import repository as repo
 
     found = [e.data for e in repo.events(s, campaign_id, limit=1_000_000)
-             if e.kind == EVENT and e.data]
+             if e.kind == kind and e.data]
     return found[-1] if found else None
+
+
+def unit_parts(data: dict[str, Any] | None) -> list[tuple[str, float, float]]:
+    """(entry point, share, speedup) of each measured neighbour in a ``unit`` event."""
+    return [(str(c["entry_point"]), float(c["share"]), float(c["speedup"]))
+            for c in (data or {}).get("checks", ())
+            if c.get("speedup") and not c.get("failed")]
 
 
 # -- on the GPU ------------------------------------------------------------------------------
@@ -189,22 +257,54 @@ def _why(m: Any) -> str:
     return f"{m.status.value}: {m.error_text}" if m.error_text else str(m.status.value)
 
 
-def gpu_checker(db: Path, recording_dir: Path, *, rounds: int = ROUNDS,
-                timeout_s: float = 60.0) -> Checker:
-    """Re-times each campaign's winner on the given configurations, one worker each."""
+@dataclass(frozen=True)
+class GpuChecker:
+    """Re-times each campaign's winner on the GPU, one replay worker per bundle."""
 
-    def check(campaign_id: int, configs: Sequence[RecordedConfig]) -> list[ConfigCheck]:
-        winner = winner_of(db, campaign_id)
+    db: Path
+    recording_dir: Path
+    rounds: int = ROUNDS
+    timeout_s: float = 60.0
+
+    def configs(self, campaign_id: int, configs: Sequence[RecordedConfig]
+                ) -> list[ConfigCheck]:
+        winner = winner_of(self.db, campaign_id)
         if winner is None:
             return []
         text, config = winner
         out = []
         for c in configs:
             assert c.bundle is not None
-            speedup, ci, failed, skipped = retime(c.bundle, text, config, rounds=rounds,
-                                                  timeout_s=timeout_s)
-            out.append(ConfigCheck(str(c.bundle.relative_to(recording_dir)), c.grid, c.block,
-                                   c.share, speedup, ci, failed, skipped))
+            speedup, ci, failed, skipped = retime(c.bundle, text, config, rounds=self.rounds,
+                                                  timeout_s=self.timeout_s)
+            out.append(ConfigCheck(str(c.bundle.relative_to(self.recording_dir)), c.grid,
+                                   c.block, c.share, speedup, ci, failed, skipped))
         return out
 
-    return check
+    def unit(self, campaign_id: int, kernels: Sequence[KernelShare]) -> list[UnitCheck]:
+        from r3tui.domain import TrialConfig
+        from r3tui.engine.unit_source import seed_unit
+        from r3tui.errors import R3Error
+        from r3tui.record.bundle import Bundle
+
+        winner = winner_of(self.db, campaign_id)
+        if winner is None or not winner[1].options:
+            return []
+        options = tuple(winner[1].options)
+        flagged = TrialConfig(toolchain=winner[1].toolchain, options=options)
+        out = []
+        for k in kernels:
+            target = k.target
+            assert target is not None and target.bundle is not None
+            where = str(target.bundle.relative_to(self.recording_dir))
+            try:
+                text = seed_unit(Bundle.open(target.bundle, verify=True)).source.text
+            except R3Error as exc:
+                out.append(UnitCheck(k.name, k.entry_point, where, k.share, options,
+                                     skipped=exc.one_line()))
+                continue
+            speedup, ci, failed, skipped = retime(target.bundle, text, flagged,
+                                                  rounds=self.rounds, timeout_s=self.timeout_s)
+            out.append(UnitCheck(k.name, k.entry_point, where, k.share, options, speedup, ci,
+                                 failed, skipped))
+        return out

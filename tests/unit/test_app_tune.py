@@ -517,7 +517,7 @@ def test_the_launch_bounds_floor_is_the_largest_block_the_application_launches(
 
 
 def test_the_winner_is_checked_on_the_kernels_other_configurations(tmp_path: Path) -> None:
-    from r3tui.engine.transfer import ConfigCheck, kernel_speedup
+    from r3tui.engine.transfer import ConfigCheck, UnitCheck, kernel_speedup
 
     tree = tmp_path / "app"
     shutil.copytree(CG, tree, ignore=shutil.ignore_patterns("cg", "cg-shared", "*.o", "*.json"))
@@ -525,23 +525,36 @@ def test_the_winner_is_checked_on_the_kernels_other_configurations(tmp_path: Pat
     db_path, ids = _apply_db(tmp_path, tree, rec)  # spmv's winner: 1.25x on spmv-0
     recording = load_recording(rec)
     checked: list[tuple[int, list[str]]] = []
+    units: list[tuple[int, list[str]]] = []
 
-    def fake_checker(campaign_id: int, configs) -> list[ConfigCheck]:
-        """Stands in for the GPU re-timing (engine.transfer.gpu_checker, run on the device):
-        the winner is no faster on spmv's other configuration."""
-        checked.append((campaign_id, [c.bundle.name for c in configs]))
-        return [ConfigCheck(str(c.bundle.relative_to(rec)), c.grid, c.block, c.share, 1.0,
-                            (0.98, 1.02)) for c in configs]
+    class FakeChecker:
+        """Stands in for the GPU re-timing (engine.transfer.GpuChecker, run on the device):
+        the winner is no faster on spmv's other configuration; spmv's options make xpay, the
+        unit's one other replayable kernel no campaign ships, 1.1x faster."""
+
+        def configs(self, campaign_id: int, configs) -> list[ConfigCheck]:
+            checked.append((campaign_id, [c.bundle.name for c in configs]))
+            return [ConfigCheck(str(c.bundle.relative_to(rec)), c.grid, c.block, c.share, 1.0,
+                                (0.98, 1.02)) for c in configs]
+
+        def unit(self, campaign_id: int, kernels) -> list[UnitCheck]:
+            units.append((campaign_id, [k.name for k in kernels]))
+            return [UnitCheck(k.name, k.entry_point, "bundles/xpay-0", k.share, ("-x",), 1.1,
+                              (1.05, 1.15)) for k in kernels]
 
     tuners = {"cg::spmv_csr": (ids[0], 1.25), "cg::update_xr": (ids[2], 2.0)}
     result = tune_app(recording, db_path, "10", 3,
-                      lambda bundle, name: (*tuners[name], (1.1, 1.4)), fake_checker)
+                      lambda bundle, name: (*tuners[name], (1.1, 1.4)), FakeChecker())
     # only spmv has another configuration with a bundle: 0.5 at 1.25x, 0.1 at 1.0x
     assert checked == [(ids[0], ["spmv-1"])]
     spmv = result.kernels[0]
     assert spmv.kernel_speedup == pytest.approx(0.6 / (0.5 / 1.25 + 0.1 / 1.0))
     assert "2 configuration(s) measured, 100% of the kernel's time" in spmv.kernel_basis
-    assert result.kernel_time_speedup == pytest.approx(amdahl([(0.6, 1.2), (0.1, 2.0)]))
+    # both shipped kernels' options reach xpay; it counts once (dot has no bundle)
+    assert units == [(ids[0], ["cg::detail::xpay<double>"]),
+                     (ids[2], ["cg::detail::xpay<double>"])]
+    assert result.kernel_time_speedup == pytest.approx(
+        amdahl([(0.6, 1.2), (0.1, 2.0), (0.05, 1.1)]))
     assert result.kernels[2].kernel_speedup is None  # one configuration: nothing to check
     plan = json.loads((rec / "tune-app.json").read_text())
     assert plan["kernels"][0]["checks"][0]["bundle"] == "bundles/spmv-1"
@@ -552,7 +565,10 @@ def test_the_winner_is_checked_on_the_kernels_other_configurations(tmp_path: Pat
              cwd=tmp_path)
     assert run.returncode == 0, run.stderr
     summary = json.loads((out / "r3-apply.json").read_text())
-    assert summary["predicted_kernel_speedup"] == pytest.approx(amdahl([(0.6, 1.2)]))
+    # spmv's option reaches the flags file, so xpay's measured 1.1x counts too
+    assert summary["campaigns"][0]["neighbours"] == [[XPAY, pytest.approx(0.05), 1.1]]
+    assert summary["predicted_kernel_speedup"] == pytest.approx(
+        amdahl([(0.6, 1.2), (0.05, 1.1)]))
 
     # a configuration without a bundle counts at the median of the measured ratios
     half = ConfigCheck("bundles/b", (1, 1, 1), (32, 1, 1), 0.2, 2.0, (1.9, 2.1))
@@ -562,7 +578,7 @@ def test_the_winner_is_checked_on_the_kernels_other_configurations(tmp_path: Pat
 
 
 def test_a_winner_wrong_on_another_configuration_is_not_shipped(tmp_path: Path) -> None:
-    from r3tui.engine.transfer import ConfigCheck
+    from r3tui.engine.transfer import ConfigCheck, UnitCheck
 
     tree = tmp_path / "app"
     shutil.copytree(CG, tree, ignore=shutil.ignore_patterns("cg", "cg-shared", "*.o", "*.json"))
@@ -570,20 +586,34 @@ def test_a_winner_wrong_on_another_configuration_is_not_shipped(tmp_path: Path) 
     db_path, ids = _apply_db(tmp_path, tree, rec)
     wrong = "wrong_result: buffer y differs at element 7"
 
-    def fake_checker(campaign_id: int, configs) -> list[ConfigCheck]:
-        """Stands in for the GPU re-timing: the winner fails verification on spmv-1."""
-        return [ConfigCheck(str(c.bundle.relative_to(rec)), c.grid, c.block, c.share,
-                            failed=wrong) for c in configs]
+    class FakeChecker:
+        """Stands in for the GPU re-timing: the winner fails verification on spmv-1 (or,
+        with ``unit_fails``, its options make xpay fail)."""
 
-    result = tune_app(load_recording(rec), db_path, "10", 1,
-                      lambda bundle, name: (ids[0], 1.25, (1.1, 1.4)), fake_checker)
-    (spmv,) = result.kernels
-    assert not spmv.significant and spmv.status.startswith("not shippable: the winner fails")
-    assert wrong in spmv.unsafe and result.kernel_time_speedup == 1.0
-    out = tmp_path / "patched"
-    run = r3("apply", str(ids[0]), "--into", str(out), "--no-run", "--db", str(db_path),
-             cwd=tmp_path)
-    assert run.returncode == 0, run.stderr
-    (campaign,) = json.loads((out / "r3-apply.json").read_text())["campaigns"]
-    assert campaign["applied"] == [] and wrong in campaign["not_applied"][0]
-    assert (out / "cg.cu").read_text() == (tree / "cg.cu").read_text()
+        def __init__(self, config_fails: bool) -> None:
+            self.config_fails = config_fails
+
+        def configs(self, campaign_id: int, configs) -> list[ConfigCheck]:
+            return [ConfigCheck(str(c.bundle.relative_to(rec)), c.grid, c.block, c.share,
+                                *((None, None, wrong) if self.config_fails else (1.3, (1.2, 1.4))))
+                    for c in configs]
+
+        def unit(self, campaign_id: int, kernels) -> list[UnitCheck]:
+            return [UnitCheck(k.name, k.entry_point, "bundles/xpay-0", k.share, ("--ftz=true",),
+                              failed=wrong) for k in kernels]
+
+    for config_fails, says in ((True, "the winner fails on another configuration"),
+                               (False, "its options (--ftz=true) make another kernel")):
+        result = tune_app(load_recording(rec), db_path, "10", 1,
+                          lambda bundle, name: (ids[0], 1.25, (1.1, 1.4)),
+                          FakeChecker(config_fails))
+        (spmv,) = result.kernels
+        assert not spmv.significant and spmv.status.startswith(f"not shippable: {says}")
+        assert wrong in spmv.unsafe and result.kernel_time_speedup == 1.0
+        out = tmp_path / f"patched-{config_fails}"
+        run = r3("apply", str(ids[0]), "--into", str(out), "--no-run", "--db", str(db_path),
+                 cwd=tmp_path)
+        assert run.returncode == 0, run.stderr
+        (campaign,) = json.loads((out / "r3-apply.json").read_text())["campaigns"]
+        assert campaign["applied"] == [] and says in campaign["not_applied"][0]
+        assert (out / "cg.cu").read_text() == (tree / "cg.cu").read_text()
