@@ -242,6 +242,23 @@ CATALOGUE: tuple[Transformation, ...] = (
         ),
     ),
     Transformation(
+        "accumulate_before_reduce",
+        "parallelism",
+        "Before a block reduction, let each thread sum several elements in a register with a "
+        "loop over the grid's threads, and declare how many with `// r3: tune WPT 1 2 4 8` "
+        "and `// r3: work_per_thread WPT`: the tree and its barriers are then paid once for "
+        "WPT elements, and the tuner launches a grid WPT times smaller.",
+        rule="strided_accumulate",
+        example=(
+            "    buf[tid] = (i < n) ? x[i] : 0.0f;",
+            "    // r3: tune WPT 1 2 4 8\n"
+            "    // r3: work_per_thread WPT\n"
+            "    float acc = 0.0f;\n"
+            "    for (int k = i; k < n; k += gridDim.x * blockDim.x) acc += x[k];\n"
+            "    buf[tid] = acc;",
+        ),
+    ),
+    Transformation(
         "expose_tunable",
         "tuning",
         "Turn one fixed block, tile or unroll size into `#define NAME value` with the line "

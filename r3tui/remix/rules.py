@@ -437,7 +437,7 @@ _SYNC = re.compile(r"__syncthreads|__syncwarp|\.sync\s*\(|__shared__|\bgrid_grou
                    r"__threadfence_block|\bthis_grid\b")
 WPT_FACTORS = (1, 2, 4, 8, 16)
 # rules whose variants pay only with a smaller grid (never offered for an application's kernel)
-GRID_RULES = frozenset({"grid_stride"})
+GRID_RULES = frozenset({"grid_stride", "strided_accumulate"})
 
 
 def grid_stride(source: str, kernel_name: str, rng: random.Random) -> RuleResult:
@@ -514,6 +514,96 @@ def grid_stride(source: str, kernel_name: str, rng: random.Random) -> RuleResult
                    f"in {{{factors}}}")
 
 
+# `buf[tid] = (i < n) ? x[i] : 0.0f;`: one element a thread into shared memory, zero past n
+_GUARDED_LOAD = re.compile(
+    r"(?P<lhs>(?P<arr>[A-Za-z_]\w*)\s*\[\s*[A-Za-z_]\w*\s*\])\s*=\s*\(\s*"
+    r"(?P<i>[A-Za-z_]\w*)\s*<\s*(?P<bound>[^?;{}]+?)\s*\)\s*\?\s*(?P<value>[^:;?{}]+?)\s*:"
+    r"\s*(?P<zero>[^:;?{}]+?)\s*;")
+_SHARED_ARRAY = r"__shared__\s+(?P<type>(?:unsigned\s+|signed\s+)?[A-Za-z_]\w*)\s+{arr}\s*\["
+_GRID_THREADS = ("gridDim.x * gridDim.y * gridDim.z * blockDim.x * blockDim.y * blockDim.z")
+
+
+def _from_block_index(before: str, name: str, depth: int = 3) -> bool:
+    """Whether ``name``'s initializer in ``before`` reads ``blockIdx``, itself or through the
+    variables it is computed from (``i = block * nthreads + tid``, ``block = blockIdx.x +
+    ...``)."""
+    found = re.search(rf"(?<![\w.]){re.escape(name)}\s*=(?!=)(?P<init>[^;]*);", before)
+    if found is None or depth == 0:
+        return False
+    init = found.group("init")
+    if "blockIdx" in init:
+        return True
+    return any(_from_block_index(before[:found.start()], other, depth - 1)
+               for other in set(re.findall(r"(?<![\w.])[A-Za-z_]\w*", init)) - {name})
+
+
+def strided_accumulate(source: str, kernel_name: str, rng: random.Random) -> RuleResult:
+    """A block reduction that loads one element a thread into shared memory
+    (``buf[tid] = (i < n) ? x[i] : 0;``) made to accumulate several first: each thread sums
+    ``x[i]``, ``x[i + T]``, ... (``T`` the grid's threads) in a register of the shared array's
+    type and stores that sum, so the tree, its barriers and the block's atomic are paid once
+    for several elements.  The number of elements a thread takes is a tunable that divides the
+    launch's grid (``// r3: work_per_thread R3_WPT_<line>``, 1 2 4 8 16; 1 launches the
+    recorded grid and sums what the original summed).  ``i`` must be the thread's index over
+    the whole grid (each thread its own element), as a one-element-a-thread load implies; a
+    kernel where it is not fails verification.  Never for an application's kernel, whose
+    grid its host code computes.
+    """
+    span = _kernel(source, kernel_name)
+    if isinstance(span, RuleResult):
+        return span
+    masked = mask(source)
+    body_start = span.body_open + 1
+    body = masked[body_start:span.body_end - 1]
+    load = _GUARDED_LOAD.search(body)
+    if load is None:
+        return _declined("no `buf[tid] = (i < n) ? x[i] : 0;` load into shared memory")
+    name, arr = load.group("i"), load.group("arr")
+    shared = re.search(_SHARED_ARRAY.format(arr=re.escape(arr)), body)
+    if shared is None:
+        return _declined(f"{arr} is not a __shared__ array of the kernel")
+    value, bound = load.group("value"), load.group("bound")
+    if not re.search(rf"\[[^\]]*\b{re.escape(name)}\b[^\]]*\]", value):
+        return _declined(f"the loaded value does not index with {name}")
+    if re.search(r"\+\+|--|[^=!<>]=[^=]", value + bound) or re.search(
+            rf"\b{re.escape(name)}\b", bound):
+        return _declined("the load or its bound assigns, or the bound depends on the index")
+    if not _from_block_index(body[:load.start()], name):
+        return _declined(f"{name} is not set from the block's index before the load")
+    after = body[load.end():]
+    if re.search(rf"(?<![\w.]){re.escape(name)}\s*(?:[-+*/%&|^]?=(?!=)|\+\+|--)", after):
+        return _declined(f"{name} is assigned after the load")
+    line = source.count("\n", 0, body_start + load.start()) + 1
+    macro, acc, k = f"R3_WPT_{line}", f"r3_acc_{line}", f"r3_k_{line}"
+    if re.search(rf"\b(?:{macro}|{acc}|{k})\b", source):
+        return _declined(f"{macro} is already a name in the source")
+    at = body_start + load.start()
+    line_start = source.rfind("\n", 0, at) + 1
+    if source[line_start:at].strip():
+        return _declined("the load does not start its line")
+    indent = re.match(r"[ \t]*", source[line_start:]).group(0)  # type: ignore[union-attr]
+    factors = " ".join(str(f) for f in WPT_FACTORS)
+    original = source[at:body_start + load.end()]
+    each = re.sub(rf"(?<![\w.]){re.escape(name)}\b", k, source[
+        body_start + load.start("value"):body_start + load.end("value")])
+    limit = source[body_start + load.start("bound"):body_start + load.end("bound")]
+    zero = source[body_start + load.start("zero"):body_start + load.end("zero")]
+    lhs = source[body_start + load.start("lhs"):body_start + load.end("lhs")]
+    text = (f"{indent}// r3: tune {macro} {factors}\n"
+            f"{indent}// r3: work_per_thread {macro}\n"
+            f"#ifndef {macro}\n#define {macro} 1\n#endif\n"
+            f"{indent}// was: {original.strip()}\n"
+            f"{indent}{shared.group('type')} {acc} = {zero};\n"
+            f"{indent}for (auto {k} = {name}; {k} < {limit}; "
+            f"{k} += (decltype({k})){_GRID_THREADS}) {{\n"
+            f"{indent}    {acc} += {each};\n{indent}}}\n"
+            f"{indent}{lhs} = {acc};")
+    out = source[:line_start] + text + source[body_start + load.end():]
+    return _finish(source, out, kernel_name,
+                   f"{macro} elements a thread summed before the reduction at line {line}, "
+                   f"in {{{factors}}}")
+
+
 def _matching_brace(text: str, at: int) -> int | None:
     """The index of the ``}`` closing the ``{`` at ``at`` (in masked text), or None."""
     depth = 0
@@ -539,6 +629,7 @@ RULES: dict[str, Rule] = {
     "expose_tunable": expose_tunable,
     "warp_shuffle_reduction": warp_shuffle_reduction,
     "grid_stride": grid_stride,
+    "strided_accumulate": strided_accumulate,
 }
 
 

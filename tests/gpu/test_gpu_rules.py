@@ -67,3 +67,5 @@ def test_every_rule_variant_replays_to_the_recorded_epilogue(example: str,
     assert ran  # every example has at least one rule that applies
     if example in ("spmv_csr", "nbody"):  # a grid 16 times smaller covers every element
         assert any(rule == "grid_stride" and divisor == 16 for rule, _d, divisor in ran)
+    if example == "reduce_sum":  # 16 elements summed a thread, the same total
+        assert any(rule == "strided_accumulate" and divisor == 16 for rule, _d, divisor in ran)

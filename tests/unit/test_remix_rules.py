@@ -61,6 +61,7 @@ def test_rules_apply_to_the_kernels_they_are_for() -> None:
     assert {e for r, e in applies if r == "warp_shuffle_reduction"} == {"reduce_sum", "softmax"}
     assert ("unroll_pragma", "stencil7") not in applies  # it has no loop
     assert {e for r, e in applies if r == "grid_stride"} == {"nbody", "spmv_csr"}
+    assert {e for r, e in applies if r == "strided_accumulate"} == {"reduce_sum"}
 
 
 def test_read_only_analysis_on_real_kernels() -> None:
@@ -389,6 +390,61 @@ def test_grid_stride_makes_a_loop_whose_elements_per_thread_divide_the_grid(case
     for value in ("1", "4"):
         compiled = get_toolchain("nvrtc").compile(
             CompileRequest(result.source, "saxpy", defines=((name, value),)))
+        assert compiled.ok, compiled.log
+
+
+ACCUMULATE_CASES = {
+    "flat": ("    __shared__ float buf[256];\n"
+             "    unsigned int tid = threadIdx.x;\n"
+             "    int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+             "    buf[tid] = (i < n) ? x[i] * x[i] : 0.0f;\n", True),
+    "through_variables": ("    __shared__ double buf[256];\n"
+                          "    unsigned int tid = threadIdx.x;\n"
+                          "    long long b = blockIdx.x;\n"
+                          "    long long i = b * blockDim.x + tid;\n"
+                          "    buf[tid] = (i < (long long)n) ? (double)x[i] : 0.0;\n", True),
+    "not_shared": ("    float buf[4];\n    unsigned int tid = threadIdx.x & 3;\n"
+                   "    int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+                   "    buf[tid] = (i < n) ? x[i] : 0.0f;\n", False),
+    "not_from_the_block": ("    __shared__ float buf[256];\n    unsigned int tid = threadIdx.x;\n"
+                           "    int i = tid;\n    buf[tid] = (i < n) ? x[i] : 0.0f;\n", False),
+    "assigned_after": ("    __shared__ float buf[256];\n    unsigned int tid = threadIdx.x;\n"
+                       "    int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+                       "    buf[tid] = (i < n) ? x[i] : 0.0f;\n    i += 1;\n", False),
+}
+REDUCE_TAIL = ("    __syncthreads();\n"
+               "    for (unsigned int s = blockDim.x / 2; s > 0; s >>= 1) {\n"
+               "        if (tid < s) buf[tid] += buf[tid + s];\n        __syncthreads();\n    }\n"
+               "    if (tid == 0) atomicAdd(out, (float)buf[0]);\n")
+
+
+@pytest.mark.parametrize("case", sorted(ACCUMULATE_CASES))
+def test_strided_accumulate_sums_several_elements_a_thread_before_the_tree(case: str) -> None:
+    from r3tui.search.source import parse_work_per_thread, work_divisor
+
+    body, applies = ACCUMULATE_CASES[case]
+    source = ('extern "C" __global__ void total(const float* x, float* out, int n) {\n'
+              + body + REDUCE_TAIL + "}\n")
+    result = apply_rule("strided_accumulate", source, "total", random.Random(0))
+    assert result.ok is applies, result.reason
+    if not applies:
+        assert result.reason
+        return
+    assert result.source is not None
+    name = parse_work_per_thread(result.source)
+    assert name is not None and name.startswith("R3_WPT_")
+    (tunable,) = parse_tunables(result.source)
+    assert tunable.values == (1, 2, 4, 8, 16) and tunable.default == 1
+    assert work_divisor(result.source, {name: 4}) == 4
+    # the loop starts at the thread's element and strides over the grid's threads; the
+    # accumulator has the shared array's type and takes the value the load took
+    loop = next(line for line in result.source.splitlines() if "for (auto r3_k_" in line)
+    assert "gridDim.x * gridDim.y * gridDim.z * blockDim.x * blockDim.y * blockDim.z" in loop
+    acc = "double r3_acc_" if "double buf" in body else "float r3_acc_"
+    assert acc in result.source and "buf[tid] = r3_acc_" in result.source
+    for value in ("1", "16"):
+        compiled = get_toolchain("nvrtc").compile(
+            CompileRequest(result.source, "total", defines=((name, value),)))
         assert compiled.ok, compiled.log
 
 
