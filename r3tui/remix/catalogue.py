@@ -67,6 +67,7 @@ CATALOGUE: tuple[Transformation, ...] = (
         "memory",
         "Load and store 4 consecutive floats (or 2 doubles) at once through `float4` / "
         "`double2` where the index is a multiple of 4 (or 2); handle the remainder separately.",
+        rule="vector_access",
         example=(
             "    for (int i = t; i < n; i += stride) {\n"
             "        y[i] = a * x[i];\n"

@@ -63,6 +63,17 @@ def test_every_rule_variant_replays_to_the_recorded_epilogue(example: str,
                                                                  measured.error_text)
                 assert measured.verified is True
                 ran.append((rule, defines, divisor))
+        if example == "softmax":  # all three of its loops vectorized, one after the other
+            text = source
+            for step in range(3):
+                text = apply_rule("vector_access", text, example, random.Random(step)).source
+                assert text is not None
+            assert text.count("reinterpret_cast<const float4*>(xr)") == 3
+            compiled = nvrtc.compile(CompileRequest(text, example))
+            measured = worker.evaluate(Candidate.from_compiled(compiled, block=block),
+                                       timed=False)
+            assert measured.status is MeasurementStatus.OK, measured.error_text
+            ran.append(("vector_access x3", (), 1))
     print(f"{example}: {len(ran)} variants replayed: {ran}")
     assert ran  # every example has at least one rule that applies
     if example in ("spmv_csr", "nbody"):  # a grid 16 times smaller covers every element

@@ -62,6 +62,7 @@ def test_rules_apply_to_the_kernels_they_are_for() -> None:
     assert ("unroll_pragma", "stencil7") not in applies  # it has no loop
     assert {e for r, e in applies if r == "grid_stride"} == {"nbody", "spmv_csr"}
     assert {e for r, e in applies if r == "strided_accumulate"} == {"reduce_sum"}
+    assert {e for r, e in applies if r == "vector_access"} == {"softmax"}
 
 
 def test_read_only_analysis_on_real_kernels() -> None:
@@ -446,6 +447,54 @@ def test_strided_accumulate_sums_several_elements_a_thread_before_the_tree(case:
         compiled = get_toolchain("nvrtc").compile(
             CompileRequest(result.source, "total", defines=((name, value),)))
         assert compiled.ok, compiled.log
+
+
+VECTOR_CASES = {
+    "scale": ("float* y, const float* x, int n",
+              "    for (int c = threadIdx.x; c < n; c += blockDim.x) y[c] = 2.0f * x[c];\n",
+              "float4"),
+    "doubles": ("double* y, const double* __restrict__ x, int n",
+                "    int t = blockIdx.x * blockDim.x + threadIdx.x;\n"
+                "    for (int c = t; c < n; c += gridDim.x * blockDim.x) {\n"
+                "        y[c] += x[c] * c;\n    }\n", "double2"),
+    "jump": ("float* y, const float* x, int n",
+             "    for (int c = threadIdx.x; c < n; c += blockDim.x) {\n"
+             "        if (x[c] < 0.0f) break;\n        y[c] = x[c];\n    }\n", None),
+    "neighbour": ("float* y, const float* x, int n",
+                  "    for (int c = threadIdx.x; c < n; c += blockDim.x) y[c] = x[c] + x[c + 1];\n",
+                  None),
+    "sequential": ("float* y, const float* x, int n",
+                   "    for (int c = 0; c < n; c += 1) y[c] = x[c];\n", None),
+    "mixed_widths": ("double* y, const float* x, int n",
+                     "    for (int c = threadIdx.x; c < n; c += blockDim.x) y[c] = x[c];\n", None),
+}
+
+
+@pytest.mark.parametrize("case", sorted(VECTOR_CASES))
+def test_vector_access_touches_a_threads_elements_a_vector_at_a_time(case: str) -> None:
+    params, body, vector = VECTOR_CASES[case]
+    source = f'extern "C" __global__ void k({params}) {{\n{body}}}\n'
+    result = apply_rule("vector_access", source, "k", random.Random(0))
+    assert result.ok is (vector is not None), result.reason
+    if vector is None:
+        assert result.reason
+        return
+    assert result.source is not None
+    text = result.source
+    lanes = 4 if vector == "float4" else 2
+    assert f"% {lanes}) == 0 && ((unsigned long long)(x) % sizeof({vector})) == 0" in text
+    assert f"reinterpret_cast<const {vector}*>(x)[" in text  # read-only: a const load
+    assert f"reinterpret_cast<{vector}*>(y)[" in text  # the store
+    if case == "scale":  # y is only written: no load of it before the store
+        assert f"{vector} r3_y_2;" in text
+    else:  # y += ...: read, modified, written back
+        assert f"{vector} r3_y_3 = reinterpret_cast<{vector}*>(y)[" in text
+    assert text.count("const int c = ") == lanes  # the body once per lane
+    assert "} else {" in text and body.split("\n")[-2].strip() in text  # the original kept
+    again = apply_rule("vector_access", text, "k", random.Random(0))
+    assert not again.ok  # neither the vector loop nor the kept original is rewritten again
+    compiled = get_toolchain("nvrtc").compile(CompileRequest(text, "k"))
+    assert compiled.ok, compiled.log
 
 
 def test_grid_stride_is_not_offered_for_an_applications_kernel() -> None:
