@@ -604,11 +604,11 @@ def strided_accumulate(source: str, kernel_name: str, rng: random.Random) -> Rul
                    f"in {{{factors}}}")
 
 
-# `for (int c = START; c < BOUND; c += STRIDE) {` (or a brace-less body)
+# `for (int c = START; c < BOUND; c += STRIDE) {` (or `c = c + STRIDE`; a brace-less body too)
 _STRIDED_FOR = re.compile(
     r"for\s*\(\s*(?P<type>int|unsigned(?:\s+int)?|long(?:\s+long)?|size_t|unsigned\s+long"
     r"(?:\s+long)?)\s+(?P<c>[A-Za-z_]\w*)\s*=\s*(?P<start>[^;]+?)\s*;\s*(?P=c)\s*<\s*"
-    r"(?P<bound>[^;]+?)\s*;\s*(?P=c)\s*\+=\s*(?P<stride>[^;]+?)\s*\)\s*")
+    r"(?P<bound>[^;]+?)\s*;\s*(?P=c)\s*(?:\+=|=\s*(?P=c)\s*\+)\s*(?P<stride>[^;]+?)\s*\)\s*")
 # element type -> (vector type, lanes)
 VECTORS = {"float": ("float4", 4), "int": ("int4", 4), "unsigned": ("uint4", 4),
            "unsigned int": ("uint4", 4), "double": ("double2", 2)}

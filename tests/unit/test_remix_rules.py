@@ -457,6 +457,9 @@ VECTOR_CASES = {
                 "    int t = blockIdx.x * blockDim.x + threadIdx.x;\n"
                 "    for (int c = t; c < n; c += gridDim.x * blockDim.x) {\n"
                 "        y[c] += x[c] * c;\n    }\n", "double2"),
+    "spelled_out_step": ("float* y, const float* x, int n",
+                         "    for (int c = threadIdx.x; c < n; c = c + blockDim.x) y[c] = x[c];\n",
+                         "float4"),
     "jump": ("float* y, const float* x, int n",
              "    for (int c = threadIdx.x; c < n; c += blockDim.x) {\n"
              "        if (x[c] < 0.0f) break;\n        y[c] = x[c];\n    }\n", None),
@@ -485,7 +488,7 @@ def test_vector_access_touches_a_threads_elements_a_vector_at_a_time(case: str) 
     assert f"% {lanes}) == 0 && ((unsigned long long)(x) % sizeof({vector})) == 0" in text
     assert f"reinterpret_cast<const {vector}*>(x)[" in text  # read-only: a const load
     assert f"reinterpret_cast<{vector}*>(y)[" in text  # the store
-    if case == "scale":  # y is only written: no load of it before the store
+    if case in ("scale", "spelled_out_step"):  # y is only written: no load before the store
         assert f"{vector} r3_y_2;" in text
     else:  # y += ...: read, modified, written back
         assert f"{vector} r3_y_3 = reinterpret_cast<{vector}*>(y)[" in text
