@@ -440,6 +440,26 @@ WPT_FACTORS = (1, 2, 4, 8, 16)
 GRID_RULES = frozenset({"grid_stride", "strided_accumulate"})
 
 
+def _kernel_body(source: str, kernel_name: str) -> tuple[KernelSpan, str, int, str] | RuleResult:
+    """The kernel's span, the masked source, where its body starts and the masked body (or
+    why the rule declines: no such kernel)."""
+    span = _kernel(source, kernel_name)
+    if isinstance(span, RuleResult):
+        return span
+    masked = mask(source)
+    body_start = span.body_open + 1
+    return span, masked, body_start, masked[body_start:span.body_end - 1]
+
+
+def _work_per_thread(indent: str, macro: str) -> str:
+    """The declarations of a tunable elements-a-thread count that divides the launch's grid
+    (``WPT_FACTORS``, 1 by default: the recorded grid, the original's work)."""
+    factors = " ".join(str(f) for f in WPT_FACTORS)
+    return (f"{indent}// r3: tune {macro} {factors}\n"
+            f"{indent}// r3: work_per_thread {macro}\n"
+            f"#ifndef {macro}\n#define {macro} 1\n#endif\n")
+
+
 def grid_stride(source: str, kernel_name: str, rng: random.Random) -> RuleResult:
     """A kernel that gives each thread one element along x (``int i = blockIdx.x *
     blockDim.x + threadIdx.x;`` then ``if (i >= n) return;``, or ``if (i < n) { ... }``
@@ -454,12 +474,10 @@ def grid_stride(source: str, kernel_name: str, rng: random.Random) -> RuleResult
     elements), that never assign the index, and never for an application's kernel, whose grid
     its host code computes (the campaign does not offer the rule there).
     """
-    span = _kernel(source, kernel_name)
-    if isinstance(span, RuleResult):
-        return span
-    masked = mask(source)
-    body_start = span.body_open + 1
-    body = masked[body_start:span.body_end - 1]
+    found = _kernel_body(source, kernel_name)
+    if isinstance(found, RuleResult):
+        return found
+    span, _, body_start, body = found
     index = _INDEX.search(body)
     if index is None:
         return _declined("no `int i = blockIdx.x * blockDim.x + threadIdx.x;` in the kernel")
@@ -499,9 +517,7 @@ def grid_stride(source: str, kernel_name: str, rng: random.Random) -> RuleResult
     indent = re.match(r"[ \t]*", source[line_start:]).group(0)  # type: ignore[union-attr]
     factors = " ".join(str(f) for f in WPT_FACTORS)
     rest_text = source[body_start + rest_at:body_start + rest_end]
-    header = (f"{indent}// r3: tune {macro} {factors}\n"
-              f"{indent}// r3: work_per_thread {macro}\n"
-              f"#ifndef {macro}\n#define {macro} 1\n#endif\n")
+    header = _work_per_thread(indent, macro)
     loop = (f"{indent}auto r3_element_{line} = [&]({kind} {name}) {{{rest_text}\n{indent}}};\n"
             f"{indent}for ({kind} {name} = {index.group(0).split('=', 1)[1].strip()[:-1]}; "
             f"{condition}; {name} += ({kind})blockDim.x * gridDim.x) {{\n"
@@ -549,12 +565,10 @@ def strided_accumulate(source: str, kernel_name: str, rng: random.Random) -> Rul
     kernel where it is not fails verification.  Never for an application's kernel, whose
     grid its host code computes.
     """
-    span = _kernel(source, kernel_name)
-    if isinstance(span, RuleResult):
-        return span
-    masked = mask(source)
-    body_start = span.body_open + 1
-    body = masked[body_start:span.body_end - 1]
+    found = _kernel_body(source, kernel_name)
+    if isinstance(found, RuleResult):
+        return found
+    _, _, body_start, body = found
     load = _GUARDED_LOAD.search(body)
     if load is None:
         return _declined("no `buf[tid] = (i < n) ? x[i] : 0;` load into shared memory")
@@ -589,10 +603,8 @@ def strided_accumulate(source: str, kernel_name: str, rng: random.Random) -> Rul
     limit = source[body_start + load.start("bound"):body_start + load.end("bound")]
     zero = source[body_start + load.start("zero"):body_start + load.end("zero")]
     lhs = source[body_start + load.start("lhs"):body_start + load.end("lhs")]
-    text = (f"{indent}// r3: tune {macro} {factors}\n"
-            f"{indent}// r3: work_per_thread {macro}\n"
-            f"#ifndef {macro}\n#define {macro} 1\n#endif\n"
-            f"{indent}// was: {original.strip()}\n"
+    text = (_work_per_thread(indent, macro)
+            + f"{indent}// was: {original.strip()}\n"
             f"{indent}{shared.group('type')} {acc} = {zero};\n"
             f"{indent}for (auto {k} = {name}; {k} < {limit}; "
             f"{k} += (decltype({k})){_GRID_THREADS}) {{\n"

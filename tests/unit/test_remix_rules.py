@@ -363,6 +363,18 @@ GRID_STRIDE_CASES = {
 }
 
 
+def _applied(rule: str, source: str, kernel: str, applies: bool):  # type: ignore[no-untyped-def]
+    """The rule's result where it should apply (its source set), None where it should decline
+    (and did, with a reason)."""
+    result = apply_rule(rule, source, kernel, random.Random(0))
+    assert result.ok is applies, result.reason
+    if not applies:
+        assert result.reason
+        return None
+    assert result.source is not None
+    return result
+
+
 @pytest.mark.parametrize("case", sorted(GRID_STRIDE_CASES))
 def test_grid_stride_makes_a_loop_whose_elements_per_thread_divide_the_grid(case: str) -> None:
     from r3tui.search.source import parse_work_per_thread, work_divisor
@@ -370,12 +382,9 @@ def test_grid_stride_makes_a_loop_whose_elements_per_thread_divide_the_grid(case
     body, applies = GRID_STRIDE_CASES[case]
     source = ('extern "C" __global__ void saxpy(float* y, const float* x, float a, int n) {\n'
               + body + "}\n")
-    result = apply_rule("grid_stride", source, "saxpy", random.Random(0))
-    assert result.ok is applies, result.reason
-    if not applies:
-        assert result.reason
+    result = _applied("grid_stride", source, "saxpy", applies)
+    if result is None:
         return
-    assert result.source is not None
     name = parse_work_per_thread(result.source)
     assert name == "R3_WPT_2"
     (tunable,) = parse_tunables(result.source)
@@ -426,12 +435,9 @@ def test_strided_accumulate_sums_several_elements_a_thread_before_the_tree(case:
     body, applies = ACCUMULATE_CASES[case]
     source = ('extern "C" __global__ void total(const float* x, float* out, int n) {\n'
               + body + REDUCE_TAIL + "}\n")
-    result = apply_rule("strided_accumulate", source, "total", random.Random(0))
-    assert result.ok is applies, result.reason
-    if not applies:
-        assert result.reason
+    result = _applied("strided_accumulate", source, "total", applies)
+    if result is None:
         return
-    assert result.source is not None
     name = parse_work_per_thread(result.source)
     assert name is not None and name.startswith("R3_WPT_")
     (tunable,) = parse_tunables(result.source)
