@@ -617,3 +617,28 @@ def test_a_winner_wrong_on_another_configuration_is_not_shipped(tmp_path: Path) 
         (campaign,) = json.loads((out / "r3-apply.json").read_text())["campaigns"]
         assert campaign["applied"] == [] and says in campaign["not_applied"][0]
         assert (out / "cg.cu").read_text() == (tree / "cg.cu").read_text()
+
+
+def test_tune_app_says_what_the_winner_did_on_each_configuration_and_kernel() -> None:
+    from r3tui.engine.application import KernelOutcome, outcome_lines
+
+    k = KernelOutcome(
+        "e", "cg::spmv_csr", 0.6, "bundles/spmv-0", 7, 1.25, (1.1, 1.4), "tuned", 0.5,
+        kernel_speedup=1.2, kernel_basis="2 configuration(s) measured, 100% of the kernel's time",
+        checks=({"grid": [8, 1, 1], "block": [128, 1, 1], "share": 0.1, "speedup": 1.0,
+                 "ci": [0.98, 1.02]},),
+        neighbours=({"kernel": "cg::xpay", "share": 0.05, "speedup": 1.1},
+                    {"kernel": "cg::dot", "share": 0.2, "skipped": "no bundle"}))
+    lines = outcome_lines(k)
+    assert lines[0] == ("cg::spmv_csr: campaign 7, speedup 1.250x [1.100, 1.400] on the tuned "
+                        "configuration (50.00% of kernel time; the kernel holds 60.00%)")
+    assert "  on grid 8x1x1, block 128x1x1 (10.00%): 1.000x [0.980, 1.020]" in lines
+    assert "  its options on cg::xpay (5.00%): 1.100x" in lines
+    assert "  its options on cg::dot (20.00%): not measured: no bundle" in lines
+    assert lines[-1] == ("  over the whole kernel: 1.200x (2 configuration(s) measured, 100% of "
+                         "the kernel's time)")
+    from dataclasses import replace
+
+    unsafe = outcome_lines(replace(k, unsafe="the winner fails on another configuration"))
+    assert unsafe[-1] == "  not shipped: the winner fails on another configuration"
+    assert "not beyond the noise" not in unsafe[0]
