@@ -230,25 +230,28 @@ def retime(bundle_path: Path, text: str, config: TrialConfig, *, rounds: int = R
     from r3tui.record.bundle import Bundle
     from r3tui.search.winner import summarize
 
+    # a check that cannot run (the bundle, its worker, its arena) is skipped with the reason:
+    # it must not end the tune-app run whose campaigns are done
     try:
         bundle = Bundle.open(bundle_path, verify=True)
         seed = seed_unit(bundle)
         launch, _ = searched_launch(bundle, seed)
-    except R3Error as exc:
-        return None, None, None, exc.one_line()
-    settings = with_app_limits(InnerSettings(toolchain=config.toolchain), bundle_path)
-    with _gpu(bundle_path, timeout_s) as (worker, pool, info):
-        space = build_space(launch, seed.source, settings, device_limits(info))
-        baseline = replace(space.baseline_config(), toolchain=config.toolchain)
-        original = ReplayEvaluator(seed.source, worker, pool, arch=info.arch)
-        tuned = original.with_source(replace(seed.source, text=text))
-        (first,) = original.evaluate([baseline])
-        if not first.ok:
-            return None, None, None, f"the original does not replay here: {_why(first)}"
-        (mine,) = tuned.evaluate([config])
-        if not mine.ok:
-            return None, None, _why(mine), None
-        base, times = original.interleave_with(tuned, baseline, config, rounds)
+        settings = with_app_limits(InnerSettings(toolchain=config.toolchain), bundle_path)
+        with _gpu(bundle_path, timeout_s) as (worker, pool, info):
+            space = build_space(launch, seed.source, settings, device_limits(info))
+            baseline = replace(space.baseline_config(), toolchain=config.toolchain)
+            original = ReplayEvaluator(seed.source, worker, pool, arch=info.arch)
+            tuned = original.with_source(replace(seed.source, text=text))
+            (first,) = original.evaluate([baseline])
+            if not first.ok:
+                return None, None, None, f"the original does not replay here: {_why(first)}"
+            (mine,) = tuned.evaluate([config])
+            if not mine.ok:
+                return None, None, _why(mine), None
+            base, times = original.interleave_with(tuned, baseline, config, rounds)
+    except (R3Error, ValueError) as exc:
+        one = exc.one_line() if isinstance(exc, R3Error) else f"{type(exc).__name__}: {exc}"
+        return None, None, None, one
     f = summarize(config, base, times)
     return f.speedup, (f.low, f.high), None, None
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from r3tui.domain import Dim3
 from r3tui.engine.apply import _Best, apply_campaign
 from r3tui.engine.unit_source import preflight, seed_unit
@@ -258,3 +260,23 @@ def test_the_searchs_declarations_stay_out_of_the_applications_file() -> None:
     own = tree.replace("{\n    a[", "{\n    // r3: tune TILE 16 32\n    a[")
     kept = splice_definition(own, own.replace("float* a", "float* __restrict__ a"), "k")
     assert kept is not None and "// r3: tune TILE 16 32" in kept
+
+
+def test_a_configuration_check_that_cannot_run_is_skipped_with_the_reason(
+        tmp_path: Path) -> None:
+    """engine.transfer.retime on this CPU-only machine: no worker can start, and the check
+    says why instead of ending the tune-app run (the re-timing itself runs in
+    tests/gpu/test_gpu_app_search.py and test_gpu_app_apply.py)."""
+    from r3tui.domain import TrialConfig
+    from r3tui.engine.transfer import retime
+
+    path = tmp_path / "b"
+    app_bundle(path)
+    speedup, ci, failed, skipped = retime(path, MAIN_CU, TrialConfig(toolchain="nvrtc"),
+                                          timeout_s=5)
+    if speedup is not None:
+        pytest.skip("a GPU is here: the check ran")
+    assert (speedup, ci, failed) == (None, None, None)
+    assert skipped and "\n" not in skipped
+    # no bundle there: skipped with the reason, not raised
+    assert retime(tmp_path / "missing", MAIN_CU, TrialConfig())[3]
