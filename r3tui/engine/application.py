@@ -444,7 +444,7 @@ def tune_app(
         # written after every kernel: an interrupted run still says which campaigns it made
         write_plan(recording.path, result)
     if checker is not None and max_checks > 0:
-        _check_units(recording, result, checker, db)
+        _check_units(recording, result, checker, db, max_checks)
         write_plan(recording.path, result)
     return result
 
@@ -467,7 +467,7 @@ def _checked(outcome: KernelOutcome, checks: list[ConfigCheck], db: Path) -> Ker
 
 
 def _check_units(recording: AppRecording, result: AppTuneResult, checker: Checker,
-                 db: Path) -> None:
+                 db: Path, max_checks: int) -> None:
     """Each shipped winner's options on the other kernels of its unit that no campaign of
     the run ships (engine.transfer)."""
     from r3tui.engine import transfer
@@ -478,7 +478,7 @@ def _check_units(recording: AppRecording, result: AppTuneResult, checker: Checke
         kernel = by_entry.get(outcome.entry_point)
         if not outcome.significant or outcome.campaign_id is None or kernel is None:
             continue
-        near = transfer.neighbours(recording.kernels, kernel, shipped)
+        near = transfer.neighbours(recording.kernels, kernel, shipped, max_checks)
         checks = checker.unit(outcome.campaign_id, near) if near else []
         if not checks:
             continue

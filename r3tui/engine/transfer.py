@@ -128,13 +128,16 @@ def kernel_speedup(kernel_share: float, tuned_share: float, tuned_speedup: float
 
 
 def neighbours(kernels: Sequence[KernelShare], kernel: KernelShare,
-               shipped: Collection[str]) -> list[KernelShare]:
+               shipped: Collection[str], max_checks: int | None = None) -> list[KernelShare]:
     """The other kernels recorded from ``kernel``'s unit that have a replayable configuration
-    and that no campaign in ``shipped`` (entry points) ships itself."""
+    and that no campaign in ``shipped`` (entry points) ships itself, the most device time
+    first (at most ``max_checks``: the rest count as unchanged)."""
     if kernel.unit is None:
         return []
-    return [k for k in kernels if k.unit == kernel.unit and k.entry_point != kernel.entry_point
-            and k.entry_point not in shipped and k.target is not None]
+    found = [k for k in kernels if k.unit == kernel.unit and k.entry_point != kernel.entry_point
+             and k.entry_point not in shipped and k.target is not None]
+    found.sort(key=lambda k: -k.device_time_s)
+    return found if max_checks is None else found[:max(0, max_checks)]
 
 
 def failure(checks: Sequence[ConfigCheck | UnitCheck]) -> str | None:

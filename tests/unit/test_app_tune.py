@@ -642,3 +642,16 @@ def test_tune_app_says_what_the_winner_did_on_each_configuration_and_kernel() ->
     unsafe = outcome_lines(replace(k, unsafe="the winner fails on another configuration"))
     assert unsafe[-1] == "  not shipped: the winner fails on another configuration"
     assert "not beyond the noise" not in unsafe[0]
+
+
+def test_the_units_other_kernels_checked_are_the_largest_replayable_ones(tmp_path: Path) -> None:
+    from r3tui.engine.transfer import neighbours
+
+    kernels = load_recording(write_recording(tmp_path / "rec", CG)).kernels
+    spmv = kernels[0]
+    # dot_partial has no bundle; update_xr (0.1) before xpay (0.05)
+    assert [k.name for k in neighbours(kernels, spmv, ())] == [
+        "cg::update_xr", "cg::detail::xpay<double>"]
+    assert [k.name for k in neighbours(kernels, spmv, (), 1)] == ["cg::update_xr"]
+    assert [k.name for k in neighbours(kernels, spmv, {UPDATE})] == ["cg::detail::xpay<double>"]
+    assert neighbours(kernels, spmv, (), 0) == []
