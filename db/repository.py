@@ -408,6 +408,18 @@ def campaign_variants(s: Session, campaign_id: int) -> list[Variant]:
     return [_variant(r) for r in rows]
 
 
+def operator_outcomes(s: Session, campaign_id: int
+                      ) -> list[tuple[str, VariantOrigin, VariantStatus]]:
+    """``(operator, origin, status)`` of the campaign's variants that name an operator, in
+    creation order, without their sources (what the bandit counts before each proposal)."""
+    rows = s.execute(
+        select(VariantRow.operator, VariantRow.origin, VariantRow.status)
+        .where(VariantRow.campaign_id == campaign_id, VariantRow.operator.is_not(None))
+        .order_by(VariantRow.id)
+    )
+    return [(str(op), origin, status) for op, origin, status in rows]
+
+
 def variant_sources_after(s: Session, campaign_id: int, after_id: int) -> list[tuple[int, str]]:
     """``(id, source)`` of the campaign's variants with an id above ``after_id``, in creation
     order: what a caller that keeps something per variant has not seen yet (ids only grow)."""

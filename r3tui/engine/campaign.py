@@ -333,12 +333,12 @@ class CampaignRun:
 
         counts: dict[str, list[int]] = {}
         with self.database.session_scope() as s:
-            for v in repo.campaign_variants(s, self.campaign_id):
-                if v.operator and v.origin is not VariantOrigin.SEED \
-                        and v.status is not VariantStatus.PENDING:
-                    tried_gained = counts.setdefault(v.operator, [0, 0])
+            for operator, origin, status in repo.operator_outcomes(s, self.campaign_id):
+                if operator and origin is not VariantOrigin.SEED \
+                        and status is not VariantStatus.PENDING:
+                    tried_gained = counts.setdefault(operator, [0, 0])
                     tried_gained[0] += 1
-                    tried_gained[1] += v.status is VariantStatus.IMPROVED
+                    tried_gained[1] += status is VariantStatus.IMPROVED
         records = {name: ArmRecord(t, g) for name, (t, g) in counts.items()}
         rng = random.Random(derive_seed(self.settings.seed, "prefer", index))
         return preference([t.name for t in CATALOGUE], records, rng)

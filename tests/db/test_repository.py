@@ -169,6 +169,23 @@ def test_variants_tree_children_and_updates(database: Database) -> None:
     assert tree[c].parent_id == a
 
 
+def test_operator_outcomes_are_the_variants_operators_without_their_sources(
+        database: Database) -> None:
+    with database.session_scope() as s:
+        _, cid, seed = f.seed_campaign(s)
+        a = repo.add_variant(s, Variant(cid, "// a", VariantOrigin.RULE, parent_id=seed,
+                                        operator="restrict_const"))
+        repo.add_variant(s, Variant(cid, "// b", VariantOrigin.LLM, parent_id=a,
+                                    operator="fma", status=VariantStatus.IMPROVED))
+        repo.add_variant(s, Variant(cid, "// c", VariantOrigin.CROSSOVER, parent_id=a))
+        _, other, _ = f.seed_campaign(s, name="c2", tag="b")
+        repo.add_variant(s, Variant(other, "// d", VariantOrigin.RULE, operator="unroll"))
+        assert repo.operator_outcomes(s, cid) == [
+            ("restrict_const", VariantOrigin.RULE, VariantStatus.PENDING),
+            ("fma", VariantOrigin.LLM, VariantStatus.IMPROVED),
+        ]
+
+
 def test_trials_round_trip_batch_and_resume(database: Database) -> None:
     with database.session_scope() as s:
         _, cid, seed = f.seed_campaign(s)
