@@ -116,6 +116,13 @@ class RawConfig:
     # that did not fit
     check_skipped: dict[str, Any] | None = None
 
+    def setting(self, key: str) -> int | None:
+        """The L1/shared split the application asked for at this launch (``cache`` or
+        ``carveout`` in the interposer's event), None where it set none (-1, or a dump
+        before the interposer reported them)."""
+        value = self.event.get(key)
+        return int(value) if isinstance(value, int) and value >= 0 else None
+
     @property
     def why_not(self) -> str | None:
         """Why its launch was not snapshotted: "kernel" (--kernel), "max_configs", "budget",
@@ -437,7 +444,9 @@ def write_bundle(proc: RawProcess, cfg: RawConfig, dest: Path, *, entry_point: s
                 forced_includes=source.forced_includes if source and headers else ()),
             launch=LaunchInfo(grid=cfg.grid, block=cfg.block, shared_mem_bytes=cfg.shared,
                               work=launched_threads(cfg.grid, cfg.block), block_tunable=True,
-                              count=max(cfg.count, 1), total_time_s=cfg.time_s),
+                              count=max(cfg.count, 1), total_time_s=cfg.time_s,
+                              cache_config=cfg.setting("cache"),
+                              carveout=cfg.setting("carveout")),
             params=params,
             allocations=tuple(allocations),
             globals=tuple(globals_),

@@ -299,6 +299,19 @@ def allow_dynamic_shared(function: Any, nbytes: int) -> None:
     check(drv.cuFuncSetAttribute(function, attr, nbytes), "cuFuncSetAttribute")
 
 
+def set_cache_split(function: Any, cache_config: int | None, carveout: int | None) -> None:
+    """Give a kernel the L1/shared-memory split an application asked for
+    (``cuFuncSetCacheConfig`` with a ``CUfunc_cache`` value, the preferred carveout in
+    percent); None leaves the driver's default."""
+    drv = driver()
+    if cache_config is not None:
+        check(drv.cuFuncSetCacheConfig(function, drv.CUfunc_cache(cache_config)),
+              "cuFuncSetCacheConfig")
+    if carveout is not None:
+        attr = drv.CUfunction_attribute.CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT
+        check(drv.cuFuncSetAttribute(function, attr, carveout), "cuFuncSetAttribute")
+
+
 def module_global(module: Any, name: str) -> tuple[int, int] | None:
     """``(address, size)`` of a ``__device__``/``__constant__`` variable, or None if absent."""
     drv = driver()

@@ -78,6 +78,11 @@ class LaunchInfo:
     count: int = 1  # launches of this configuration the recorder saw
     total_time_s: float | None = None  # device time of those launches
     baseline: TimeStats | None = None  # the original's time, timed the way replay times
+    # the L1/shared-memory split the application asked for (cuFuncSetCacheConfig's CUfunc_cache
+    # value; CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT), set alike in every replay;
+    # None: never set (the driver's default)
+    cache_config: int | None = None
+    carveout: int | None = None
 
 
 @dataclass(frozen=True)
@@ -282,6 +287,9 @@ def _launch_json(ln: LaunchInfo) -> dict[str, Any]:
             "iqr_s": ln.baseline.iqr_s,
             "n": ln.baseline.n,
         },
+        # written only where set: a bundle without them reads as before
+        **({"cache_config": ln.cache_config} if ln.cache_config is not None else {}),
+        **({"carveout": ln.carveout} if ln.carveout is not None else {}),
     }
 
 
@@ -546,7 +554,17 @@ def _parse_launch(r: _Reader) -> LaunchInfo:
         count=r.integer("count", minimum=1),
         total_time_s=r.number("total_time_s", optional=True),
         baseline=baseline,
+        cache_config=_in_range(r, "cache_config", 0, 3),
+        carveout=_in_range(r, "carveout", -1, 100),
     )
+
+
+def _in_range(r: _Reader, key: str, low: int, high: int) -> int | None:
+    """An optional integer field within [low, high]."""
+    value = r.get(key, int, optional=True)
+    if value is not None and not low <= value <= high:
+        raise ManifestError(f"manifest field {r._name(key)!r}: must be {low} to {high}")
+    return value
 
 
 def _parse_alloc(r: _Reader, arena: ArenaInfo) -> AllocationInfo:

@@ -203,6 +203,10 @@ class ResidentBundle:
                 found = cu.module_global(module, g.name)
                 if found is not None and found[1] == g.size:
                     globals_[g.name] = found
+            # the L1/shared split the application set for this kernel, for every binary
+            # replayed: the original and each candidate run with the split it ran with
+            launch = self.manifest.launch
+            cu.set_cache_split(function, launch.cache_config, launch.carveout)
             loaded = _Loaded(module, function, cu.param_layout(function), globals_, [])
             self._loaded[key] = loaded
             if self.checks.reset_module_state:

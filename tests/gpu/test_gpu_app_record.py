@@ -98,6 +98,24 @@ def test_every_replayable_kernel_replays_to_its_epilogue_exactly(
     assert not bad, bad
 
 
+def test_the_l1_shared_split_the_application_set_is_in_its_bundles(
+        recorded: tuple[str, Path, dict[str, Any]]) -> None:
+    """record_app sets by_value's preferred carveout to 25% and asks for a larger L1 for
+    with_global (replayed with both by the test above)."""
+    from r3tui.record.bundle import Bundle
+
+    _linkage, out, data = recorded
+
+    def split(name: str) -> set[tuple[int | None, int | None]]:
+        return {(m.launch.cache_config, m.launch.carveout)
+                for m in (Bundle.open(out / c["bundle"]).manifest
+                          for c in _kernel(data, name)["configs"] if c["bundle"])}
+
+    assert split("by_value") == {(None, 25)}
+    assert split("with_global") == {(2, None)}  # cudaFuncCachePreferL1
+    assert split("follow_pairs") == {(None, None)}
+
+
 def test_pointer_in_struct_bundle_holds_the_arena_addresses(
         recorded: tuple[str, Path, dict[str, Any]]) -> None:
     import struct

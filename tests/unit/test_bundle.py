@@ -220,6 +220,24 @@ def test_check_launches_round_trip_and_older_bundles_keep_their_identity(
     assert again.sha256 != plain.sha256
 
 
+def test_the_applications_cache_split_round_trips_and_older_bundles_have_none(
+        tmp_path: Path) -> None:
+    path, data = manifest_json(tmp_path)
+    assert "cache_config" not in data["launch"] and "carveout" not in data["launch"]
+    assert Bundle.open(path).manifest.launch.cache_config is None
+    data["launch"].update(cache_config=2, carveout=25)  # prefer L1; a quarter to shared memory
+    (path / "manifest.json").write_text(json.dumps(data))
+    launch = Bundle.open(path).manifest.launch
+    assert (launch.cache_config, launch.carveout) == (2, 25)
+    for key, value, expect in (("cache_config", 4, "must be 0 to 3"),
+                               ("carveout", 101, "must be -1 to 100"),
+                               ("carveout", "max", "expected int")):
+        bad = {**data, "launch": {**data["launch"], key: value}}
+        (path / "manifest.json").write_text(json.dumps(bad))
+        with pytest.raises(ManifestError, match=expect):
+            Bundle.open(path)
+
+
 @pytest.mark.parametrize(
     "mutate,expect",
     [

@@ -62,8 +62,12 @@ typedef struct { uint64_t addr, size; int live; } block_t;
 /* launches: how many times the wrappers saw it launched (outside captures, before a fault) */
 /* snapped: its configurations snapshotted so far (R3_RECORD_MAX_CONFIGS caps them);
  * need: the bytes its last snapshot took or would have taken (0: none tried yet) */
+/* cache, carveout: what the application set with cu{Func,Kernel}SetCacheConfig and the
+ * preferred shared-memory carveout attribute (-1: never set), for the replay to set alike;
+ * from: the CUkernel a CUfunction was got from (cuKernelGetFunction), whose settings it has */
 typedef struct { const void *key; int image; int is_kernel; char *name;
-                 unsigned long long launches, snapped; uint64_t need; } func_t;
+                 unsigned long long launches, snapped; uint64_t need;
+                 int cache, carveout; const void *from; } func_t;
 typedef struct { const void *handle; int image; } handle_t;
 typedef struct { const void *data; size_t size; int dumped; } image_t;
 typedef struct { int image; char *name; uint64_t addr, size; } global_t;
@@ -197,6 +201,11 @@ typedef CUresult (*getfunc_fn)(CUfunction *, CUmodule, const char *);
 typedef CUresult (*getkernel_fn)(CUkernel *, CUlibrary, const char *);
 typedef CUresult (*kernfunc_fn)(CUfunction *, CUkernel);
 typedef CUresult (*libmod_fn)(CUmodule *, CUlibrary);
+typedef CUresult (*funccache_fn)(CUfunction, CUfunc_cache);
+typedef CUresult (*kerncache_fn)(CUkernel, CUfunc_cache, CUdevice);
+typedef CUresult (*ctxcache_fn)(CUfunc_cache);
+typedef CUresult (*funcattr_fn)(CUfunction, CUfunction_attribute, int);
+typedef CUresult (*kernattr_fn)(CUfunction_attribute, int, CUkernel, CUdevice);
 typedef CUresult (*capbegin_fn)(CUstream, CUstreamCaptureMode);
 /* the edge data (CUgraphEdgeData, CUDA 12.3) as a plain pointer: older headers lack the type */
 typedef CUresult (*captograph_fn)(CUstream, CUgraph, const CUgraphNode *, const void *, size_t,
@@ -215,6 +224,8 @@ static getglobal_fn r_modglobal, r_libglobal;
 static modload_fn r_modload, r_modfat; static modloadex_fn r_modloadex; static libload_fn r_libload;
 static getfunc_fn r_getfunc; static getkernel_fn r_getkernel; static kernfunc_fn r_kernfunc;
 static libmod_fn r_libmod;
+static funccache_fn r_funccache; static kerncache_fn r_kerncache; static ctxcache_fn r_ctxcache;
+static funcattr_fn r_funcattr; static kernattr_fn r_kernattr;
 static capbegin_fn r_capbegin, r_capbegin_ptsz; static captograph_fn r_captograph, r_captograph_ptsz;
 static capend_fn r_capend, r_capend_ptsz; static ginst_fn r_ginst;
 static ginstp_fn r_ginstp, r_ginstp_ptsz; static glaunch_fn r_glaunch, r_glaunch_ptsz;
@@ -654,7 +665,7 @@ static void note_func(const void *key, int image, int is_kernel, const char *nam
         f = &funcs_[nfuncs_++];
         /* every field: realloc'd memory is not zeroed, and counters read garbage (an
          * application whose 65th function started with "--max-configs reached") */
-        *f = (func_t){key, -1, 0, NULL, 0, 0, 0};
+        *f = (func_t){key, -1, 0, NULL, 0, 0, 0, -1, -1, NULL};
     }
     if (image >= 0) f->image = image;
     f->is_kernel |= is_kernel;
@@ -698,8 +709,62 @@ static CUresult w_kernfunc(CUfunction *f, CUkernel k) {
     if (rc == CUDA_SUCCESS) {
         func_t *kf = func_lookup(k);
         note_func(*f, kf ? kf->image : -1, 0, kf ? kf->name : NULL);
+        pthread_mutex_lock(&lock_);
+        func_t *ff = func_lookup(*f);
+        if (ff) ff->from = k;
+        pthread_mutex_unlock(&lock_);
     }
     return rc;
+}
+
+/* The L1/shared split the application asked for, per function or kernel (and for the
+ * context): a replay that ignored it timed hotspot3D, which prefers L1, with another split. */
+static int ctx_cache_ = -1;
+static void note_setting(const void *key, int is_kernel, int cache, int carveout) {
+    note_func(key, -1, is_kernel, NULL);
+    pthread_mutex_lock(&lock_);
+    func_t *f = func_lookup(key);
+    if (f && cache >= 0) f->cache = cache;
+    if (f && carveout != -2) f->carveout = carveout;  /* -2: not this call's setting */
+    pthread_mutex_unlock(&lock_);
+}
+static CUresult w_funccache(CUfunction f, CUfunc_cache config) {
+    CUresult rc = r_funccache(f, config);
+    if (rc == CUDA_SUCCESS) note_setting(f, 0, (int)config, -2);
+    return rc;
+}
+static CUresult w_kerncache(CUkernel k, CUfunc_cache config, CUdevice dev) {
+    CUresult rc = r_kerncache(k, config, dev);
+    if (rc == CUDA_SUCCESS) note_setting(k, 1, (int)config, -2);
+    return rc;
+}
+static CUresult w_ctxcache(CUfunc_cache config) {
+    CUresult rc = r_ctxcache(config);
+    if (rc == CUDA_SUCCESS) ctx_cache_ = (int)config;
+    return rc;
+}
+static CUresult w_funcattr(CUfunction f, CUfunction_attribute attr, int value) {
+    CUresult rc = r_funcattr(f, attr, value);
+    if (rc == CUDA_SUCCESS && attr == CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT)
+        note_setting(f, 0, -1, value);
+    return rc;
+}
+static CUresult w_kernattr(CUfunction_attribute attr, int value, CUkernel k, CUdevice dev) {
+    CUresult rc = r_kernattr(attr, value, k, dev);
+    if (rc == CUDA_SUCCESS && attr == CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT)
+        note_setting(k, 1, -1, value);
+    return rc;
+}
+
+/* The settings in force for a launch of `fi` (under the lock): its own, else its kernel's,
+ * else (the cache preference) the context's; -1 where none was set. */
+static void settings_of(const func_t *fi, int *cache, int *carveout) {
+    *cache = fi ? fi->cache : -1;
+    *carveout = fi ? fi->carveout : -1;
+    const func_t *k = fi && fi->from ? func_lookup(fi->from) : NULL;
+    if (k && *cache < 0) *cache = k->cache;
+    if (k && *carveout < 0) *carveout = k->carveout;
+    if (*cache < 0) *cache = ctx_cache_;
 }
 static CUresult w_libmod(CUmodule *m, CUlibrary l) {
     CUresult rc = r_libmod(m, l);
@@ -1256,9 +1321,12 @@ static CUresult snapshot_launch(const call_t *c, config_t *cfg, func_t *fi, cons
     open_index();
     if (index_) {
         FILE *f = index_;
+        int cache, carveout;
+        settings_of(fi, &cache, &carveout);
         fprintf(f, "{\"ev\":\"%s\",\"id\":%d,\"recorded\":1,\"name\":",
                 check ? "check" : "config", cfg->id);
         emit_string(f, name);
+        fprintf(f, ",\"cache\":%d,\"carveout\":%d", cache, carveout);
         fprintf(f, ",\"image\":%d,\"grid\":[%u,%u,%u],\"block\":[%u,%u,%u],\"shm\":%u,"
                 "\"api\":\"%s\",\"rc\":%d,\"sync_rc\":%d,\"time_s\":%.9g,\"bytes\":%llu,"
                 "\"write_error\":%d,\"layout\":",
@@ -1750,6 +1818,11 @@ static void *substitute(const char *sym, void *real, int ver, cuuint64_t flags) 
     SLOT("cuLibraryGetKernel", 12000, r_getkernel, w_getkernel)
     SLOT("cuKernelGetFunction", 12000, r_kernfunc, w_kernfunc)
     SLOT("cuLibraryGetModule", 12000, r_libmod, w_libmod)
+    SLOT("cuFuncSetCacheConfig", 3000, r_funccache, w_funccache)
+    SLOT("cuKernelSetCacheConfig", 12000, r_kerncache, w_kerncache)
+    SLOT("cuCtxSetCacheConfig", 3020, r_ctxcache, w_ctxcache)
+    SLOT("cuFuncSetAttribute", 9000, r_funcattr, w_funcattr)
+    SLOT("cuKernelSetAttribute", 12000, r_kernattr, w_kernattr)
     SLOT2("cuStreamBeginCapture", 10010, r_capbegin, w_capbegin)  /* _v2: with a capture mode */
     SLOT2("cuStreamBeginCaptureToGraph", 12030, r_captograph, w_captograph)
     SLOT2("cuStreamEndCapture", 10000, r_capend, w_capend)
@@ -1826,6 +1899,15 @@ CUresult cuModuleLoadDataEx(CUmodule *m, const void *image, unsigned n, CUjit_op
 }
 CUresult cuModuleGetFunction(CUfunction *f, CUmodule m, const char *name) {
     REAL(r_getfunc, "cuModuleGetFunction"); return w_getfunc(f, m, name);
+}
+CUresult cuFuncSetCacheConfig(CUfunction f, CUfunc_cache config) {
+    REAL(r_funccache, "cuFuncSetCacheConfig"); return w_funccache(f, config);
+}
+CUresult cuCtxSetCacheConfig(CUfunc_cache config) {
+    REAL(r_ctxcache, "cuCtxSetCacheConfig"); return w_ctxcache(config);
+}
+CUresult cuFuncSetAttribute(CUfunction f, CUfunction_attribute attr, int value) {
+    REAL(r_funcattr, "cuFuncSetAttribute"); return w_funcattr(f, attr, value);
 }
 CUresult cuModuleGetGlobal_v2(CUdeviceptr *p, size_t *bytes, CUmodule m, const char *name) {
     REAL(r_modglobal, "cuModuleGetGlobal_v2"); return w_modglobal(p, bytes, m, name);

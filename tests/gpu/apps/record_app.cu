@@ -55,6 +55,9 @@ int main(int argc, char **argv) {
     int block = 256, grid = (n + block - 1) / block;
     for (int it = 0; it < 3; it++) follow_pairs<<<grid, block>>>(dp, n);
     Params q = {0.5f, 3, 7};
+    // the L1/shared split an application may ask for: recorded, and set in every replay
+    CHECK(cudaFuncSetAttribute(by_value, cudaFuncAttributePreferredSharedMemoryCarveout, 25));
+    CHECK(cudaFuncSetCacheConfig(with_global, cudaFuncCachePreferL1));
     by_value<<<grid, block>>>(q, y, out, n);
     by_value<<<grid / 2 + 1, 2 * block>>>(q, out, x, n);
     float bias = 0.75f;
