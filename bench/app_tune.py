@@ -273,6 +273,8 @@ def main() -> int:
         str(args.runs),
         "--run",
         " ".join(command),
+        "--time-key",
+        "solve_time_s",  # what the cg example prints (r3 apply's default is the wall time)
         "--db",
         str(db),
         cwd=work,

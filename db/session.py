@@ -12,6 +12,18 @@ Rules (docs/database.md has the long form):
   instead of failing.  Queries against an older schema may then fail; check the flag.
 - Every mode refuses a file written by a newer R³ (``SchemaTooNew``), a non-SQLite file
   (``DatabaseCorrupt``) and an SQLite file that is not ours (``DatabaseError``).
+- ``one_shot=True`` (with ``readonly``): a command that reads once and exits (``r3 runs``,
+  ``r3 report``) leaves the database's folder as it found it.  A ``mode=ro`` reader of a
+  WAL file creates the ``-wal`` and ``-shm`` files when they are missing, and only a
+  writer's last close removes them.  When both are missing no connection has the file open
+  (SQLite's last close deletes them), so the file is complete and the reader opens it
+  ``immutable=1``: no side files, no locks.  Otherwise the reader opens ``mode=ro`` as
+  usual: the files are there already, in use or left by an earlier reader.  What
+  ``immutable`` does not cover: a writer that opens the file *during* the read and
+  checkpoints into it before the read ends (at close, or after 1000 pages) could show the
+  reader a torn page, an error or odd numbers in that one command; it cannot damage the
+  file.  A command's read takes milliseconds, so this is accepted for one-shot commands; a
+  reader that stays open (the TUI, which polls for a campaign's writes) must not use it.
 """
 
 from __future__ import annotations
@@ -44,6 +56,7 @@ __all__ = [
     "DEFAULT_BUSY_TIMEOUT_S",
     "Database",
     "SchemaNeedsUpgrade",
+    "idle_wal_file",
     "open_database",
     "sqlite_engine",
     "translate_error",
@@ -54,10 +67,28 @@ DEFAULT_BUSY_TIMEOUT_S = 10.0
 _T = TypeVar("_T")
 
 
-def _sqlite_uri(path: Path, mode: str) -> str:
+def _sqlite_uri(path: Path, mode: str, *, immutable: bool = False) -> str:
     # A URI filename is the only way to pass mode=ro; quote the path so that '?', '#'
     # and '%' in directory names stay part of the path.
-    return f"file:{urllib.parse.quote(str(path))}?mode={mode}"
+    return f"file:{urllib.parse.quote(str(path))}?mode={mode}" + (
+        "&immutable=1" if immutable else ""
+    )
+
+
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+
+
+def idle_wal_file(path: Path) -> bool:
+    """A WAL-mode database that no connection has open: its header says WAL (file format
+    bytes 18 and 19 are 2) and neither ``-wal`` nor ``-shm`` lies beside it."""
+    try:
+        with path.open("rb") as handle:
+            header = handle.read(20)
+    except OSError:
+        return False
+    if header[:16] != _SQLITE_MAGIC or header[18:20] != b"\x02\x02":
+        return False
+    return not any(path.with_name(path.name + side).exists() for side in ("-wal", "-shm"))
 
 
 def sqlite_engine(
@@ -66,14 +97,20 @@ def sqlite_engine(
     readonly: bool = False,
     create: bool = False,
     busy_timeout_s: float = DEFAULT_BUSY_TIMEOUT_S,
+    immutable: bool = False,
 ) -> Engine:
     """An engine for one SQLite file with R³'s pragmas and transaction handling.
 
     Lower level than ``open_database``: no path checks, no migrations (used by
-    ``migrations/env.py`` for the ``alembic`` CLI and by tests).
+    ``migrations/env.py`` for the ``alembic`` CLI and by tests).  ``immutable`` (readers
+    only): SQLite takes no locks and makes no side files; see the module doc for when that
+    is safe.
     """
+    if immutable and not readonly:
+        raise ValueError("only a reader can open a database immutable")
     file = Path(os.fspath(path)).expanduser().absolute()
-    uri = _sqlite_uri(file, "ro" if readonly else ("rwc" if create else "rw"))
+    uri = _sqlite_uri(file, "ro" if readonly else ("rwc" if create else "rw"),
+                      immutable=immutable)
 
     def connect() -> sqlite3.Connection:
         # check_same_thread: the pool hands a connection to whichever thread checks it out.
@@ -367,6 +404,7 @@ def open_database(
     create: bool = True,
     upgrade: bool = True,
     busy_timeout_s: float = DEFAULT_BUSY_TIMEOUT_S,
+    one_shot: bool = False,
 ) -> Database:
     """Open an experiment database; the rules are in this module's docstring.
 
@@ -377,7 +415,10 @@ def open_database(
     file = Path(os.fspath(path)).expanduser().absolute()
     migrate.head_revision()  # a broken revision graph is refused before any file is touched
     is_new = _check_path(file, readonly=readonly, create=create)
-    engine = sqlite_engine(file, readonly=readonly, create=is_new, busy_timeout_s=busy_timeout_s)
+    # a one-shot reader of an idle WAL file: no -wal/-shm left beside it (module doc)
+    immutable = readonly and one_shot and idle_wal_file(file)
+    engine = sqlite_engine(file, readonly=readonly, create=is_new, busy_timeout_s=busy_timeout_s,
+                           immutable=immutable)
     try:
         # A new file always goes to head: an R³ database without tables is of no use.
         behind = _guarded(

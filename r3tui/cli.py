@@ -79,7 +79,9 @@ def _cmd_db_info(args: argparse.Namespace) -> int:
     from db.session import open_database
 
     # an older schema is reported, not refused: this is where users learn they must upgrade
-    database = open_database(args.db, readonly=True, create=False, upgrade=False)
+    database = open_database(
+        args.db, readonly=True, create=False, upgrade=False, one_shot=True
+    )
     try:
         revision = database.revision()
         head = head_revision()
@@ -104,7 +106,7 @@ def _cmd_runs(args: argparse.Namespace) -> int:
     from db.session import open_database
 
     with (
-        open_database(args.db, readonly=True, create=False) as database,
+        open_database(args.db, readonly=True, create=False, one_shot=True) as database,
         database.session_scope() as session,
     ):
         summaries = repo.list_campaign_summaries(session)

@@ -9,10 +9,14 @@ from __future__ import annotations
 import importlib
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from r3tui.config import Settings
+
+# The install commands README.md gives (an editable install of a checkout)
+INSTALL_LLM = "pip install -e '.[llm,model]'"
+INSTALL_GPU = "pip install -e '.[gpu]'"
 
 
 @dataclass(frozen=True)
@@ -42,7 +46,7 @@ def _database(db_path: Path) -> Check:
             f"{db_path} not created yet (schema head {head})",
             "`r3 db upgrade` creates it; any write command does too",
         )
-    database = open_database(db_path, readonly=True, upgrade=False)
+    database = open_database(db_path, readonly=True, upgrade=False, one_shot=True)
     try:
         revision = database.revision()
     finally:
@@ -82,7 +86,7 @@ def _gpu_pycuda() -> Check:
             "gpu (pycuda)",
             False,
             "pycuda is not installed",
-            "on a GPU node: pip install 'r3tui[gpu]' (needs the CUDA toolkit and driver)",
+            f"on a GPU node: {INSTALL_GPU} (needs the CUDA toolkit and driver)",
         )
     try:
         driver.init()
@@ -140,13 +144,16 @@ def _llama() -> Check:
     try:
         module = importlib.import_module("llama_cpp")
     except ImportError:
-        return Check("llama_cpp", False, "not installed", "pip install 'r3tui[llm]'")
+        return Check("llama_cpp", False, "not installed", INSTALL_LLM)
     return Check("llama_cpp", True, f"llama-cpp-python {module.__version__}")
 
 
 def _model(settings: Settings) -> Check:
-    from r3tui.remix.models import resolve_model
+    from r3tui.remix.models import bundled_model, resolve_model
 
+    if settings.model.path is None and bundled_model() is None:
+        return Check("model", False, "no language model found (or pass --model PATH.gguf, "
+                     "or set R3_MODEL)", INSTALL_LLM)
     location = resolve_model(None, settings.model.path)
     size_mb = location.path.stat().st_size / 1e6
     return Check("model", True, f"{location.path} ({size_mb:.0f} MB, {location.origin})")
@@ -159,12 +166,12 @@ def run_checks(settings: Settings, db_path: Path) -> list[Check]:
         ("nvrtc", lambda: _toolchain("nvrtc", True), _TOOLCHAIN_FIX["nvrtc"], True),
         ("nvcc", lambda: _toolchain("nvcc", False), _TOOLCHAIN_FIX["nvcc"], False),
         ("llvm", lambda: _toolchain("llvm", False), _TOOLCHAIN_FIX["llvm"], False),
-        ("gpu (pycuda)", _gpu_pycuda, "pip install 'r3tui[gpu]' on a GPU node", False),
+        ("gpu (pycuda)", _gpu_pycuda, f"{INSTALL_GPU} on a GPU node", False),
         ("gpu (driver)", _gpu_driver, "run on a GPU node", False),
         ("app interposer", _interposer, "needs cc and cuda.h (for `r3 record -- ./app`)",
          False),
-        ("llama_cpp", _llama, "pip install 'r3tui[llm]'", False),
-        ("model", lambda: _model(settings), "pip install 'r3tui[model]' or --model", False),
+        ("llama_cpp", _llama, INSTALL_LLM, False),
+        ("model", lambda: _model(settings), f"{INSTALL_LLM} or --model PATH.gguf", False),
     ]
     checks = []
     for name, probe, fix, required in probes:
@@ -174,4 +181,19 @@ def run_checks(settings: Settings, db_path: Path) -> list[Check]:
             text = " ".join(str(exc).split()) or type(exc).__name__
             hint = getattr(exc, "hint", None)
             checks.append(Check(name, False, text, hint or fix, required))
-    return checks
+    return without_repeated_fixes(checks)
+
+
+def without_repeated_fixes(checks: list[Check]) -> list[Check]:
+    """Each fix is shown once, on the first missing check it fixes; a later check that the
+    same command fixes points back to it."""
+    first: dict[str, str] = {}
+    out = []
+    for check in checks:
+        if not check.ok and check.fix:
+            if check.fix in first:
+                check = replace(check, fix=f"fixed by the same command as {first[check.fix]}")
+            else:
+                first[check.fix] = check.name
+        out.append(check)
+    return out

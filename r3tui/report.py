@@ -58,10 +58,14 @@ class SourceYield:
     compiled: int = 0
     verified: int = 0
     improved: int = 0
+    # written (`r3 tune --generate-only`) and not evaluated yet: neither applied nor not
+    pending: int = 0
 
     @property
     def valid_fraction(self) -> float:
-        return self.verified / self.proposals if self.proposals else 0.0
+        """Verified among the evaluated proposals (pending ones are not known yet)."""
+        evaluated = self.proposals - self.pending
+        return self.verified / evaluated if evaluated else 0.0
 
 
 @dataclass(frozen=True)
@@ -108,6 +112,7 @@ def _yields(variants: list[Variant], by: str = "origin") -> dict[str, SourceYiel
         c = out.setdefault(key, Counter())
         c["proposals"] += 1
         if v.status is VariantStatus.PENDING:
+            c["pending"] += 1
             continue
         if v.status is not VariantStatus.APPLY_FAILED:
             c["applied"] += 1
@@ -248,14 +253,17 @@ def render(report: CampaignReport) -> list[str]:
         )
     for origin, y in sorted(report.yields.items()):
         lines.append(
-            f"yield {origin}: {y.proposals} proposed, {y.applied} applied, {y.compiled} "
-            f"compiled, {y.verified} verified ({y.valid_fraction:.0%}), {y.improved} improved"
+            f"yield {origin}: {y.proposals} proposed, "
+            + (f"{y.pending} pending (not evaluated yet), " if y.pending else "")
+            + f"{y.applied} applied, {y.compiled} compiled, {y.verified} verified "
+            f"({y.valid_fraction:.0%}), {y.improved} improved"
         )
     for operator, y in sorted(report.operators.items(), key=lambda kv: (-kv[1].improved,
                                                                          -kv[1].verified, kv[0])):
         lines.append(
-            f"  operator {operator}: {y.proposals} proposed, {y.verified} verified, "
-            f"{y.improved} improved"
+            f"  operator {operator}: {y.proposals} proposed, "
+            + (f"{y.pending} pending, " if y.pending else "")
+            + f"{y.verified} verified, {y.improved} improved"
         )
     if report.skipped:
         lines.append(
@@ -273,7 +281,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
     from db.session import open_database
 
     with (
-        open_database(args.db, readonly=True, create=False) as database,
+        open_database(args.db, readonly=True, create=False, one_shot=True) as database,
         database.session_scope() as s,
     ):
         report = build_report(s, args.campaign)
@@ -308,7 +316,7 @@ def export_variant(
     original = seeds[0].source if seeds else ""
     recording = repo.get_recording(s, repo.get_campaign(s, campaign_id).recording_id)  # type: ignore[union-attr]
     name = recording.kernel_name if recording else "kernel"
-    out.mkdir(parents=True, exist_ok=True)
+    prepare_export_dir(out)
     files = {
         out / f"{name}.cu": variant.source,
         out / "options.txt": " ".join(config.options) + "\n",
@@ -342,8 +350,23 @@ def export_variant(
         if patch is not None:
             files[out / "application.patch"] = patch
     for path, text in files.items():
-        path.write_text(text)
+        try:
+            path.write_text(text)
+        except OSError as exc:
+            raise R3Error(f"cannot write {path}: {exc.strerror or exc}") from exc
     return list(files)
+
+
+def prepare_export_dir(out: Path) -> None:
+    """Make the export directory, or say in one line why it cannot be one."""
+    if out.exists() and not out.is_dir():
+        raise R3Error(f"--out {out} exists and is not a directory",
+                      hint="give a new directory to --out")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise R3Error(f"cannot create the export directory {out}: {exc.strerror or exc}",
+                      hint="give a writable directory to --out") from exc
 
 
 def application_patch(bundle_path: Path, original: str, variant: str, kernel: str) -> str | None:
@@ -376,11 +399,13 @@ def application_patch(bundle_path: Path, original: str, variant: str, kernel: st
 def _cmd_export(args: argparse.Namespace) -> int:
     from db.session import open_database
 
+    out = args.out or Path(f"r3-export-{args.campaign}")
+    if out.exists() and not out.is_dir():  # before the database: bad input costs nothing
+        prepare_export_dir(out)
     with (
-        open_database(args.db, readonly=True, create=False) as database,
+        open_database(args.db, readonly=True, create=False, one_shot=True) as database,
         database.session_scope() as s,
     ):
-        out = args.out or Path(f"r3-export-{args.campaign}")
         for path in export_variant(s, args.campaign, args.variant, out):
             print(path)
     return 0

@@ -212,17 +212,26 @@ def ratio(original: Sequence[float], patched: Sequence[float],
 
 
 # -- the measurement ------------------------------------------------------------------------
+WALL_BASIS = "wall_s"  # the app figure's label when it is the process's wall time
+
+
 @dataclass(frozen=True)
 class MeasureOptions:
     """How ``r3 apply`` measures the original and patched trees."""
 
-    time_key: str = "solve_time_s"  # the `key: seconds` line the app prints (else wall time)
+    # the `key: seconds` line the app prints; None (or "wall_s"): the process's wall time
+    time_key: str | None = None
     min_runs: int = 5  # pairs of each kind before the intervals are first looked at
     max_runs: int = 30  # pairs of each kind at most
     ci_width: float = 0.02  # enough pairs once every interval is this narrow, relative
     confidence: float = 0.95
     app: bool = True  # plain runs: the app's time and wall time
     kernels: bool = True  # timed runs: kernel device time under the interposer
+
+    @property
+    def keyed(self) -> str | None:
+        """The key to read from the app's output; None: time the process (wall_s)."""
+        return None if self.time_key in (None, WALL_BASIS) else self.time_key
 
     def check(self) -> None:
         if self.min_runs < 2:
@@ -247,15 +256,24 @@ class TreeComparison:
     @property
     def key_reported(self) -> bool:
         """Whether every plain run printed the time key (else wall time stands in for it)."""
+        key = self.options.keyed
         runs = self.original + self.patched
-        return bool(runs) and all(self.options.time_key in r.reported for r in runs)
+        return key is not None and bool(runs) and all(key in r.reported for r in runs)
+
+    @property
+    def key_missing(self) -> bool:
+        """A time key was asked for and some plain run did not print it."""
+        return self.options.keyed is not None and bool(self.original + self.patched) and (
+            not self.key_reported)
 
     @property
     def app_basis(self) -> str:
-        return self.options.time_key if self.key_reported else "wall time"
+        """What the app figure is over: the time key, else ``wall_s`` (the wall time)."""
+        key = self.options.keyed
+        return key if key is not None and self.key_reported else WALL_BASIS
 
     def _app_values(self, runs: list[AppRun]) -> list[float]:
-        key = self.options.time_key if self.key_reported else None
+        key = self.options.keyed if self.key_reported else None
         return [r.reported[key] if key else r.wall_s for r in runs]
 
     def _ratio(self, a: Sequence[float], b: Sequence[float]) -> Ratio | None:
@@ -320,6 +338,9 @@ class TreeComparison:
                       "  (all kernels' device time under the interposer, no snapshots; "
                       f"{self._pairs(len(self.original_times), self.kernels_done())})"]
         if self.options.app:
+            if self.key_missing:
+                lines.append(f"{self.options.time_key} was not printed by every run: "
+                             f"app_speedup_measured is of the wall time ({WALL_BASIS})")
             lines += [f"app_speedup_measured: {fig(self.app())}",
                       f"  ({self.app_basis}; {self._pairs(len(self.original), self.app_done())})",
                       f"wall_speedup_measured: {fig(self.wall())}",
@@ -416,12 +437,12 @@ def measure_and_ship(
     """Build both trees, measure them, revert the campaigns whose own kernel is not faster
     beyond the noise, and measure what ships again (once: the figures printed and stored are
     of that tree).  Returns the result as shipped; ``r3-apply.json`` is written again."""
-    from r3tui.engine.apply import _BUILD_OUTPUTS, write_summary, write_tree
+    from r3tui.engine.apply import ORIGINAL_SUFFIX, tree_ignore, write_summary, write_tree
 
-    original = into.with_name(into.name + ".original")
+    original = into.with_name(into.name + ORIGINAL_SUFFIX)
     if original.exists():
         shutil.rmtree(original)
-    shutil.copytree(source_tree, original, ignore=shutil.ignore_patterns(*_BUILD_OUTPUTS))
+    shutil.copytree(source_tree, original, ignore=tree_ignore(into, original))
     for tree in (original, into):
         build(tree, build_command)
     if not result.patch:  # r3 apply does not measure then; a caller that does is told

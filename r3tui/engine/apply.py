@@ -39,6 +39,7 @@ import json
 import re
 import shlex
 import shutil
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -467,12 +468,64 @@ def unified_patch(original: Path, patched: Path) -> str:
 
 
 def check_into(source_tree: Path, into: Path) -> None:
+    """``into`` may lie inside the source tree (``r3 apply 1 --into patched`` run there):
+    every copy of the tree leaves it out (:func:`tree_ignore`)."""
     if not source_tree.is_dir():
         raise R3Error(f"source tree {source_tree} is not a directory")
+    if into.exists() and not into.is_dir():
+        raise R3Error(f"--into {into} exists and is not a directory",
+                      hint="give a new directory to --into")
+    if into.resolve() == source_tree.resolve():
+        raise R3Error("--into must not be the source tree itself",
+                      hint="give a new directory to --into")
     if into.exists() and any(into.iterdir()):
         raise R3Error(f"{into} exists and is not empty", hint="give a new directory to --into")
-    if into.resolve() == source_tree.resolve() or source_tree.resolve() in into.resolve().parents:
-        raise R3Error("--into must be outside the source tree")
+
+
+ORIGINAL_SUFFIX = ".original"  # r3 apply builds the original beside DIR, in DIR.original
+
+
+def tree_ignore(*excluded: Path) -> Callable[[str, list[str]], set[str]]:
+    """For ``shutil.copytree`` of an application's tree: build outputs, R³'s own
+    directories (recordings, bundles, earlier ``r3 apply`` outputs and their originals) and
+    the ``excluded`` directories (``--into`` and its original when they lie in the tree)."""
+    patterns = shutil.ignore_patterns(*_BUILD_OUTPUTS)
+    skip = {path.resolve() for path in excluded}
+
+    def ignore(directory: str, names: list[str]) -> set[str]:
+        ignored = set(patterns(directory, names))
+        for name in names:
+            path = Path(directory) / name
+            if name in ignored or path.is_symlink() or not path.is_dir():
+                continue
+            if path.resolve() in skip or r3_output(path):
+                ignored.add(name)
+        return ignored
+
+    return ignore
+
+
+def r3_output(path: Path) -> bool:
+    """Whether the directory is one R³ wrote: a recording (``recording.json``), a bundle
+    (a manifest and its blobs), an ``r3 apply`` tree or its ``.original``, or a directory
+    holding only such (``recordings/``)."""
+    from r3tui.record.app_dump import RECORDING_NAME
+    from r3tui.record.bundle import BLOB_DIR, MANIFEST_NAME
+
+    if (path / RECORDING_NAME).is_file() or (path / SUMMARY_FILE).is_file():
+        return True
+    if (path / MANIFEST_NAME).is_file() and (path / BLOB_DIR).is_dir():
+        return True
+    if path.name.endswith(ORIGINAL_SUFFIX):
+        applied = path.with_name(path.name[: -len(ORIGINAL_SUFFIX)])
+        if (applied / SUMMARY_FILE).is_file():
+            return True
+    try:
+        children = list(path.iterdir())
+    except OSError:  # unreadable: copytree reports it, as it did before
+        return False
+    return bool(children) and all(
+        child.is_dir() and not child.is_symlink() and r3_output(child) for child in children)
 
 
 def load_bests(s: Session, campaign_ids: list[int], into: Path) -> list[_Best]:
@@ -510,7 +563,7 @@ def write_tree(
     shutil.copytree(
         source_tree,
         into,
-        ignore=shutil.ignore_patterns(*_BUILD_OUTPUTS),
+        ignore=tree_ignore(into, into.with_name(into.name + ORIGINAL_SUFFIX)),
         dirs_exist_ok=True,
         symlinks=True,
     )
@@ -635,19 +688,22 @@ def _cmd_apply(args: argparse.Namespace) -> int:
     if not args.campaigns:
         raise R3Error("give at least one campaign id")
     with (
-        open_database(args.db, readonly=True, create=False) as database,
+        open_database(args.db, readonly=True, create=False, one_shot=True) as database,
         database.session_scope() as s,
     ):
         context = recording_context(s, args.campaigns)
-        source_tree = args.source_tree or context.cwd
-        if source_tree is None:
+        given = args.source_tree or context.cwd
+        if given is None:
             raise R3Error(
                 "no source tree: the campaigns' recording does not name one",
                 hint="give --source-tree SRC",
             )
-        check_into(Path(source_tree), args.into)
+        # absolute from here on: builds and runs change directory into the trees
+        source_tree = Path(given).expanduser().resolve()
+        args.into = args.into.expanduser().resolve()
+        check_into(source_tree, args.into)
         bests = load_bests(s, args.campaigns, args.into)
-    result = write_tree(bests, Path(source_tree), args.into, context, args.include_noise)
+    result = write_tree(bests, source_tree, args.into, context, args.include_noise)
     for line in outcome_lines(result):
         print(line)
     print(f"patch: {args.into / PATCH_FILE} ({len(result.patch.splitlines())} lines)")
@@ -670,7 +726,7 @@ def _cmd_apply(args: argparse.Namespace) -> int:
         raise R3Error("no application command recorded", hint='give --run "./app ARGS"')
     from r3tui.engine.app_run import measure_and_ship
 
-    measure_and_ship(bests, Path(source_tree), args.into, app_command, result, context,
+    measure_and_ship(bests, source_tree, args.into, app_command, result, context,
                      args.build, options, args.include_noise)
     return 0
 
@@ -704,7 +760,9 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
              "ratio (default 0.02)")
     parser.add_argument(
         "--time-key",
-        default="solve_time_s",
-        help="the `key: seconds` line the application prints (else its wall time)",
+        default=None,
+        metavar="KEY",
+        help="time the application by the `KEY: seconds` line it prints (e.g. solve_time_s); "
+        "default, and where a run does not print it: the process's wall time (wall_s)",
     )
     parser.set_defaults(handler=_cmd_apply)

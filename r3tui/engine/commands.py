@@ -12,6 +12,7 @@ from r3tui.errors import R3Error
 
 if TYPE_CHECKING:
     from r3tui.engine.campaign import StepReport
+    from r3tui.engine.inner import InnerResult
     from r3tui.remix.backends import BackendSpec
     from r3tui.search import InnerSearch
 
@@ -92,22 +93,34 @@ def _tune_inner_only(args: argparse.Namespace) -> int:
 
         result = run_inner_campaign(job, show)
     out = Console(highlight=False)
-    for note in result.launch_notes:  # which block shapes were searched, or why none
-        out.print(note, markup=False)
+    for line in inner_summary_lines(result):
+        out.print(line, markup=False)
+    return 0 if result.winner is not None else 1
+
+
+def inner_summary_lines(result: InnerResult) -> list[str]:
+    """What ``r3 tune --inner-only`` prints: the trials, the winner, and the campaign id
+    that ``r3 report`` and ``r3 apply`` take (worded as a remix campaign's last line)."""
+    lines = list(result.launch_notes)  # which block shapes were searched, or why none
     failures = ", ".join(f"{n} {k}" for k, n in sorted(result.failures.items()))
-    out.print(f"trials: {result.trials}" + (f" ({failures})" if failures else ""))
-    if result.winner is None:
-        out.print("no configuration measured successfully")
-        return 1
+    lines.append(f"trials: {result.trials}" + (f" ({failures})" if failures else ""))
     w = result.winner
-    out.print(f"baseline: {w.baseline_median_s * 1e6:.2f} µs (recorded configuration, re-timed)")
-    out.print(
-        f"winner: {w.best.median_s * 1e6:.2f} µs, speedup {w.speedup:.3f}x "
-        f"[{w.best.low:.3f}, {w.best.high:.3f}] over {w.rounds} interleaved rounds"
-        + ("" if w.best.significant else " (not beyond the noise)")
-    )
-    out.print(f"config: {w.config.to_json()}")
-    return 0
+    if w is None:
+        lines.append("no configuration measured successfully")
+    else:
+        lines += [
+            f"baseline: {w.baseline_median_s * 1e6:.2f} µs (recorded configuration, re-timed)",
+            f"winner: {w.best.median_s * 1e6:.2f} µs, speedup {w.speedup:.3f}x "
+            f"[{w.best.low:.3f}, {w.best.high:.3f}] over {w.rounds} interleaved rounds"
+            + ("" if w.best.significant else " (not beyond the noise)"),
+            f"config: {w.config.to_json()}",
+        ]
+    if result.campaign_id is not None:
+        cid = result.campaign_id
+        lines.append(f"campaign {cid}: {result.trials} trial(s), inner-only; see "
+                     f"`r3 report {cid}`" + (f", or `r3 apply {cid} --into DIR` for an "
+                                             "application's kernel" if w is not None else ""))
+    return lines
 
 
 def backend_spec(args: argparse.Namespace) -> BackendSpec | None:

@@ -189,6 +189,7 @@ class InnerResult:
     winner: Winner | None
     # what the space did with the block (SearchSpace.launch_notes): fixed shapes and why
     launch_notes: tuple[str, ...] = ()
+    campaign_id: int | None = None  # where run_inner_campaign stored the trials
 
 
 def with_app_limits(settings: InnerSettings, bundle_path: Path) -> InnerSettings:
@@ -548,4 +549,4 @@ def run_inner_campaign(job: InnerCampaign, progress: Progress | None = None) -> 
         with database.session_scope() as s:
             repo.set_campaign_status(s, campaign_id, CampaignStatus.FINISHED, finished=True)
     database.close()
-    return replace(result, launch_notes=space.launch_notes())
+    return replace(result, launch_notes=space.launch_notes(), campaign_id=campaign_id)

@@ -68,7 +68,23 @@ def add_app_command(record: argparse.ArgumentParser, sub: Any) -> None:
                 items = ["app", *items]
             return super().parse_known_args(items, namespace)
 
+        def format_help(self) -> str:
+            # `r3 record --help` is where a user looks for how to record an application
+            return super().format_help() + "\n" + app_options_help(app)
+
+    record.usage = "%(prog)s [-h] ACTION ...\n       %(prog)s [OPTIONS] -- ./app ARGS..."
     record.__class__ = RecordParser
+
+
+def app_options_help(app: argparse.ArgumentParser) -> str:
+    """The options of ``r3 record [OPTIONS] -- ./app ARGS...`` as a help section."""
+    formatter = app._get_formatter()
+    formatter.start_section("options of r3 record [OPTIONS] -- ./app ARGS... "
+                            "(also spelled `r3 record app`)")
+    formatter.add_arguments([a for a in app._actions
+                             if a.option_strings and not isinstance(a, argparse._HelpAction)])
+    formatter.end_section()
+    return formatter.format_help()
 
 
 _SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?", re.IGNORECASE)

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from r3tui.errors import ApplicationTimedOut, R3Error, RecordingError
+from r3tui.errors import ApplicationTimedOut, GpuUnavailable, R3Error, RecordingError
 from r3tui.record import app_dump, interposer
 from r3tui.record.arena import GUARD_BYTES
 
@@ -191,12 +191,34 @@ def _demangler() -> Callable[[str], str]:
     return pretty
 
 
+DRIVER_LIBRARY = "libcuda.so.1"
+
+
+def missing_driver() -> str | None:
+    """Why the CUDA driver library cannot be loaded here, or None when it can."""
+    import ctypes
+
+    try:
+        ctypes.CDLL(DRIVER_LIBRARY)
+    except OSError as exc:
+        return " ".join(str(exc).split()) or f"{DRIVER_LIBRARY} not found"
+    return None
+
+
 def _diagnose(procs: list[app_dump.RawProcess], exe: ExecutableInfo, exit_code: int) -> None:
     """One clear line when the run produced nothing to convert."""
     if exe.static_executable:
         raise RecordingError("the application is a statically linked executable: LD_PRELOAD "
                              "cannot reach it (link it dynamically; see docs/app-recording.md)")
     if not procs:
+        # checked after the run, not before: an application may bring its own libcuda
+        # (LD_LIBRARY_PATH, a container's driver mount) that this process cannot see
+        why = missing_driver()
+        if why is not None:
+            raise GpuUnavailable(
+                f"no CUDA driver on this machine: {DRIVER_LIBRARY} cannot be loaded ({why}), "
+                f"so the application reached no GPU and nothing was recorded (exit code "
+                f"{exit_code})", hint="record on a node with the NVIDIA driver installed")
         raise RecordingError(
             "the interposer saw no CUDA activity (no allocation or launch reached the driver "
             f"through cuGetProcAddress or libcuda; exit code {exit_code}): supported builds are "
@@ -254,7 +276,7 @@ def record_app(req: AppRecordRequest,
     procs = app_dump.read_dump(raw)
     try:
         _diagnose(procs, exe, code)
-    except RecordingError:
+    except R3Error:
         if not req.keep_raw:  # nothing worth keeping: leave no directory that blocks a rerun
             shutil.rmtree(raw, ignore_errors=True)
             if not any(out.iterdir()):

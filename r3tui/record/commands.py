@@ -190,7 +190,7 @@ def cmd_recordings(args: argparse.Namespace) -> int:
     from db.session import open_database
 
     with (
-        open_database(args.db, readonly=True, create=False) as database,
+        open_database(args.db, readonly=True, create=False, one_shot=True) as database,
         database.session_scope() as session,
     ):
         rows = repo.list_recordings(session)

@@ -133,7 +133,7 @@ def test_pairs_stop_once_intervals_are_narrow_and_each_kind_stops_on_its_own(
     tmp_path: Path,
 ) -> None:
     a, b = tmp_path / "a", tmp_path / "b"
-    opts = MeasureOptions(min_runs=5, max_runs=12, ci_width=0.05)
+    opts = MeasureOptions(time_key="solve_time_s", min_runs=5, max_runs=12, ci_width=0.05)
     # quiet kernels, a noisy application: timed pairs stop at 5, plain pairs run to 12
     timer = FakeTimer({SPMV: (1e-3, None, 1.0)}, spread=0.002)
     runner, calls = _runner(spread=0.3)
@@ -233,7 +233,8 @@ def test_a_campaign_whose_kernel_is_not_faster_is_reverted_and_the_rest_measured
     lines: list[str] = []
     shipped = measure_and_ship(
         bests, tree, into, (sys.executable, "app.py"), result, context, "true",
-        MeasureOptions(min_runs=4, max_runs=8, ci_width=0.02), say=lines.append, timer=timer)
+        MeasureOptions(time_key="solve_time_s", min_runs=4, max_runs=8, ci_width=0.02),
+        say=lines.append, timer=timer)
     out = "\n".join(lines)
     assert f"campaign {spmv} (cg::spmv_csr): kernel time 1.2" in out and ": shipped" in out
     assert f"campaign {xpay} (cg::detail::xpay<double>): not shipped: kernel time " in out

@@ -385,7 +385,8 @@ def test_apply_refuses_bad_targets(tmp_path: Path) -> None:
     db_path, ids = _apply_db(tmp_path, tree, rec)
     for args in (
         ("999", "--into", str(tmp_path / "o1")),  # no such campaign
-        (str(ids[0]), "--into", str(tree / "inside")),  # into the source tree itself
+        (str(ids[0]), "--into", str(tree)),  # the source tree itself
+        (str(ids[0]), "--into", str(tree / "cg.cu")),  # a file (a directory inside it works)
         (str(ids[0]), "--into", str(tmp_path / "o2"), "--source-tree", str(tmp_path / "nope")),
     ):
         result = r3("apply", *args, "--no-run", "--db", str(db_path), cwd=tmp_path)
