@@ -66,7 +66,8 @@ class R3App(App[int]):
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("q", "quit", "Quit"),
         Binding("question_mark", "help", "Help", key_display="?"),
-        Binding("t", "toggle_theme", "Light/dark"),
+        # shown in the help only: the footer must fit 80 columns
+        Binding("t", "toggle_theme", "Light/dark", show=False),
     ]
 
     def __init__(

@@ -111,3 +111,46 @@ def screen_text(app: Any) -> list[str]:
         text = html.unescape(m.group(3)).replace("\xa0", " ")
         rows.setdefault(float(m.group(2)), []).append((float(m.group(1)), text))
     return ["".join(t for _, t in sorted(spans)) for _, spans in sorted(rows.items())]
+
+
+def drawn_colours(app: Any, starting: str) -> list[tuple[str, str]]:
+    """(foreground, background) as ``#rrggbb`` of every run of text on screen that starts
+    with ``starting``, as the terminal gets them (the SVG export, after Textual's filters:
+    NO_COLOR's monochrome included)."""
+    import html
+    import re
+
+    svg = app.export_screenshot()
+    fills = dict(re.findall(r"\.(terminal-[\w-]*?r\d+) \{ fill: (#[0-9a-f]{6})", svg))
+    backgrounds = [
+        (float(x), float(y), float(w), float(h), fill)
+        for fill, x, y, w, h in re.findall(
+            r'<rect fill="(#[0-9a-f]{6})" x="([\d.]+)" y="([\d.]+)" '
+            r'width="([\d.]+)" height="([\d.]+)" shape-rendering',
+            svg,
+        )
+    ]
+    out: list[tuple[str, str]] = []
+    for m in re.finditer(
+        r'<text class="(terminal-[\w-]*?r\d+)" x="([\d.]+)" y="([\d.]+)"[^>]*>(.*?)</text>', svg
+    ):
+        text = html.unescape(m.group(4)).replace("\xa0", " ")
+        if not text.startswith(starting):
+            continue
+        x, y = float(m.group(2)), float(m.group(3))
+        # a text's y is its baseline, inside the cell's rectangle
+        bg = next(f for bx, by, bw, bh, f in backgrounds if bx <= x < bx + bw and by <= y < by + bh)
+        out.append((fills[m.group(1)], bg))
+    return out
+
+
+def contrast(a: str, b: str) -> float:
+    """WCAG contrast ratio of two ``#rrggbb`` colours (1: the same, 21: black on white)."""
+
+    def luminance(colour: str) -> float:
+        channels = [int(colour[i : i + 2], 16) / 255 for i in (1, 3, 5)]
+        r, g, b = (c / 12.92 if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4 for c in channels)
+        return 0.2126 * r + 0.7152 * g + 0.0722 * b
+
+    hi, lo = sorted((luminance(a), luminance(b)), reverse=True)
+    return (hi + 0.05) / (lo + 0.05)

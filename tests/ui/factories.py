@@ -14,6 +14,7 @@ from __future__ import annotations
 import bisect
 import difflib
 import hashlib
+import json
 import random
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -436,13 +437,23 @@ def _insert_trials(s: Session, rows: list[dict[str, Any]], variant_ids: list[int
     )
 
 
+SYSTEM_PROMPT = (
+    "You are a CUDA performance engineer. You make exactly one small, named change to a "
+    "kernel and answer only in the format you are asked for."
+)
+
+
 def _prompt(kernel: str, operator: str, parent: str) -> str:
-    return (
+    """As the engine stores a prompt (``r3tui.remix.backends.render_prompt``): the chat
+    messages as compact JSON."""
+    user = (
         f"You optimise the CUDA kernel `{kernel}` for an NVIDIA H200 (sm_90).\n"
         f"Apply the transformation `{operator}` and nothing else. Keep the signature.\n"
         "Answer with the whole kernel in one ```cuda block.\n\n"
         f"```cuda\n{parent}```\n"
     )
+    messages = [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": user}]
+    return json.dumps(messages, ensure_ascii=False, separators=(",", ":"))
 
 
 def build_database(path: Path, specs: tuple[CampaignSpec, ...] = (CampaignSpec(),)) -> Path:

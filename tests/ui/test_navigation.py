@@ -3,20 +3,40 @@
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
 from pathlib import Path
 from typing import Any
 
 import pytest
+from rich.style import Style
+from textual.binding import Binding
+from textual.widgets import Footer, Static
+from textual.widgets._footer import FooterKey
+from textual.widgets.tabbed_content import ContentTabs
 
+from db.browse import FAILED_STATUSES
+from db.series import TrialSort
+from db.session import open_database
 from r3tui.domain import VariantStatus
 from r3tui.ui.screens.campaign import CampaignScreen
 from r3tui.ui.screens.campaign_list import CampaignListScreen
 from r3tui.ui.screens.help import HelpScreen, binding_rows
 from r3tui.ui.widgets.campaign_table import CampaignTable
+from r3tui.ui.widgets.convergence import ConvergencePanel
 from r3tui.ui.widgets.trials_table import TrialsTable
 from r3tui.ui.widgets.variant_tree import VariantTree
-from tests.ui.conftest import make_app, open_campaign, text_of, until, visible_variants
+from tests.ui.conftest import (
+    contrast,
+    drawn_colours,
+    make_app,
+    open_campaign,
+    screen_text,
+    text_of,
+    until,
+    visible_variants,
+)
+from tests.ui.factories import CampaignSpec, add_live_variant, build_database
 
 
 def _sql(db: Path, query: str, *args: object) -> list[tuple[Any, ...]]:
@@ -172,7 +192,8 @@ async def test_selection_shows_details_trials_sorted_and_llm_call(standard_db: P
             llm_variant,
         )[0][0]
         text = text_of(screen.query_one("#llm-view .llm"))
-        assert prompt.splitlines()[0] in text and "tokens" in text
+        user = json.loads(prompt)[-1]["content"]
+        assert user.splitlines()[0] in text and "tokens" in text
 
 
 async def test_export_writes_source_options_launch_and_patch(
@@ -246,3 +267,132 @@ async def test_no_color_keeps_the_meaning_in_glyphs(
         glyph = {"improved": "▲", "verified": "●", "pending": "…"}
         for label, (_vid, status) in zip(labels, sorted(statuses.items()), strict=True):
             assert label.startswith(glyph.get(status, "✗")), (label, status)
+
+
+async def test_tab_moves_the_focus_pane_by_pane(standard_db: Path) -> None:
+    """Tab goes tree → tab strip → the shown pane → tree; the pane's own keys then work."""
+    app = make_app(standard_db)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await open_campaign(pilot, 1)
+        screen = app.screen
+        assert isinstance(screen, CampaignScreen)
+        tree = screen.query_one(VariantTree)
+        table = screen.query_one(TrialsTable)
+        assert app.focused is tree
+        await pilot.press("4")  # the Trials tab; the focus stays in the tree
+        n = _sql(standard_db, "select count(*) from trials where variant_id=?", screen.selected)
+        await until(pilot, lambda: table.row_count == n[0][0])
+        await pilot.press("tab")
+        assert isinstance(app.focused, ContentTabs)
+        await pilot.press("tab")
+        assert app.focused is table
+        await pilot.press("s")  # documented in the help: the next sort column
+        await until(pilot, lambda: screen.trial_sort is TrialSort.TIME)
+        assert "time ▲" in str(table.ordered_columns[1].label)
+        await pilot.press("tab")
+        assert app.focused is tree
+        await pilot.press("shift+tab")
+        assert app.focused is table
+        # another tab while a pane has the focus: the focus follows to the pane shown
+        await pilot.press("6")
+        panel = screen.query_one(ConvergencePanel)
+        await until(pilot, lambda: app.focused is panel)
+        await pilot.press("w")
+        assert panel.by_wall_time
+        tree.focus()
+        await pilot.press("tab", "tab")
+        assert app.focused is panel
+        await pilot.press("w")
+        assert not panel.by_wall_time
+
+
+async def test_no_color_failed_variants_stay_readable(
+    standard_db: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under NO_COLOR red turns a grey next to the background: failures keep the normal
+    foreground and are marked by ✗ and italics instead."""
+    monkeypatch.setenv("NO_COLOR", "1")
+    app = make_app(standard_db)
+    assert app.no_color
+    async with app.run_test(size=(120, 40)) as pilot:
+        await open_campaign(pilot, 1)
+        await pilot.pause()
+        failed = drawn_colours(app, "✗ #")
+        statuses = dict(_sql(standard_db, "select id, status from variants where parent_id=1"))
+        n_failed = sum(VariantStatus(s) in FAILED_STATUSES for s in statuses.values())
+        assert n_failed and len(failed) == n_failed
+        for fg, bg in failed:  # WCAG's minimum for text; the red turned grey was 1.3
+            assert contrast(fg, bg) >= 4.5, (fg, bg)
+        tree = app.screen.query_one(VariantTree)
+        for line in tree.root.children[0].children:
+            assert line.data is not None and line.data.node is not None
+            is_failed = line.data.node.status in FAILED_STATUSES
+            assert str(line.label).startswith("✗") is is_failed, line.label
+            assert bool(Style.parse(str(line.label.style)).italic) is is_failed, line.label
+
+
+async def test_footers_fit_80_columns(standard_db: Path) -> None:
+    app = make_app(standard_db)
+
+    def footer_fits() -> None:
+        footer = app.screen.query_one(Footer)
+        keys = list(footer.query(FooterKey))
+        assert keys and footer.size.width == 80
+        assert footer.max_scroll_x == 0, [k.description for k in keys]
+        assert max(k.region.right for k in keys) <= 80
+        assert {"q", "question_mark"} <= {k.key for k in keys}  # quit and help always
+
+    async with app.run_test(size=(80, 24)) as pilot:
+        await until(pilot, lambda: isinstance(app.screen, CampaignListScreen) and app.screen.rows)
+        await pilot.pause(0.2)
+        footer_fits()
+        await open_campaign(pilot, 1)
+        footer_fits()
+        # the widest: a pane with keys of its own has the focus
+        for keys, focused in ((("4", "tab", "tab"), TrialsTable), (("6",), ConvergencePanel)):
+            await pilot.press(*keys)
+            await until(pilot, lambda f=focused: isinstance(app.focused, f))  # type: ignore[misc]
+            await pilot.pause(0.2)
+            footer_fits()
+
+
+async def test_an_empty_filter_says_so_and_which_key_changes_it(tmp_path: Path) -> None:
+    # a small campaign whose variants verified or failed, none faster than its parent
+    db = build_database(
+        tmp_path / "r3.sqlite",
+        (CampaignSpec(name="no-luck", n_variants=6, n_trials=40, islands=1, seed=3),),
+    )
+    statuses = {s for (s,) in _sql(db, "select status from variants")}
+    assert "improved" not in statuses and "compile_failed" in statuses
+    key = next(
+        b.key
+        for b in CampaignScreen.BINDINGS
+        if isinstance(b, Binding) and b.action == "cycle_filter"
+    )
+    app = make_app(db)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await open_campaign(pilot, 1)
+        screen = app.screen
+        assert isinstance(screen, CampaignScreen)
+        empty = screen.query_one("#tree-empty", Static)
+        assert not empty.display and visible_variants(app)
+        await pilot.press(key)  # improved
+        await until(pilot, lambda: screen.tree_ready and empty.display)
+        message = f"no improved variants in this campaign; press {key} to change the filter"
+        assert text_of(empty).strip() == message
+        assert visible_variants(app) == []
+        # on screen, wrapped to the tree's column: its words in order, the panes' between
+        shown = " ".join(screen_text(app))
+        assert re.search(".*?".join(map(re.escape, message.split())), shown), shown
+        # the engine writes a first improvement while the filter is on: it shows, with
+        # its parent, in place of the message
+        writer = open_database(db)
+        try:
+            vid = add_live_variant(writer, 1, 1, 100)
+        finally:
+            writer.close()
+        await until(pilot, lambda: visible_variants(app) == [1, vid], timeout=5)
+        await until(pilot, lambda: not empty.display)
+        await pilot.press(key)  # failed: the failures and their ancestors
+        await until(pilot, lambda: screen.tree_ready and bool(visible_variants(app)))
+        assert not empty.display

@@ -14,11 +14,13 @@ from textual.binding import Binding
 from textual.dom import DOMNode
 
 import r3tui.ui
+from r3tui.remix.backends import ChatMessage, parse_prompt, render_prompt
 from r3tui.ui.screens.campaign import CampaignScreen
 from r3tui.ui.screens.campaign_list import CampaignListScreen
 from r3tui.ui.screens.help import HelpScreen, binding_rows
 from r3tui.ui.widgets.convergence import ConvergencePanel
 from r3tui.ui.widgets.elite_grid import EliteGrid
+from r3tui.ui.widgets.llm_call_view import conversation
 from r3tui.ui.widgets.trials_table import TrialsTable
 from r3tui.ui.widgets.variant_tree import VariantTree
 from tests.ui.conftest import make_app, open_campaign, screen_text, text_of, until
@@ -232,3 +234,42 @@ async def test_a_click_on_a_trials_header_sorts_by_it(standard_db: Path) -> None
         ]
         assert descending != order
         await until(pilot, lambda: [str(table.get_row_at(i)[0]) for i in range(n)] == descending)
+
+
+async def test_llm_pane_shows_the_prompt_as_a_conversation(standard_db: Path) -> None:
+    vid, prompt, response = _sql(
+        standard_db,
+        "select v.id, c.prompt, c.response from variants v join llm_calls c "
+        "on c.id = v.llm_call_id where v.parent_id = 1 order by v.id limit 1",
+    )[0]
+    # stored as the engine stores it: its own reader takes it back
+    messages = parse_prompt(prompt)
+    assert [m.role for m in messages] == ["system", "user"]
+    app = make_app(standard_db)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await open_campaign(pilot, 1)
+        screen = app.screen
+        assert isinstance(screen, CampaignScreen)
+        tree = screen.query_one(VariantTree)
+        while tree.cursor_variant is None or tree.cursor_variant.id != vid:
+            await pilot.press("down")
+        await until(pilot, lambda: screen.detail is not None and screen.detail.node.id == vid)
+        await pilot.press("5")
+        lines = [line.rstrip() for line in text_of(screen.query_one("#llm-view .llm")).splitlines()]
+    assert not any('"role"' in line or line.startswith("[{") for line in lines)  # no raw JSON
+    # each message: its role alone on a line, then its text, line for line
+    at = 0
+    for m in messages:
+        at = lines.index(m.role, at) + 1
+        content = m.content.rstrip("\n").splitlines()
+        assert lines[at : at + len(content)] == [c.rstrip() for c in content], m.role
+        at += len(content)
+    assert lines.index("system") < lines.index("user")
+    assert response.splitlines()[0] in lines[at:]  # the response follows the prompt
+
+
+def test_a_prompt_that_is_not_a_message_list_is_shown_as_stored() -> None:
+    said = [ChatMessage("system", "be brief"), ChatMessage("user", "a[i] = b[i];")]
+    assert conversation(render_prompt(said)) == [("system", "be brief"), ("user", "a[i] = b[i];")]
+    for stored in ("plain text [with brackets]", "[]", '{"role": "user"}', '[{"role": 1}]'):
+        assert conversation(stored) is None

@@ -164,3 +164,25 @@ def test_no_color(
     app = make_app(shown_db)
     assert app.no_color
     assert snap_compare(app, terminal_size=size, run_before=_campaign())
+
+
+# NO_COLOR at 80×24, where the footers are tightest: each with a pane that has keys of its
+# own focused (they come first in the footer), and the failed filter (failures must stay
+# readable in monochrome).
+NO_COLOR_SCREENS: dict[str, Step] = {
+    "campaign_list": _list,
+    "trials_focused": _campaign("down", "down", "4", "tab", "tab"),
+    "plot_focused": _campaign("6", "tab", "tab"),
+    "failed_filter": _campaign("f", "f"),
+    "help": _modal("question_mark", HelpScreen),
+}
+
+
+@pytest.mark.parametrize("screen", list(NO_COLOR_SCREENS))
+def test_no_color_80x24(
+    snap_compare: Any, shown_db: Path, monkeypatch: pytest.MonkeyPatch, screen: str
+) -> None:
+    monkeypatch.setenv("NO_COLOR", "1")
+    app = make_app(shown_db)
+    assert app.no_color
+    assert snap_compare(app, terminal_size=(80, 24), run_before=NO_COLOR_SCREENS[screen])

@@ -17,10 +17,11 @@ from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
-from textual.containers import Horizontal
+from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
 from textual.timer import Timer
 from textual.widgets import Footer, Static, TabbedContent, TabPane
+from textual.widgets.tabbed_content import ContentTabs
 from textual.worker import Worker, get_current_worker
 
 from db import browse, series
@@ -67,14 +68,18 @@ STATUS_FILTERS: tuple[tuple[str, frozenset[VariantStatus] | None], ...] = (
 
 class CampaignScreen(Screen[None]):
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("escape", "back", "Campaigns"),
+        Binding("escape", "back", "Back"),
         Binding("b", "jump_best", "Best"),
         Binding("f", "cycle_filter", "Filter"),
         Binding("i", "cycle_island", "Island"),
         Binding("e", "export", "Export"),
-        Binding("P", "pause_resume", "Pause/resume", key_display="shift+p"),
-        Binding("X", "stop", "Stop", key_display="shift+x"),
-        Binding("tab", "focus_next", "Next pane", show=False),
+        # Only for a campaign this TUI started; listed in the help, left out of the footer
+        # so that it fits 80 columns.
+        Binding("P", "pause_resume", "Pause/resume", key_display="shift+p", show=False),
+        Binding("X", "stop", "Stop", key_display="shift+x", show=False),
+        # The screen's own action namespace has no focus_next: the app's moves the focus.
+        Binding("tab", "app.focus_next", "Next pane", show=False),
+        Binding("shift+tab", "app.focus_previous", "Previous pane", show=False),
         *(
             Binding(str(k), f"tab('{name}')", TAB_TITLES[name], show=False)
             for k, name in enumerate(TABS, start=1)
@@ -120,7 +125,9 @@ class CampaignScreen(Screen[None]):
     def compose(self) -> ComposeResult:
         yield Static(id="campaign-title")
         with Horizontal(id="campaign-body"):
-            yield VariantTree(id="tree")
+            with Vertical(id="tree-column"):
+                yield Static(id="tree-empty")
+                yield VariantTree(id="tree")
             with TabbedContent(id="panes", initial="variant"):
                 with TabPane("Variant", id="variant"):
                     yield VariantSummary(id="summary")
@@ -139,7 +146,7 @@ class CampaignScreen(Screen[None]):
                 with TabPane("Events", id="events"):
                     yield EventLog(id="event-log")
         yield CampaignStatusBar(id="status-bar")
-        yield Footer()
+        yield Footer(compact=True, show_command_palette=False)
 
     def on_mount(self) -> None:
         self.query_one(EventLog).zone = self.r3.zone
@@ -352,6 +359,25 @@ class CampaignScreen(Screen[None]):
             if message.page.nodes and self.selected is None:
                 tree.reveal(message.page.nodes[0].id)
             self.call_after_refresh(self._tree_painted)
+        self._show_if_empty()
+
+    def _show_if_empty(self) -> None:
+        """One line in place of an empty tree: what is missing and which key changes it."""
+        tree = self.query_one(VariantTree)
+        empty = self.tree_ready and not tree.root.children
+        line = self.query_one("#tree-empty", Static)
+        line.set_class(empty, "-shown")
+        if empty:
+            line.update(Text(self._empty_text(), style="italic"))
+
+    def _empty_text(self) -> str:
+        status = f"{STATUS_FILTERS[self.status_filter][0]} " if self.status_filter else ""
+        where = "in this campaign" if self.island is None else f"on island {self.island}"
+        filtering = (("f", bool(self.status_filter)), ("i", self.island is not None))
+        keys = [key for key, active in filtering if active]
+        if not keys:
+            return "no variants yet: the engine has not written its seed"
+        return f"no {status}variants {where}; press {' or '.join(keys)} to change the filter"
 
     def _tree_painted(self) -> None:
         self.tree_shown_at = time.perf_counter()
@@ -375,7 +401,13 @@ class CampaignScreen(Screen[None]):
         self._after_trial = max(self._after_trial, changes.last_trial_id)
         if message.generation != tree.generation:
             return
+        if changes.new_nodes and self.flt.active and self.tree_ready and not tree.root.children:
+            # the first match of a filter that had none: its ancestors are not in the tree
+            # to hang it under, so load the tree again (and the message goes)
+            self._reload_tree()
+            return
         tree.apply_changes(changes)
+        self._show_if_empty()
         if self.selected is not None and any(
             n.id == self.selected for n in (*changes.changed, *changes.new_nodes)
         ):
@@ -454,7 +486,20 @@ class CampaignScreen(Screen[None]):
             self.app.switch_screen(CampaignListScreen())
 
     def action_tab(self, name: str) -> None:
-        self.query_one(TabbedContent).active = name
+        panes = self.query_one(TabbedContent)
+        focused = self.focused
+        in_panes = focused is None or (
+            not isinstance(focused, ContentTabs) and panes in focused.ancestors
+        )
+        panes.active = name
+        if in_panes:
+            # the focused pane is hidden now: the focus follows to the one shown
+            self.call_after_refresh(self._focus_pane, name)
+
+    def _focus_pane(self, name: str) -> None:
+        pane = self.query_one(f"#{name}", TabPane)
+        target = next((w for w in pane.query("*") if w.focusable), None)
+        (target or self.query_one(ContentTabs)).focus()
 
     def action_jump_best(self) -> None:
         self._find_best(self.island)
@@ -473,6 +518,7 @@ class CampaignScreen(Screen[None]):
         tree.clear_variants()
         self.tree_ready = False
         self.selected = None
+        self._show_if_empty()
         self._open(self.flt, tree.generation)
         self._show_title()
 

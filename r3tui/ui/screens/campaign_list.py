@@ -50,7 +50,7 @@ class CampaignListScreen(Screen[None]):
         yield filter_box
         yield CampaignTable(id="campaigns")
         yield Static(id="list-empty")
-        yield Footer()
+        yield Footer(compact=True, show_command_palette=False)
 
     def on_mount(self) -> None:
         target = self.r3.target

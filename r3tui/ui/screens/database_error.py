@@ -25,4 +25,4 @@ class DatabaseErrorScreen(Screen[None]):
                 Text.assemble(("cannot show this database\n\n", "bold red"), self.text),
                 id="error-text",
             )
-        yield Footer()
+        yield Footer(compact=True, show_command_palette=False)

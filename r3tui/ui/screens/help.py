@@ -57,6 +57,9 @@ def binding_rows() -> list[tuple[str, str, str]]:
             binding = b if isinstance(b, Binding) else Binding(*b)
             key = binding.key_display or binding.key
             rows.append((where, _shown_key(key), binding.description))
+        if where == "everywhere":
+            # Textual's own key; the footers leave it out to fit 80 columns
+            rows.append((where, "ctrl+p", "command palette (themes, keys, screenshot)"))
     rows += [("tree", key, what) for key, what in TREE_KEYS]
     rows += [("elites", key, what) for key, what in ELITE_KEYS]
     rows.append(

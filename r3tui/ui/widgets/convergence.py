@@ -57,7 +57,7 @@ def sampled_best(series: Convergence, width: int) -> list[float]:
 
 
 class ConvergencePanel(Vertical):
-    BINDINGS: ClassVar[list[BindingType]] = [Binding("w", "toggle_axis", "Evals/wall time")]
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("w", "toggle_axis", "Evals/time")]
 
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)

@@ -1,8 +1,15 @@
-"""The LLM call that wrote a variant: model, tokens, latency, prompt and response."""
+"""The LLM call that wrote a variant: model, tokens, latency, prompt and response.
+
+The engine stores a prompt as the JSON list of its chat messages (``{"role", "content"}``,
+the same for every backend); it is shown as the conversation it is, each message under
+its role.  A prompt that is not such a list is shown as it was stored.
+"""
 
 from __future__ import annotations
 
-from rich.console import Group
+import json
+
+from rich.console import Group, RenderableType
 from rich.rule import Rule
 from rich.table import Table
 from rich.text import Text
@@ -12,6 +19,38 @@ from textual.widgets import Static
 
 from db.series import VariantDetail
 from r3tui.domain import LLMCall
+
+
+def conversation(prompt: str) -> list[tuple[str, str]] | None:
+    """(role, text) of each message of a stored prompt; None if it is not a message list."""
+    try:
+        data = json.loads(prompt)
+    except ValueError:
+        return None
+    if not isinstance(data, list) or not data:
+        return None
+    messages: list[tuple[str, str]] = []
+    for m in data:
+        if not isinstance(m, dict):
+            return None
+        role, content = m.get("role"), m.get("content")
+        if not isinstance(role, str) or not isinstance(content, str):
+            return None
+        messages.append((role, content))
+    return messages
+
+
+def prompt_lines(prompt: str) -> list[RenderableType]:
+    messages = conversation(prompt)
+    if messages is None:
+        return [Text(prompt)]
+    out: list[RenderableType] = []
+    for i, (role, content) in enumerate(messages):
+        if i:
+            out.append(Text())
+        out.append(Text(role, style="bold underline"))
+        out.append(Text(content.rstrip("\n")))
+    return out
 
 
 class LLMCallView(VerticalScroll):
@@ -49,7 +88,7 @@ class LLMCallView(VerticalScroll):
             Group(
                 facts,
                 Rule("prompt", align="left"),
-                Text(call.prompt),
+                *prompt_lines(call.prompt),
                 Rule("response", align="left"),
                 Text(call.response),
             )

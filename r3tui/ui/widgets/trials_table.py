@@ -18,6 +18,7 @@ from db.series import TrialPage, TrialSort
 from r3tui.domain import MeasurementStatus
 from r3tui.ui.quantities import kernel_time
 from r3tui.ui.widgets.sized_columns import fill_sized
+from r3tui.ui.widgets.variant_tree import failure_style
 
 COLUMNS: tuple[tuple[str, TrialSort | None], ...] = (
     ("trial", TrialSort.ID),
@@ -34,7 +35,7 @@ SORT_ORDER = [s for _, s in COLUMNS if s is not None]
 
 class TrialsTable(DataTable[object]):
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("s", "next_sort", "Sort by"),
+        Binding("s", "next_sort", "Sort"),
         Binding("r", "reverse_sort", "Reverse"),
     ]
 
@@ -77,7 +78,7 @@ class TrialsTable(DataTable[object]):
             cells: list[str | Text] = [
                 str(trial.id),
                 kernel_time(m.time.median_s if m.time else None),
-                Text(m.status.value, style="" if ok else "red"),
+                Text(m.status.value, style="" if ok else failure_style(self.app.no_color)),
                 verified,
                 str(m.resources.registers or "-"),
                 block,

@@ -10,6 +10,7 @@ from db.browse import FAILED_STATUSES
 from db.series import VariantDetail
 from r3tui.domain import Dim3
 from r3tui.ui.quantities import kernel_time, ratio, speedup
+from r3tui.ui.widgets.variant_tree import failure_style
 
 
 def _block(block: Dim3 | None) -> str:
@@ -27,7 +28,8 @@ class VariantSummary(Static):
         table = Table.grid(padding=(0, 2))
         table.add_column(style="bold", no_wrap=True)
         table.add_column()
-        status = Text(node.status.value, style="red" if node.status in FAILED_STATUSES else "")
+        failed = node.status in FAILED_STATUSES
+        status = Text(node.status.value, style=failure_style(self.app.no_color) if failed else "")
         if node.status_reason:
             status.append(f" — {node.status_reason}")
         rows: list[tuple[str, str | Text]] = [

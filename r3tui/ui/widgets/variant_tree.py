@@ -57,10 +57,17 @@ class TreeItem:
         return self.node is None
 
 
-def variant_label(node: VariantNode, original_s: float | None) -> Text:
+def failure_style(monochrome: bool) -> str:
+    """How a failure is drawn.  Under NO_COLOR Textual turns every colour into the grey of
+    its luminance, and red becomes a grey next to the background: failures keep the normal
+    foreground there and are told apart by italics (and the tree's ✗)."""
+    return "italic" if monochrome else "red"
+
+
+def variant_label(node: VariantNode, original_s: float | None, *, monochrome: bool = False) -> Text:
     failed = node.status in FAILED_STATUSES
     glyph = "✗" if failed else GLYPHS.get(node.status, "?")
-    style = "red" if failed else STYLES.get(node.status, "")
+    style = failure_style(monochrome) if failed else STYLES.get(node.status, "")
     label = Text(f"{glyph} #{node.id} ", style=style)
     label.append(f"{node.origin.value} {node.operator or '-'}", style=style)
     if node.best_time_s is not None:
@@ -70,7 +77,8 @@ def variant_label(node: VariantNode, original_s: float | None) -> Text:
         reason = SHORT_REASON.get(node.status, node.status.value)
         if node.status_reason:
             reason = f"{reason}: {node.status_reason}"
-        label.append(f" {reason[:40]}", style="dim")
+        # not dim under NO_COLOR: dimmed grey on grey is what made failures unreadable
+        label.append(f" {reason[:40]}", style=style if monochrome else "dim")
     if node.n_children:
         label.append(f" [{node.n_children}]", style="dim")
     return label
@@ -84,8 +92,9 @@ class VariantTree(Tree[TreeItem]):
     """Textual's Tree with lazy pages, live additions and jumps to any variant."""
 
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("p", "cursor_parent", "Parent"),
-        Binding("c", "first_child", "Children"),
+        # in the help; the footer keeps its 80 columns for the screen's keys
+        Binding("p", "cursor_parent", "Parent", show=False),
+        Binding("c", "first_child", "Children", show=False),
     ]
 
     class ChildrenWanted(Message):
@@ -140,6 +149,9 @@ class VariantTree(Tree[TreeItem]):
     def has_variant(self, variant_id: int) -> bool:
         return variant_id in self._by_id
 
+    def _label(self, node: VariantNode) -> Text:
+        return variant_label(node, self.original_s, monochrome=self.app.no_color)
+
     def _parent_line(self, parent_id: int | None) -> TreeNode[TreeItem] | None:
         return self.root if parent_id is None else self._by_id.get(parent_id)
 
@@ -153,7 +165,7 @@ class VariantTree(Tree[TreeItem]):
         # A variant without children has nothing to load: it counts as loaded, so children
         # that arrive live are added under it instead of only being counted.
         line = parent.add(
-            variant_label(node, self.original_s),
+            self._label(node),
             TreeItem(node, node.parent_id, loaded=node.n_children == 0),
             allow_expand=node.n_children > 0,
             before=before,
@@ -271,7 +283,7 @@ class VariantTree(Tree[TreeItem]):
         node = parent.data.node
         parent.data.node = replace(node, n_children=node.n_children + 1)
         parent.allow_expand = True
-        parent.set_label(variant_label(parent.data.node, self.original_s))
+        parent.set_label(self._label(parent.data.node))
 
     def _relabel(self, node: VariantNode) -> None:
         line = self._by_id.get(node.id)
@@ -283,12 +295,12 @@ class VariantTree(Tree[TreeItem]):
         if node != shown:
             line.data.node = node
             line.allow_expand = node.n_children > 0
-            line.set_label(variant_label(node, self.original_s))
+            line.set_label(self._label(node))
 
     def relabel_all(self) -> None:
         for line in self._by_id.values():
             if line.data is not None and line.data.node is not None:
-                line.set_label(variant_label(line.data.node, self.original_s))
+                line.set_label(self._label(line.data.node))
 
     # ----------------------------------------------------------------------- reacting
 
