@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One GPU session on the device machine: environment probe, the GPU test suite, a summary,
 # then the benchmarks named in R3_BENCH (default: eval_cost spaces inner_live; empty: none;
-# also: bundles campaigns evaluate_llm app_tune verification corpus).
+# also: bundles campaigns evaluate_llm app_tune verification corpus rule_gains).
 #
 #   source .device/setup.sh && bash bench/gpu_session.sh
 #
@@ -101,6 +101,9 @@ run_bench() {  # name, then the command; the log goes to $OUT/<name>.log
 }
 case $bench in *" eval_cost "*)
   run_bench eval_cost python3 bench/eval_cost.py --out "$OUT/eval_cost.txt";; esac
+case $bench in *" rule_gains "*)
+  # issue #19: each rule's variants of the examples re-timed against the original alone
+  run_bench rule_gains python3 bench/rule_gains.py --scale "${R3_RULES_SCALE:-1.0}";; esac
 case $bench in *" spaces "*)
   run_bench spaces python3 bench/record_spaces.py --out "$OUT/spaces"
   (cd "$OUT" && tar czf spaces.tgz spaces && rm -rf spaces);; esac

@@ -1,0 +1,136 @@
+"""What each rule operator gains on each example, on the GPU, by itself.
+
+For every example (recorded fresh at ``--scale``), every rule that applies (each loop for
+``vector_access``, one after another, since it rewrites one loop a call) is compiled with
+NVRTC at each value of the tunable it declares, replayed against the recording (verified),
+and the verified variants are re-timed against the original in interleaved rounds at the
+recorded block.  A rule whose variant pays only with a smaller grid
+(``// r3: work_per_thread``) is launched with that grid.  Prints one line per variant and
+``rule_gain_<example>_<rule>: <ratio> [<low>, <high>]`` for the best value of each rule (the
+ratio original/variant, a bootstrap interval over the rounds' ratios; "within noise" where
+the interval includes 1).  This is the gain of the transformation alone, before any search
+of options or block shape.
+
+    python bench/rule_gains.py [--examples reduce_sum,softmax] [--scale 1.0] [--rounds 15]
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+import tempfile
+from datetime import UTC, datetime
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+EXAMPLES = ("reduce_sum", "softmax", "sgemm", "stencil7", "spmv_csr", "nbody")
+
+
+def variants(source: str, example: str) -> list[tuple[str, str, tuple[tuple[str, str], ...]]]:
+    """``(label, source, defines)`` of every rule variant, at each declared tunable value."""
+    from r3tui.remix.rules import RULES, apply_rule
+    from r3tui.search.source import parse_tunables
+
+    made: list[tuple[str, str]] = []
+    for rule in sorted(RULES):
+        result = apply_rule(rule, source, example, random.Random(0))
+        if not result.ok or result.source is None:
+            continue
+        made.append((rule, result.source))
+        if rule == "vector_access":  # every loop, one more each time
+            text, step = result.source, 1
+            while True:
+                again = apply_rule(rule, text, example, random.Random(step))
+                if not again.ok or again.source is None:
+                    break
+                text, step = again.source, step + 1
+                made.append((f"{rule} x{step}", text))
+    # the reduction's two rules together: the sum a thread takes first, then warp shuffles
+    by_rule = dict(made)
+    if "strided_accumulate" in by_rule:
+        both = apply_rule("warp_shuffle_reduction", by_rule["strided_accumulate"], example,
+                          random.Random(0))
+        if both.ok and both.source is not None:
+            made.append(("strided_accumulate+warp_shuffle_reduction", both.source))
+    out = []
+    for label, text in made:
+        tunables = [t for t in parse_tunables(text) if t.name.startswith("R3_")]
+        if not tunables:
+            out.append((label, text, ()))
+        for t in tunables:
+            out += [(f"{label} {t.name}={v}", text, ((t.name, str(v)),)) for v in t.values]
+    return out
+
+
+def run_example(example: str, scale: float, rounds: int, work: Path) -> list[str]:
+    from r3tui.compile.base import CompileRequest, get_toolchain
+    from r3tui.domain import TrialConfig
+    from r3tui.record.bundle import Bundle
+    from r3tui.record.kernel_recorder import RecordKernelRequest, record_kernel
+    from r3tui.replay.candidate import Candidate
+    from r3tui.replay.worker import ReplayWorker
+    from r3tui.search.source import work_divisor
+    from r3tui.search.winner import summarize
+
+    ex = ROOT / "examples" / example
+    source = (ex / "kernel.cu").read_text()
+    bundle_path = work / f"{example}.r3b"
+    record_kernel(RecordKernelRequest(ex / "kernel.cu", example, ex / "inputs.py", bundle_path,
+                                      seed=2, scale=scale))
+    block = Bundle.open(bundle_path).manifest.launch.block
+    nvrtc = get_toolchain("nvrtc")
+    lines: list[str] = []
+    best: dict[str, tuple[float, float, float, str]] = {}
+    with ReplayWorker(bundle_path, timeout_s=60) as worker:
+        info = worker.start()
+        original = Candidate.from_compiled(
+            nvrtc.compile(CompileRequest(source, example, arch=info.arch)), block=block)
+        if not worker.evaluate(original, timed=False).ok:
+            return [f"{example:10} the original does not replay"]
+        for label, text, defines in variants(source, example):
+            compiled = nvrtc.compile(CompileRequest(text, example, arch=info.arch,
+                                                    defines=defines))
+            if not compiled.ok:
+                lines.append(f"{example:10} {label:40} does not compile")
+                continue
+            candidate = Candidate.from_compiled(compiled, block=block,
+                                                work_divisor=work_divisor(text, dict(defines)))
+            measured = worker.evaluate(candidate, timed=False)
+            if not measured.ok:
+                lines.append(f"{example:10} {label:40} {measured.status.value}: "
+                             f"{(measured.error_text or '')[:60]}")
+                continue
+            base, mine = worker.interleaved([original, candidate], rounds)
+            f = summarize(TrialConfig(), base, mine)
+            lines.append(f"{example:10} {label:40} {f.speedup:6.3f}x [{f.low:.3f}, {f.high:.3f}]"
+                         f"  {f.median_s * 1e6:9.2f} us")
+            rule = label.split(" ")[0]
+            if rule not in best or f.speedup > best[rule][0]:
+                best[rule] = (f.speedup, f.low, f.high, label)
+    for rule, (speedup, low, high, label) in sorted(best.items()):
+        noise = " within noise" if low <= 1.0 <= high else ""
+        lines.append(f"rule_gain_{example}_{rule}: {speedup:.3f} [{low:.3f}, {high:.3f}]{noise}"
+                     f"  ({label})")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--examples", default=",".join(EXAMPLES))
+    parser.add_argument("--scale", type=float, default=1.0)
+    parser.add_argument("--rounds", type=int, default=15)
+    args = parser.parse_args(argv)
+    print(f"# bench/rule_gains.py, {datetime.now(UTC):%Y-%m-%d %H:%M} UTC, scale {args.scale}, "
+          f"{args.rounds} interleaved rounds")
+    with tempfile.TemporaryDirectory() as tmp:
+        for example in args.examples.split(","):
+            for line in run_example(example, args.scale, args.rounds, Path(tmp)):
+                print(line, flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
