@@ -7,6 +7,7 @@ compiler options, launch configuration and tunables) lives here; the outer loop 
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, as_completed
 from dataclasses import dataclass, replace
@@ -455,6 +456,7 @@ def run_inner_campaign(job: InnerCampaign, progress: Progress | None = None) -> 
     from r3tui.compile.cache import CompileCache, default_cache_dir
     from r3tui.compile.pool import CompilePool
     from r3tui.domain import Campaign, CampaignStatus, Variant, VariantOrigin
+    from r3tui.engine.lifecycle import campaign_run, finish
     from r3tui.engine.unit_source import preflight, searched_launch, seed_unit
     from r3tui.errors import R3Error
     from r3tui.record.bundle import Bundle
@@ -536,17 +538,14 @@ def run_inner_campaign(job: InnerCampaign, progress: Progress | None = None) -> 
         search = make_strategy(space, settings)
         search.resume(history)
         budget = Budget(max_trials=job.budget_trials, max_seconds=job.budget_seconds)
-        try:
-            with CompilePool(cache=CompileCache(default_cache_dir())) as pool:
-                evaluator = ReplayEvaluator(source, worker, pool, arch=info.arch)
-                result = run_inner(
-                    database, campaign_id, variant_id, search, evaluator, budget, settings, progress
-                )
-        except BaseException:
-            with database.session_scope() as s:
-                repo.set_campaign_status(s, campaign_id, CampaignStatus.CRASHED)
-            raise
-        with database.session_scope() as s:
-            repo.set_campaign_status(s, campaign_id, CampaignStatus.FINISHED, finished=True)
+        started = time.monotonic()
+        with campaign_run(database, campaign_id), \
+                CompilePool(cache=CompileCache(default_cache_dir())) as pool:
+            evaluator = ReplayEvaluator(source, worker, pool, arch=info.arch)
+            result = run_inner(
+                database, campaign_id, variant_id, search, evaluator, budget, settings, progress
+            )
+        finish(database, campaign_id, CampaignStatus.FINISHED,
+               f"{result.trials} trial(s) done", {"wall_s": time.monotonic() - started})
     database.close()
     return replace(result, launch_notes=space.launch_notes(), campaign_id=campaign_id)

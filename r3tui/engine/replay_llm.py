@@ -78,6 +78,7 @@ def replay_campaign(
     from db.session import open_database
     from r3tui.domain import Campaign, CampaignStatus
     from r3tui.engine.inner import device_limits, provenance
+    from r3tui.engine.lifecycle import campaign_run, finish
     from r3tui.engine.tune import _gpu, make_mutator_from
     from r3tui.engine.unit_source import searched_launch, seed_unit
     from r3tui.errors import R3Error
@@ -138,18 +139,11 @@ def replay_campaign(
                 control=control,
                 progress=progress,
             )
-            try:
+            with campaign_run(database, new_id):
                 made = replay_tree(run, old_campaign_id)
-            except BaseException as exc:
-                with database.session_scope() as s:
-                    repo.set_campaign_status(s, new_id, CampaignStatus.CRASHED)
-                    repo.add_event(s, new_id, "crash", f"{type(exc).__name__}: {exc}"[:500])
-                raise
         status = CampaignStatus.STOPPED if control.stop_requested else CampaignStatus.FINISHED
         timing = {"wall_s": run.timing.wall_s(), "llm_s": 0.0, "evaluate_s": run.timing.evaluate_s}
-        with database.session_scope() as s:
-            repo.set_campaign_status(s, new_id, status, finished=True)
-            repo.add_event(s, new_id, "finish", f"{made} variant(s) re-made and evaluated", timing)
+        finish(database, new_id, status, f"{made} variant(s) re-made and evaluated", timing)
         return CampaignOutcome(new_id, made, status.value, timing)
     finally:
         database.close()

@@ -22,7 +22,8 @@ from r3tui.engine.inner import (
     provenance,
     with_app_limits,
 )
-from r3tui.engine.unit_source import OriginalUnusable, preflight, searched_launch, seed_unit
+from r3tui.engine.lifecycle import campaign_run, finish
+from r3tui.engine.unit_source import preflight, searched_launch, seed_unit
 
 if TYPE_CHECKING:
     from db.session import Database
@@ -173,11 +174,8 @@ def run_campaign(
             evaluator_for = None
             checked = None
             if gpu is not None:
-                try:  # the original must compile before anything is searched
+                with campaign_run(database, campaign_id):  # the original must compile first
                     checked = preflight(source, settings.inner.toolchain, gpu[2].arch)
-                except OriginalUnusable as exc:
-                    _fail(database, campaign_id, exc)
-                    raise
                 settings = replace(settings, inner=replace(settings.inner,
                                                            toolchain=checked.toolchain))
             settings = replace(settings, inner=with_app_limits(settings.inner, bundle_path))
@@ -220,21 +218,13 @@ def run_campaign(
                 control=control,
                 progress=progress,
             )
-            try:
+            with campaign_run(database, campaign_id):
                 if generate_only is not None:
                     made = len(run.generate(generate_only))
                 elif evaluate_only:
                     made = run.evaluate_pending()
                 else:
                     made = run.run()
-            except OriginalUnusable as exc:
-                _fail(database, campaign_id, exc)
-                raise
-            except BaseException as exc:
-                with database.session_scope() as s:
-                    repo.set_campaign_status(s, campaign_id, CampaignStatus.CRASHED)
-                    repo.add_event(s, campaign_id, "crash", f"{type(exc).__name__}: {exc}"[:500])
-                raise
         timing = {
             "wall_s": run.timing.wall_s(),
             "llm_s": run.timing.llm_s,
@@ -247,18 +237,10 @@ def run_campaign(
             if stopped
             else (CampaignStatus.PAUSED if generate_only is not None else CampaignStatus.FINISHED)
         )
-        with database.session_scope() as s:
-            repo.set_campaign_status(
-                s, campaign_id, status, finished=status is not CampaignStatus.PAUSED
-            )
-            repo.add_event(
-                s,
-                campaign_id,
-                "stop" if stopped else "finish",
-                f"{made} variant(s) {'written' if generate_only is not None else 'done'}; "
-                + ("stopped by request" if stopped else run.stop_reason or "budget spent"),
-                timing,
-            )
+        finish(database, campaign_id, status,
+               f"{made} variant(s) {'written' if generate_only is not None else 'done'}; "
+               + ("stopped by request" if stopped else run.stop_reason or "budget spent"),
+               timing)
         notes = tuple(n for n in (
             f"searched {seed.describe()}" if seed.unit is not None else None,
             checked.note if checked is not None else None,
@@ -267,16 +249,6 @@ def run_campaign(
         return CampaignOutcome(campaign_id, made, status.value, timing, notes)
     finally:
         database.close()
-
-
-def _fail(database: Database, campaign_id: int, exc: OriginalUnusable) -> None:
-    """Mark the campaign failed: its original cannot be compiled or replayed."""
-    from db import repository as repo
-    from r3tui.domain import CampaignStatus
-
-    with database.session_scope() as s:
-        repo.set_campaign_status(s, campaign_id, CampaignStatus.FAILED, finished=True)
-        repo.add_event(s, campaign_id, "abort", exc.one_line()[:500])
 
 
 def _start_message(generate_only: int | None, evaluate_only: bool) -> str:
