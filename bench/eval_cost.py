@@ -204,7 +204,7 @@ def run_example(
 
 
 def gpu_name() -> str:
-    from r3tui.record import cuda_driver as cu
+    from r3tui.cuda import driver as cu
 
     ctx = cu.PrimaryContext(0)
     return cu.device_info(ctx.device).name

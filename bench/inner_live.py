@@ -46,7 +46,7 @@ def ceilings() -> tuple[float, float]:
     import struct
 
     from r3tui.compile.base import CompileRequest, get_toolchain
-    from r3tui.record import cuda_driver as cu
+    from r3tui.cuda import driver as cu
     from r3tui.replay.timing import EventTimer
 
     ctx = cu.PrimaryContext(0)

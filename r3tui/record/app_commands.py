@@ -102,13 +102,13 @@ def parse_size(text: str) -> int:
 def cmd_record_app(args: argparse.Namespace) -> int:
     from rich.console import Console
 
+    from r3tui.cuda.arena import GUARD_BYTES
     from r3tui.record.app_recorder import (
         MAX_CONFIGS,
         AppRecordRequest,
         record_app,
         resolve_executable,
     )
-    from r3tui.record.arena import GUARD_BYTES
     from r3tui.record.commands import register
 
     command = tuple(args.app_command)

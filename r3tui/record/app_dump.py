@@ -39,8 +39,8 @@ from typing import Any
 import numpy as np
 
 from r3tui import __version__
+from r3tui.cuda.arena import ARENA_BASE
 from r3tui.domain import Dim3, LaunchTimes
-from r3tui.record.arena import ARENA_BASE
 from r3tui.record.bundle import BundleWriter
 from r3tui.record.layout import allocation_dtypes, layout_from_buffer, params_from_bytes
 from r3tui.record.manifest import (

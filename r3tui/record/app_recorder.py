@@ -23,9 +23,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from r3tui.cuda.arena import GUARD_BYTES
 from r3tui.errors import ApplicationTimedOut, GpuUnavailable, R3Error, RecordingError
 from r3tui.record import app_dump, interposer
-from r3tui.record.arena import GUARD_BYTES
 
 if TYPE_CHECKING:
     from r3tui.record.sources import KernelSource

@@ -47,7 +47,7 @@ from r3tui.record.manifest import (
 from r3tui.record.spec import KernelInputs
 
 if TYPE_CHECKING:
-    from r3tui.record.arena import ArenaBlock
+    from r3tui.cuda.arena import ArenaBlock
 
 Progress = Callable[[str], None]
 
@@ -121,8 +121,8 @@ class _Launch:
 def record_kernel(req: RecordKernelRequest, progress: Progress | None = None) -> Bundle:
     """Record one launch of ``req.kernel_name`` (and its check launches); returns the bundle."""
     from r3tui.compile.base import CompileRequest, first_error_line, get_toolchain
-    from r3tui.record import cuda_driver as cu
-    from r3tui.record.arena import ALIGNMENT, Arena
+    from r3tui.cuda import driver as cu
+    from r3tui.cuda.arena import ALIGNMENT, Arena
     from r3tui.replay.timing import EventTimer, L2Flush, TimingPolicy, time_launches
     from r3tui.replay.verify import compare_host
 

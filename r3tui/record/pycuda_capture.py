@@ -32,8 +32,8 @@ from pathlib import Path
 from typing import Any
 
 from r3tui import __version__
+from r3tui.cuda.arena import DEFAULT_RESERVE, Arena, ArenaBlock
 from r3tui.domain import Dim3, Tolerance
-from r3tui.record.arena import DEFAULT_RESERVE, Arena, ArenaBlock
 from r3tui.record.bundle import Bundle, BundleWriter
 from r3tui.record.layout import device_global_names, layout_from_buffer, params_from_bytes
 from r3tui.record.manifest import (
@@ -134,7 +134,7 @@ class CaptureSession:
         global _PROCESS_ARENA
         import pycuda.driver as drv
 
-        from r3tui.record import cuda_driver as cu
+        from r3tui.cuda import driver as cu
 
         cu.init_device(0)
         if cu.current_context() is None:
@@ -250,7 +250,7 @@ class CaptureSession:
                       orig: Callable[..., Any]) -> Any:
         import pycuda.driver as drv
 
-        from r3tui.record import cuda_driver as cu
+        from r3tui.cuda import driver as cu
 
         drv.Context.synchronize()  # the application's queued work is part of the prologue
         live = self.arena.live_blocks()
@@ -304,7 +304,7 @@ class CaptureSession:
 
     def _params(self, name: str, image: bytes | None, arg_bytes: bytes,
                 by_address: dict[int, str]) -> tuple[ParamInfo, ...]:
-        from r3tui.record import cuda_driver as cu
+        from r3tui.cuda import driver as cu
 
         layout: list[tuple[int, int]] | None = None
         if image is not None:
@@ -346,7 +346,7 @@ class CaptureSession:
     def finish(self, *, failed: bool) -> list[Bundle]:
         import pycuda.driver as drv
 
-        from r3tui.record import cuda_driver as cu
+        from r3tui.cuda import driver as cu
 
         if failed:
             for config in self.configs.values():
@@ -400,7 +400,7 @@ class CaptureSession:
 
 
 def _is_device_pointer(value: int) -> bool:
-    from r3tui.record import cuda_driver as cu
+    from r3tui.cuda import driver as cu
 
     drv = cu.driver()
     attr = drv.CUpointer_attribute.CU_POINTER_ATTRIBUTE_MEMORY_TYPE

@@ -14,8 +14,8 @@ from typing import Any
 
 import numpy as np
 
+from r3tui.cuda import driver as cu
 from r3tui.domain import Norm, Tolerance
-from r3tui.record import cuda_driver as cu
 from r3tui.replay.verify import Comparison, ErrorStats, compare_host, decide
 
 _TYPES = {

@@ -17,9 +17,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
+from r3tui.cuda import driver as cu
+from r3tui.cuda.arena import Arena
 from r3tui.domain import Dim3, Measurement, MeasurementStatus, ResourceUsage, Tolerance
-from r3tui.record import cuda_driver as cu
-from r3tui.record.arena import Arena
 from r3tui.record.bundle import Bundle
 from r3tui.record.manifest import AllocationInfo, GlobalInfo, Manifest
 from r3tui.replay.candidate import Candidate

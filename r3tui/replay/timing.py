@@ -14,8 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from r3tui.cuda import driver as cu
 from r3tui.domain import TimeStats
-from r3tui.record import cuda_driver as cu
 
 
 @dataclass(frozen=True)

@@ -58,7 +58,7 @@ def guard_app(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 
 def test_reads_just_outside_allocations_record_and_replay_with_the_guard(
         guard_app: tuple[Path, Path]) -> None:
-    from r3tui.record.arena import ARENA_BASE, GUARD_BYTES
+    from r3tui.cuda.arena import ARENA_BASE, GUARD_BYTES
     from r3tui.record.bundle import Bundle
 
     work, exe = guard_app

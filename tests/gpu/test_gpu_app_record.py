@@ -120,7 +120,7 @@ def test_pointer_in_struct_bundle_holds_the_arena_addresses(
         recorded: tuple[str, Path, dict[str, Any]]) -> None:
     import struct
 
-    from r3tui.record.arena import ARENA_BASE
+    from r3tui.cuda.arena import ARENA_BASE
     from r3tui.record.bundle import Bundle
     from r3tui.record.manifest import ParamKind
 

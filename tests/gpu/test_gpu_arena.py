@@ -15,8 +15,8 @@ pytestmark = pytest.mark.gpu
 
 
 def test_arena_reserves_the_fixed_address_and_refuses_a_second_reservation() -> None:
-    from r3tui.record import cuda_driver as cu
-    from r3tui.record.arena import ARENA_BASE, Arena
+    from r3tui.cuda import driver as cu
+    from r3tui.cuda.arena import ARENA_BASE, Arena
 
     ctx = cu.PrimaryContext(0)
     try:
@@ -84,7 +84,7 @@ def _nan(a: np.ndarray, both: bool) -> tuple[np.ndarray, np.ndarray]:
 @pytest.mark.parametrize("name,tolerance,dtype,make", CASES, ids=[c[0] for c in CASES])
 def test_device_comparison_agrees_with_numpy(name: str, tolerance: Tolerance | None,
                                              dtype: str | None, make: object) -> None:
-    from r3tui.record import cuda_driver as cu
+    from r3tui.cuda import driver as cu
     from r3tui.replay.device_verify import DeviceComparator
 
     expected, actual = make(np.random.default_rng(1))  # type: ignore[operator]

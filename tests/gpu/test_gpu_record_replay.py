@@ -123,7 +123,7 @@ def test_ptr_struct_pointers_survive_replay_in_another_process(
     import os
     import struct
 
-    from r3tui.record.arena import ARENA_BASE
+    from r3tui.cuda.arena import ARENA_BASE
     from r3tui.record.bundle import Bundle
     from r3tui.replay import Candidate, ReplayWorker
 

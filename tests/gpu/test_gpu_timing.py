@@ -16,7 +16,7 @@ EMPTY = 'extern "C" __global__ void empty(int* p) { if (p && threadIdx.x == 1024
 def test_the_gate_keeps_the_hosts_launch_latency_out_of_a_kernels_time() -> None:
     from r3tui.compile.base import CompileRequest
     from r3tui.compile.nvrtc import NvrtcToolchain
-    from r3tui.record import cuda_driver as cu
+    from r3tui.cuda import driver as cu
     from r3tui.replay.timing import EventTimer
 
     ctx = cu.PrimaryContext(0)

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from r3tui.cli import main
+from r3tui.cuda.arena import ARENA_BASE
 from r3tui.domain import LaunchTimes
 from r3tui.record import app_dump, interposer
-from r3tui.record.arena import ARENA_BASE
 from r3tui.record.bundle import Bundle
 from r3tui.record.manifest import ParamKind
 

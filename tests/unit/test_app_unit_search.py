@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from r3tui.cuda.arena import ARENA_BASE
 from r3tui.domain import Dim3
 from r3tui.engine.apply import _Best, apply_campaign
 from r3tui.engine.unit_source import preflight, seed_unit
-from r3tui.record.arena import ARENA_BASE
 from r3tui.record.bundle import Bundle, BundleWriter
 from r3tui.record.manifest import ArenaInfo, KernelInfo, LaunchInfo, Manifest, SourceFile
 from tests.unit.test_device_unit import HEADERS, KERNELS_CUH, MAIN_CU

@@ -13,9 +13,9 @@ from typing import Any
 import numpy as np
 import pytest
 
+from r3tui.cuda.arena import ARENA_BASE
 from r3tui.domain import Dim3, Norm, TimeStats, Tolerance
 from r3tui.errors import ChecksumMismatch, ManifestError, RecordingError
-from r3tui.record.arena import ARENA_BASE
 from r3tui.record.bundle import Bundle, BundleWriter, remove_stale_temporaries
 from r3tui.record.manifest import (
     FORMAT_VERSION,

@@ -25,7 +25,7 @@ def r3(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 
 def _no_gpu() -> bool:
     try:
-        from r3tui.record.cuda_driver import init_device
+        from r3tui.cuda.driver import init_device
 
         init_device(0)
     except Exception:

@@ -14,10 +14,10 @@ import pytest
 from r3tui.analysis.device_unit import DeviceUnitError, device_unit
 from r3tui.compile.base import CompileRequest, get_toolchain
 from r3tui.compile.nvrtc import default_include_dirs
+from r3tui.cuda.arena import ARENA_BASE
 from r3tui.domain import Dim3
 from r3tui.engine.unit_source import seed_unit
 from r3tui.errors import ManifestError
-from r3tui.record.arena import ARENA_BASE
 from r3tui.record.bundle import BundleWriter
 from r3tui.record.headers import collect
 from r3tui.record.manifest import (

@@ -22,8 +22,8 @@ from typing import Any
 import pytest
 
 from r3tui.cli import main
+from r3tui.cuda.arena import ARENA_BASE, GUARD_BYTES
 from r3tui.record import app_dump, interposer
-from r3tui.record.arena import ARENA_BASE, GUARD_BYTES
 from r3tui.record.bundle import Bundle
 from r3tui.record.manifest import ArenaInfo, Manifest
 

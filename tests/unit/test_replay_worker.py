@@ -62,7 +62,7 @@ def test_worker_reports_a_missing_gpu_as_one_error(tmp_path: Path) -> None:
     bundle = write_bundle(tmp_path / "b")
     worker = ReplayWorker(bundle.path, startup_timeout_s=120)
     try:
-        from r3tui.record.cuda_driver import init_device
+        from r3tui.cuda.driver import init_device
 
         init_device(0)
     except GpuUnavailable:

@@ -15,8 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from r3tui.cuda import driver as cu
 from r3tui.errors import ArenaUnavailable
-from r3tui.record import cuda_driver as cu
 
 ARENA_BASE = 0x153940000000
 DEFAULT_RESERVE = 64 << 30  # virtual only; physical memory follows use
@@ -96,7 +96,7 @@ class Arena:
     """A fixed-address VMM range with a bump allocator.
 
     ``device`` is the CUDA device ordinal.  A context must be current (the caller's, or
-    :class:`~r3tui.record.cuda_driver.PrimaryContext`).
+    :class:`~r3tui.cuda.driver.PrimaryContext`).
     """
 
     def __init__(self, reserve: int = DEFAULT_RESERVE, *, base: int = ARENA_BASE,
