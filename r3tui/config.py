@@ -47,6 +47,25 @@ class Settings:
     compile: CompileSettings = field(default_factory=CompileSettings)
     model: ModelSettings = field(default_factory=ModelSettings)
     sources: tuple[Path, ...] = ()  # config files that were read, for `r3 doctor`
+    # [campaign] and [search]: defaults for the flags of r3 tune and r3 tune-app, keyed by
+    # the fields of CampaignSettings and InnerSettings (checked there: engine.options), each
+    # with the file it came from
+    tables: tuple[tuple[str, str, object, Path], ...] = ()
+
+    def table(self, section: str) -> tuple[dict[str, object], Path | None]:
+        """A ``[campaign]`` or ``[search]`` section, later files over earlier ones, and the
+        last file that set any of it."""
+        values: dict[str, object] = {}
+        origin = None
+        for name, key, value, path in self.tables:
+            if name == section:
+                values[key] = value
+                origin = path
+        return values, origin
+
+
+# sections of r3.toml whose keys the engine checks against its settings dataclasses
+FLAG_TABLES = ("campaign", "search")
 
 
 def user_config_path() -> Path:
@@ -94,12 +113,17 @@ def _merge_section(current: Any, section: str, values: Any, origin: Path) -> Any
 
 def apply_file(settings: Settings, path: Path) -> Settings:
     data = _read_toml(path)
-    sections = {f.name for f in fields(settings) if f.name != "sources"}
+    sections = {f.name for f in fields(settings) if f.name not in ("sources", "tables")}
     for section, values in data.items():
+        if section in FLAG_TABLES:
+            if not isinstance(values, dict):
+                raise ConfigError(f"{path}: [{section}] must be a table")
+            settings = replace(settings, tables=(
+                *settings.tables, *((section, k, v, path) for k, v in values.items())))
+            continue
         if section not in sections:
-            raise ConfigError(
-                f"{path}: unknown section [{section}] (known: {', '.join(sorted(sections))})"
-            )
+            known = ", ".join(sorted((*sections, *FLAG_TABLES)))
+            raise ConfigError(f"{path}: unknown section [{section}] (known: {known})")
         settings = replace(
             settings, **{section: _merge_section(getattr(settings, section), section, values, path)}
         )

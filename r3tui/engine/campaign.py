@@ -43,6 +43,7 @@ from r3tui.engine.lineage import (
     rebuild_archive,
     store_elites,
 )
+from r3tui.engine.options import option
 from r3tui.search.strategy import derive_seed
 
 if TYPE_CHECKING:
@@ -62,24 +63,33 @@ SEED_SHARE = 0.4
 class CampaignSettings:
     """How a campaign searches; stored with the campaign so a resume searches the same way."""
 
+    # the fields with an option() are the user's: r3 tune's flags and r3.toml's [campaign]
+    # section come from them (engine.options)
     variants: int | None = 20  # child proposals to make (the outer budget)
     seconds: float | None = None  # or a wall-time budget
-    inner_trials: int = 12  # configurations tried per child variant
-    seed_trials: int = 40  # configurations tried for the original source
-    warm_start: int = 1  # a child first tries its parent's best configurations
+    inner_trials: int = option(12, "--inner-budget", "trials per child variant")
+    seed_trials: int = option(40, "--seed-budget", "trials for the original source")
+    warm_start: int = option(1, "--warm-start", "a child first tries its parent's K best "
+                             "configurations", metavar="K")
     # a child's model is also told its ancestors' trials (this many generations; 0: off),
     # shifted onto the child's scale: the inner searches of a lineage continue one another
-    transfer: int = 4
+    transfer: int = option(4, "--transfer", "tell a child's model the trials of its last G "
+                           "ancestors (0: off)", metavar="G")
     give_up_after: int = 4  # trials without one success before a variant is abandoned
-    islands: int = 2
+    islands: int = option(2, "--islands", "MAP-Elites islands")
     migration_interval: int = 10
-    seed: int = 0
-    llm_share: float = 1.0  # fraction of proposals asked of the LLM (0: rules only)
-    edit_format: str = "search_replace"
+    seed: int = option(0, "--seed", "seed of every random choice of the campaign")
+    llm_share: float = option(0.75, "--llm-share", "fraction of proposals asked of the model "
+                              "(the rest: rule operators; --rules-only: none)")
+    edit_format: str = option("search_replace", "--edit-format", "how the model answers: "
+                              "SEARCH/REPLACE edits or the whole kernel",
+                              choices=("search_replace", "whole"))
     prefetch: bool = True  # generate the next proposal while the GPU evaluates
     # a model's change that does not compile or verify goes back to it once with the failure
     # (a repair turn); the answer is a child of the failed variant, origin "repair"
-    repair: bool = True
+    repair: bool = option(True, "--no-repair", "do not send a model's change that fails to "
+                          "compile or verify back to it once with the failure (the repair "
+                          "turn)", negate=True)
     # which transformation to try first follows what each has gained in this campaign
     # (Thompson sampling, r3tui.search.bandit); off: a uniform draw
     adaptive: bool = True

@@ -48,18 +48,34 @@ def _bar(total: int | None, description: str) -> Iterator[tuple[Any, Any]]:
         yield bar, bar.add_task(description, total=total, note="")
 
 
+def _table(args: argparse.Namespace, cls: type, section: str) -> dict[str, Any]:
+    """The ``r3.toml`` section ``section`` for the settings ``cls``, checked."""
+    from r3tui.engine.options import check_table
+
+    settings = getattr(args, "settings", None)
+    if settings is None:
+        return {}
+    table, origin = settings.table(section)
+    check_table(cls, section, table, origin)
+    return table
+
+
+def _seed(args: argparse.Namespace) -> int:
+    from r3tui.engine.campaign import CampaignSettings
+    from r3tui.engine.options import resolve
+
+    return int(resolve(CampaignSettings, args, _table(args, CampaignSettings, "campaign"))["seed"])
+
+
 def _inner_settings(args: argparse.Namespace) -> Any:
     from r3tui.engine import InnerSettings
     from r3tui.engine.inner import bayes_settings
+    from r3tui.engine.options import resolve
 
     settings = InnerSettings(
-        strategy=args.strategy,
-        estimator=args.estimator,
-        bayes=args.bo,
-        batch=args.batch,
-        seed=args.seed,
+        **resolve(InnerSettings, args, _table(args, InnerSettings, "search")),
+        seed=_seed(args),
         toolchain=args.toolchain or args.settings.compile.toolchain,
-        launch_bounds=not args.no_launch_bounds,
     )
     bayes_settings(settings)  # a bad --bo fails here, in one line, before any work
     return settings
@@ -140,21 +156,13 @@ def _campaign_settings(
     args: argparse.Namespace, variants: int | None, seconds: float | None
 ) -> Any:
     from r3tui.engine.campaign import CampaignSettings
+    from r3tui.engine.options import resolve
 
-    return CampaignSettings(
-        variants=variants,
-        seconds=seconds,
-        inner_trials=args.inner_budget,
-        seed_trials=args.seed_budget,
-        warm_start=args.warm_start,
-        transfer=args.transfer,
-        islands=args.islands,
-        seed=args.seed,
-        llm_share=0.0 if args.rules_only else args.llm_share,
-        edit_format=args.edit_format,
-        repair=not args.no_repair,
-        inner=_inner_settings(args),
-    )
+    values = resolve(CampaignSettings, args, _table(args, CampaignSettings, "campaign"))
+    if args.rules_only:
+        values["llm_share"] = 0.0
+    return CampaignSettings(variants=variants, seconds=seconds, **values,
+                            inner=_inner_settings(args))
 
 
 def _show_steps(bar: Any, task: Any) -> Any:
@@ -279,7 +287,12 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
 
 def add_campaign_options(parser: argparse.ArgumentParser) -> None:
     """The options of a campaign (model, mix, archive, inner search, toolchain), shared by
-    ``r3 tune`` and ``r3 tune-app``."""
+    ``r3 tune`` and ``r3 tune-app``; the settings' flags come from their dataclasses
+    (engine.options), where r3.toml's [campaign] and [search] sections are checked too."""
+    from r3tui.engine.campaign import CampaignSettings
+    from r3tui.engine.inner import InnerSettings
+    from r3tui.engine.options import add_options
+
     parser.add_argument(
         "--model",
         type=Path,
@@ -293,57 +306,12 @@ def add_campaign_options(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="deterministic rule mutations only, no language model",
     )
-    parser.add_argument(
-        "--llm-share",
-        type=float,
-        default=0.75,
-        help="fraction of proposals asked of the model (rest: rule operators)",
-    )
-    parser.add_argument(
-        "--no-repair",
-        action="store_true",
-        help="do not send a model's change that fails to compile or verify back to it once "
-        "with the failure (the repair turn)",
-    )
-    parser.add_argument(
-        "--edit-format",
-        choices=("search_replace", "whole"),
-        default="search_replace",
-        help="how the model answers: SEARCH/REPLACE edits or the whole kernel",
-    )
-    parser.add_argument("--islands", type=int, default=2, help="MAP-Elites islands")
-    parser.add_argument("--inner-budget", type=int, default=12, help="trials per child variant")
-    parser.add_argument("--seed-budget", type=int, default=40,
-                        help="trials for the original source")
-    parser.add_argument(
-        "--warm-start", type=int, default=1, metavar="K",
-        help="a child first tries its parent's K best configurations")
-    parser.add_argument(
-        "--transfer", type=int, default=4, metavar="G",
-        help="tell a child's model the trials of its last G ancestors (0: off)")
-    parser.add_argument("--strategy", choices=("bayes", "random", "exhaustive"), default="bayes")
-    parser.add_argument(
-        "--estimator",
-        choices=("GP", "RF", "ET"),
-        default="GP",
-        help="surrogate model of the Bayesian search",
-    )
-    parser.add_argument(
-        "--bo",
-        default="defaults",
-        metavar="NAME=VALUE,...",
-        help="more settings of the Bayesian search, e.g. acq_func=EI,xi=0.05 "
-        "(a wrong NAME lists the valid ones)",
-    )
+    add_options(parser, CampaignSettings)
+    add_options(parser, InnerSettings)
     parser.add_argument(
         "--toolchain",
         choices=("nvrtc", "nvcc", "llvm"),
         help="compiler (default: [compile] toolchain, nvrtc)",
-    )
-    parser.add_argument("--batch", type=int, default=8, help="configurations asked at once")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument(
-        "--no-launch-bounds", action="store_true", help="do not search __launch_bounds__"
     )
 
 

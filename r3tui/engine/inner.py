@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from r3tui.domain import Measurement, MeasurementStatus, TrialConfig
+from r3tui.engine.options import option
 
 if TYPE_CHECKING:
     from db.session import Database
@@ -162,15 +163,22 @@ class ReplayEvaluator:
 class InnerSettings:
     """How one variant's configurations are searched."""
 
-    strategy: str = "bayes"  # bayes | random | exhaustive
-    estimator: str = "GP"  # GP | RF | ET, for bayes
-    bayes: str = "defaults"  # more BayesSettings, NAME=VALUE,... (r3 tune --bo)
-    batch: int = 8  # configurations asked at once, so the compile pool stays busy
+    # the fields with an option() are the user's: flags and r3.toml's [search] section
+    strategy: str = option("bayes", "--strategy", "how configurations are chosen",
+                           choices=("bayes", "random", "exhaustive"))
+    estimator: str = option("GP", "--estimator", "surrogate model of the Bayesian search",
+                            choices=("GP", "RF", "ET"))
+    bayes: str = option("defaults", "--bo", "more settings of the Bayesian search, e.g. "
+                        "acq_func=EI,xi=0.05 (a wrong NAME lists the valid ones)",
+                        metavar="NAME=VALUE,...")
+    # configurations asked at once, so the compile pool stays busy
+    batch: int = option(8, "--batch", "configurations asked at once")
     finalists: int = 3  # best configurations re-timed against the baseline
     rounds: int = 9  # interleaved re-timing rounds
     seed: int = 0
     toolchain: str = "nvrtc"
-    launch_bounds: bool = True  # inject __launch_bounds__ as a dimension
+    launch_bounds: bool = option(True, "--no-launch-bounds", "do not search __launch_bounds__",
+                                 negate=True)  # inject __launch_bounds__ as a dimension
     # the most threads per block the application launches the kernel with over all its
     # recorded configurations (with_app_limits): injected bounds below it would fail those
     # launches in the application, so the search never tries them (0: the recorded block only)
