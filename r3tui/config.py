@@ -19,21 +19,17 @@ DEFAULT_DB = Path("r3.sqlite")
 PROJECT_CONFIG = Path("r3.toml")
 
 
+# Only keys something reads: [compile] arch and cache_dir and [db] busy_timeout_s were
+# documented and never read (the GPU's own architecture is compiled for, the cache is the
+# user cache directory, the busy timeout db.session's default), so they are gone.
 @dataclass(frozen=True)
 class DatabaseSettings:
     path: Path = field(default=DEFAULT_DB, metadata={"help": "experiment database file"})
-    busy_timeout_s: float = field(
-        default=10.0, metadata={"help": "how long a writer waits for a lock before failing"}
-    )
 
 
 @dataclass(frozen=True)
 class CompileSettings:
-    toolchain: str = field(default="nvrtc", metadata={"help": "nvrtc | nvcc"})
-    arch: str = field(default="sm_90", metadata={"help": "GPU architecture to build cubins for"})
-    cache_dir: Path | None = field(
-        default=None, metadata={"help": "compile cache directory (default: user cache dir)"}
-    )
+    toolchain: str = field(default="nvrtc", metadata={"help": "nvrtc | nvcc | llvm"})
 
 
 @dataclass(frozen=True)
@@ -95,15 +91,11 @@ def _merge_section(current: Any, section: str, values: Any, origin: Path) -> Any
                 f"{origin}: unknown key {section}.{key} (known: {', '.join(sorted(known))})"
             )
         default = getattr(current, key)
-        if isinstance(default, Path) or key in ("path", "cache_dir"):
+        if isinstance(default, Path) or key == "path":
             if not isinstance(value, str):
                 raise ConfigError(f"{origin}: {section}.{key} must be a string path")
             path = Path(value).expanduser()
             updates[key] = path if path.is_absolute() else origin.parent / path
-        elif isinstance(default, float):
-            if not isinstance(value, int | float):
-                raise ConfigError(f"{origin}: {section}.{key} must be a number")
-            updates[key] = float(value)
         else:
             if not isinstance(value, str):
                 raise ConfigError(f"{origin}: {section}.{key} must be a string")
