@@ -27,6 +27,7 @@ from r3tui.compile.base import (
 )
 from r3tui.compile.cubin import Cubin, CubinError
 from r3tui.compile.options import render
+from r3tui.demangle import demangle_all
 from r3tui.errors import ToolchainError
 
 _INSTALL_HINT = "install the CUDA toolkit and put nvcc on PATH (or set CUDA_HOME)"
@@ -202,7 +203,7 @@ def lowered_name(cubin: bytes, kernel_name: str) -> tuple[str | None, str]:
     if kernel_name in kernels:
         return kernel_name, ""
     wanted = _normalise(kernel_name)
-    demangled = demangle(kernels)
+    demangled = demangle_all(kernels)
     matches = [
         k for k in kernels if demangled.get(k) and _normalise(function_name(demangled[k])) == wanted
     ]
@@ -217,27 +218,6 @@ def lowered_name(cubin: bytes, kernel_name: str) -> tuple[str | None, str]:
     if matches:
         return None, f"kernel {kernel_name!r} is ambiguous in the cubin: {listed}"
     return None, f"kernel {kernel_name!r} is not in the cubin; its kernels: {listed}"
-
-
-def demangle(symbols: list[str]) -> dict[str, str]:
-    """Demangled names by ``c++filt`` (empty where it is not installed)."""
-    tool = shutil.which("c++filt")
-    mangled = [s for s in symbols if s.startswith("_Z")]
-    if tool is None or not mangled:
-        return {}
-    try:
-        run = subprocess.run(
-            [tool],
-            input="\n".join(mangled) + "\n",
-            capture_output=True,
-            text=True,
-            timeout=30,
-            check=False,
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return {}
-    lines = run.stdout.splitlines()
-    return dict(zip(mangled, lines, strict=False)) if len(lines) == len(mangled) else {}
 
 
 def function_name(demangled: str) -> str:

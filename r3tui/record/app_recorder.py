@@ -183,7 +183,7 @@ def _source_choice(found: KernelSource) -> app_dump.SourceChoice:
 
 
 def _demangler() -> Callable[[str], str]:
-    from r3tui.record.sources import demangle
+    from r3tui.demangle import demangle
 
     def pretty(name: str) -> str:
         return demangle(name) or name

@@ -19,13 +19,12 @@ from __future__ import annotations
 import json
 import re
 import shlex
-import shutil
-import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from r3tui.compile.nvcc import function_name
+from r3tui.demangle import demangle
 
 _ANONYMOUS = "(anonymous namespace)"
 _SOURCE_SUFFIXES = (".cu", ".cuh", ".cpp", ".cc", ".cxx", ".h", ".hpp")
@@ -81,24 +80,6 @@ class QualifiedName:
 
 
 # -- names ---------------------------------------------------------------------------------
-def demangle(symbol: str) -> str | None:
-    """``symbol`` demangled by ``cu++filt`` or ``c++filt``; None without either (or not _Z)."""
-    if not symbol.startswith("_Z"):
-        return None
-    for tool in ("cu++filt", "c++filt"):
-        path = shutil.which(tool)
-        if path is None:
-            continue
-        try:
-            run = subprocess.run(
-                [path, symbol], capture_output=True, text=True, timeout=30, check=False
-            )
-        except (OSError, subprocess.TimeoutExpired):
-            continue
-        out = run.stdout.strip()
-        if run.returncode == 0 and out and out != symbol:
-            return out
-    return None
 
 
 class _Reader:
