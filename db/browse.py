@@ -7,9 +7,8 @@ them all), and live updates ask only for rows newer than the ones already shown.
 panes beside the tree show (a variant's details and trials, the convergence series, the
 totals of the status line, the events) is in ``db.series``.
 
-"The original" is the recorded configuration of the kernel: its time is the baseline that the
-recorder stored in the bundle manifest (``launch.baseline.median_s``); where a manifest has
-none, the seed variant's best time stands in.
+"The original", its time and the campaign's figures (best speedup, duration, evaluations/s)
+are defined once, in ``db.figures``.
 """
 
 from __future__ import annotations
@@ -22,9 +21,10 @@ from typing import Any
 from sqlalchemy import ColumnElement, Select, case, func, literal, select
 from sqlalchemy.orm import Session
 
+from db.figures import OK_TRIAL, CampaignTiming, campaign_timing, original_time
 from db.models import CampaignRow, EventRow, RecordingRow, TrialRow, VariantRow
-from db.repository import list_campaign_summaries
-from r3tui.domain import CampaignStatus, MeasurementStatus, VariantOrigin, VariantStatus
+from db.repository import CampaignSummary, list_campaign_summaries
+from r3tui.domain import CampaignStatus, VariantOrigin, VariantStatus
 
 FAILED_STATUSES = frozenset(
     {
@@ -36,67 +36,13 @@ FAILED_STATUSES = frozenset(
     }
 )
 
-# Shared with db.series, which builds on these.
-OK_TRIAL: ColumnElement[bool] = TrialRow.status == MeasurementStatus.OK
-RECORDED_BASELINE_S = func.json_extract(RecordingRow.manifest, "$.launch.baseline.median_s")
-
-
-def _speedup(reference_s: float | None, time_s: float | None) -> float | None:
-    return reference_s / time_s if reference_s and time_s else None
-
-
-# ------------------------------------------------------------------------------- campaigns
-
-
-@dataclass(frozen=True)
-class CampaignListRow:
-    """One line of the campaign list: the repository's summary with the original's time."""
-
-    id: int
-    name: str
-    kernel_name: str
-    gpu: str | None
-    status: CampaignStatus
-    n_variants: int
-    n_trials: int
-    best_time_s: float | None
-    original_s: float | None  # the recorded configuration's time (see the module doc)
-    started_at: datetime
-
-    @property
-    def best_speedup(self) -> float | None:
-        return _speedup(self.original_s, self.best_time_s)
+# The campaign list is the repository's summaries: one definition of every figure it shows.
+CampaignListRow = CampaignSummary
 
 
 def campaign_rows(s: Session) -> list[CampaignListRow]:
-    """Every campaign with counts, best time and the original's time, oldest first."""
-    baselines = dict(
-        s.execute(
-            select(CampaignRow.id, RECORDED_BASELINE_S).join(
-                RecordingRow, RecordingRow.id == CampaignRow.recording_id
-            )
-        )
-        .tuples()
-        .all()
-    )
-    rows = []
-    for c in list_campaign_summaries(s):
-        original = baselines.get(c.id)
-        rows.append(
-            CampaignListRow(
-                id=c.id,
-                name=c.name,
-                kernel_name=c.kernel_name,
-                gpu=c.gpu,
-                status=c.status,
-                n_variants=c.n_variants,
-                n_trials=c.n_trials,
-                best_time_s=c.best_time_s,
-                original_s=float(original) if original is not None else c.seed_time_s,
-                started_at=c.started_at,
-            )
-        )
-    return rows
+    """Every campaign with counts and figures, oldest first."""
+    return list_campaign_summaries(s)
 
 
 def find_campaign(s: Session, name: str) -> int | None:
@@ -124,7 +70,8 @@ class CampaignHeader:
     finished_at: datetime | None
     updated_at: datetime
     bundle_path: str
-    original_s: float | None
+    original_s: float | None  # db.figures.original_time
+    timing: CampaignTiming  # the campaign's duration (db.figures)
     n_variants: int
     last_variant_id: int  # 0 while there is none: live updates ask for ids above these
     last_trial_id: int
@@ -146,13 +93,13 @@ def campaign_header(
     every variant row (polls do: islands come and go only with new variants, which the
     tree sees anyway)."""
     row = s.execute(
-        select(CampaignRow, RecordingRow.kernel_name, RecordingRow.bundle_path, RECORDED_BASELINE_S)
+        select(CampaignRow, RecordingRow.kernel_name, RecordingRow.bundle_path)
         .join(RecordingRow, RecordingRow.id == CampaignRow.recording_id)
         .where(CampaignRow.id == campaign_id)
     ).one_or_none()
     if row is None:
         return None
-    campaign, kernel, bundle, baseline = row
+    campaign, kernel, bundle = row
     n_variants, last_variant = s.execute(
         select(func.count(), func.coalesce(func.max(VariantRow.id), 0)).where(
             VariantRow.campaign_id == campaign_id
@@ -173,7 +120,8 @@ def campaign_header(
                 .order_by(VariantRow.island)
             ).scalars()
         )
-    original = float(baseline) if baseline is not None else seed_time(s, campaign_id)
+    timing = campaign_timing(s, campaign_id)
+    assert timing is not None  # the campaign row was just read in this session
     return CampaignHeader(
         id=campaign.id,
         name=campaign.name,
@@ -186,24 +134,14 @@ def campaign_header(
         finished_at=campaign.finished_at,
         updated_at=campaign.updated_at,
         bundle_path=bundle,
-        original_s=original,
+        original_s=original_time(s, campaign_id),
+        timing=timing,
         n_variants=int(n_variants),
         last_variant_id=int(last_variant),
         last_trial_id=int(last_trial),
         last_event_id=int(last_event),
         islands=islands,
     )
-
-
-def seed_time(s: Session, campaign_id: int) -> float | None:
-    """The seed variant's best time: the original's where the manifest has no baseline."""
-    return s.execute(
-        select(func.min(TrialRow.median_s))
-        .join(VariantRow, VariantRow.id == TrialRow.variant_id)
-        .where(
-            TrialRow.campaign_id == campaign_id, OK_TRIAL, VariantRow.origin == VariantOrigin.SEED
-        )
-    ).scalar_one_or_none()
 
 
 # ------------------------------------------------------------------------------------ tree

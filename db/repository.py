@@ -21,6 +21,7 @@ from sqlalchemy import ColumnElement, case, func, insert, select, text, update
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
 
+from db.figures import BestSpeedup, CampaignFigures, campaign_figures
 from db.models import (
     Base,
     CampaignRow,
@@ -66,11 +67,24 @@ class CampaignSummary:
     gpu: str | None  # the GPU's name, from the campaign's provenance
     status: CampaignStatus
     n_variants: int
-    n_trials: int
-    best_time_s: float | None  # best median of any ok trial
-    seed_time_s: float | None  # best median of the seed variant(s)
-    best_speedup: float | None  # seed_time_s / best_time_s; None until both exist
     started_at: datetime
+    figures: CampaignFigures  # trials, best time, original, best speedup, duration
+
+    @property
+    def n_trials(self) -> int:
+        return self.figures.n_trials
+
+    @property
+    def best_time_s(self) -> float | None:
+        return self.figures.best_time_s
+
+    @property
+    def original_s(self) -> float | None:
+        return self.figures.original_s
+
+    @property
+    def best_speedup(self) -> BestSpeedup | None:
+        return self.figures.best_speedup
 
 
 @dataclass(frozen=True)
@@ -278,26 +292,11 @@ def _gpu_name(provenance: Mapping[str, Any] | None) -> str | None:
 
 
 def list_campaign_summaries(s: Session) -> list[CampaignSummary]:
-    """Every campaign with its counts and best speedup, in one query."""
+    """Every campaign with its counts and figures (``db.figures``), oldest first, in a
+    handful of grouped queries."""
     n_variants = (
         select(VariantRow.campaign_id, func.count().label("n"))
         .group_by(VariantRow.campaign_id)
-        .subquery()
-    )
-    trial_stats = (
-        select(
-            TrialRow.campaign_id,
-            func.count().label("n"),
-            func.min(case((_OK, TrialRow.median_s))).label("best"),
-        )
-        .group_by(TrialRow.campaign_id)
-        .subquery()
-    )
-    seed_best = (
-        select(TrialRow.campaign_id, func.min(TrialRow.median_s).label("best"))
-        .join(VariantRow, VariantRow.id == TrialRow.variant_id)
-        .where(_OK, VariantRow.origin == VariantOrigin.SEED)
-        .group_by(TrialRow.campaign_id)
         .subquery()
     )
     query = (
@@ -309,37 +308,25 @@ def list_campaign_summaries(s: Session) -> list[CampaignSummary]:
             CampaignRow.status,
             CampaignRow.started_at,
             func.coalesce(n_variants.c.n, 0),
-            func.coalesce(trial_stats.c.n, 0),
-            trial_stats.c.best,
-            seed_best.c.best,
         )
         .join(RecordingRow, RecordingRow.id == CampaignRow.recording_id)
         .outerjoin(n_variants, n_variants.c.campaign_id == CampaignRow.id)
-        .outerjoin(trial_stats, trial_stats.c.campaign_id == CampaignRow.id)
-        .outerjoin(seed_best, seed_best.c.campaign_id == CampaignRow.id)
         .order_by(CampaignRow.id)
     )
-    summaries = []
-    for cid, name, kernel, provenance, status, started, n_var, n_trials, best, seed in s.execute(
-        query
-    ):
-        speedup = seed / best if seed is not None and best else None
-        summaries.append(
-            CampaignSummary(
-                id=cid,
-                name=name,
-                kernel_name=kernel,
-                gpu=_gpu_name(provenance),
-                status=status,
-                n_variants=int(n_var),
-                n_trials=int(n_trials),
-                best_time_s=best,
-                seed_time_s=seed,
-                best_speedup=speedup,
-                started_at=started,
-            )
+    figures = campaign_figures(s)
+    return [
+        CampaignSummary(
+            id=cid,
+            name=name,
+            kernel_name=kernel,
+            gpu=_gpu_name(provenance),
+            status=status,
+            n_variants=int(n_var),
+            started_at=started,
+            figures=figures[cid],
         )
-    return summaries
+        for cid, name, kernel, provenance, status, started, n_var in s.execute(query)
+    ]
 
 
 # -------------------------------------------------------------------------------- variants

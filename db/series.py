@@ -17,8 +17,9 @@ from typing import Any
 from sqlalchemy import case, func, select
 from sqlalchemy.orm import Session
 
-from db.browse import OK_TRIAL, RECORDED_BASELINE_S, VariantNode, seed_time, variant_nodes
-from db.models import CampaignRow, EventRow, LLMCallRow, RecordingRow, TrialRow, VariantRow
+from db.browse import VariantNode, variant_nodes
+from db.figures import OK_TRIAL, original_time
+from db.models import CampaignRow, EventRow, LLMCallRow, TrialRow, VariantRow
 
 # _measurement: the one mapping of trial rows to Measurement lives in the repository.
 from db.repository import EventRecord, TrialRecord, _trial, events, get_trial
@@ -28,7 +29,8 @@ from db.repository import EventRecord, TrialRecord, _trial, events, get_trial
 
 @dataclass(frozen=True)
 class CampaignStats:
-    """Totals for the status bar: throughput and where the time went."""
+    """Totals for the status bar: evaluations and where the time went (evaluations/s is
+    ``db.figures.evaluations_per_s`` of ``n_trials`` and the campaign's duration)."""
 
     n_trials: int = 0
     n_ok: int = 0
@@ -40,13 +42,6 @@ class CampaignStats:
     n_llm_calls: int = 0
     last_trial_id: int = 0
     last_llm_call_id: int = 0
-
-    @property
-    def evaluations_per_s(self) -> float | None:
-        if self.first_trial_at is None or self.last_trial_at is None or self.n_trials < 2:
-            return None
-        span = (self.last_trial_at - self.first_trial_at).total_seconds()
-        return (self.n_trials - 1) / span if span > 0 else None
 
 
 def campaign_stats(
@@ -284,14 +279,10 @@ def convergence(s: Session, campaign_id: int, *, since: Convergence | None = Non
     ).one_or_none()
     last_id = last[0] if last is not None else after
     n += _count_trials(s, campaign_id, counted_to, last_id) if last_id > counted_to else 0
-    started, baseline = s.execute(
-        select(CampaignRow.started_at, RECORDED_BASELINE_S)
-        .join(RecordingRow, RecordingRow.id == CampaignRow.recording_id)
-        .where(CampaignRow.id == campaign_id)
-    ).one()
-    original = float(baseline) if baseline is not None else since.original_s
-    if original is None:
-        original = seed_time(s, campaign_id)
+    started = s.execute(
+        select(CampaignRow.started_at).where(CampaignRow.id == campaign_id)
+    ).scalar_one()
+    original = original_time(s, campaign_id)
     return Convergence(
         points=tuple(points),
         n_evaluations=n,

@@ -99,10 +99,13 @@ def _cmd_db_info(args: argparse.Namespace) -> int:
 
 
 def _cmd_runs(args: argparse.Namespace) -> int:
+    from datetime import UTC, datetime
+
     from rich.console import Console
     from rich.table import Table
 
     from db import repository as repo
+    from db.figures import duration_text
     from db.session import open_database
 
     with (
@@ -114,9 +117,11 @@ def _cmd_runs(args: argparse.Namespace) -> int:
     if not summaries:
         console.print(f"no campaigns in {args.db} yet")
         return 0
-    table = Table("id", "name", "kernel", "gpu", "status", "variants", "best speedup", "started")
+    now = datetime.now(UTC)
+    table = Table(
+        "id", "name", "kernel", "gpu", "status", "variants", "best speedup", "took", "started"
+    )
     for row in summaries:
-        speedup = f"{row.best_speedup:.2f}x" if row.best_speedup else "-"
         started = row.started_at.strftime("%Y-%m-%d %H:%M") if row.started_at else "-"
         table.add_row(
             str(row.id),
@@ -125,7 +130,8 @@ def _cmd_runs(args: argparse.Namespace) -> int:
             row.gpu or "-",
             str(row.status),
             str(row.n_variants),
-            speedup,
+            row.figures.best_speedup_text,  # as the TUI and r3 report write it (db.figures)
+            duration_text(row.figures.duration_s(now)),
             started,
         )
     console.print(table)

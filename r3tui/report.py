@@ -16,9 +16,18 @@ import difflib
 import json
 from collections import Counter
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from db.figures import (
+    BestSpeedup,
+    CampaignFigures,
+    best_speedup,
+    duration_text,
+    evaluations_per_s,
+    rate_text,
+)
 from r3tui.domain import MeasurementStatus, TrialConfig, Variant, VariantOrigin, VariantStatus
 from r3tui.errors import R3Error
 
@@ -93,12 +102,24 @@ class CampaignReport:
     # the same funnel per transformation (a rule operator or a catalogue entry for the model):
     # what each operator contributed, the counts the campaign's bandit chooses by
     operators: dict[str, SourceYield] = field(default_factory=dict)
+    # the figures every screen shows (db.figures): best speedup, duration, evaluations/s
+    figures: CampaignFigures | None = None
+    duration_s: float | None = None  # at the time of the report, for a running campaign
 
     @property
     def speedup(self) -> float | None:
-        if self.original_s and self.best_s:
-            return self.original_s / self.best_s
-        return None
+        """The best trial over the original (what ``contributions`` multiply to); the figure
+        a screen shows is ``best_speedup``, re-timed where the campaign has one."""
+        best = best_speedup(self.original_s, self.best_s)
+        return best.value if best is not None else None
+
+    @property
+    def best_speedup(self) -> BestSpeedup | None:
+        return self.figures.best_speedup if self.figures is not None else None
+
+    @property
+    def evaluations_per_s(self) -> float | None:
+        return evaluations_per_s(self.trials, self.duration_s)
 
 
 def _yields(variants: list[Variant], by: str = "origin") -> dict[str, SourceYield]:
@@ -125,19 +146,22 @@ def _yields(variants: list[Variant], by: str = "origin") -> dict[str, SourceYiel
     return {k: SourceYield(**dict(c)) for k, c in out.items()}
 
 
-def build_report(s: Session, campaign_id: int) -> CampaignReport:
+def build_report(s: Session, campaign_id: int, now: datetime | None = None) -> CampaignReport:
+    """``now``: the moment a running campaign's duration is counted to (default: now)."""
     from db import repository as repo
+    from db.figures import figures_of
 
     campaign = repo.get_campaign(s, campaign_id)
-    if campaign is None:
+    figures = figures_of(s, campaign_id)
+    if campaign is None or figures is None:
         raise R3Error(f"no campaign {campaign_id} in this database", hint="list them: `r3 runs`")
     recording = repo.get_recording(s, campaign.recording_id)
     variants = repo.campaign_variants(s, campaign_id)
     trials: dict[int, list[TrialRecord]] = {}
     for t in repo.finished_trials(s, campaign_id):
         trials.setdefault(t.variant_id, []).append(t)
-    seeds = [v for v in variants if v.origin is VariantOrigin.SEED]
-    original_s = _best(trials.get(seeds[0].id or -1, []), is_recorded_config) if seeds else None
+    original_s = figures.original_s
+    # the variant of db.figures' best time: the fastest trial of the seed or a verified one
     best: tuple[float, Variant] | None = None
     for v in variants:
         if v.status in _OK_STATUSES or v.origin is VariantOrigin.SEED:
@@ -176,11 +200,8 @@ def build_report(s: Session, campaign_id: int) -> CampaignReport:
     llm_s = sum(c.latency_s for _, c in repo.campaign_llm_calls(s, campaign_id))
     compile_s = sum(t.measurement.compile_time_s or 0.0 for t in all_trials)
     replay_s = sum(t.measurement.replay_wall_s or 0.0 for t in all_trials)
-    wall_s = sum(
-        float(e.data.get("wall_s", 0.0))
-        for e in repo.events(s, campaign_id, limit=1_000_000)
-        if e.kind in ("finish", "stop") and e.data
-    )
+    duration_s = figures.duration_s(now or datetime.now(UTC))
+    wall_s = duration_s or 0.0
     split = {"llm_s": llm_s, "compile_s": compile_s, "replay_s": replay_s, "wall_s": wall_s}
     if wall_s > 0:
         split["inference_share"] = min(1.0, llm_s / wall_s)
@@ -205,6 +226,8 @@ def build_report(s: Session, campaign_id: int) -> CampaignReport:
         dict(skipped),
         dict(skipped_by_operator),
         _yields(variants, by="operator"),
+        figures,
+        duration_s,
     )
 
 
@@ -224,8 +247,6 @@ def render(report: CampaignReport) -> list[str]:
             + (f", {v.operator}" if v.operator else "")
             + f"): {report.best_s * us:.2f} µs"
         )
-        if report.speedup:
-            line += f", speedup {report.speedup:.3f}x over the original"
         lines.append(line)
         if report.spread:
             lines.append(
@@ -241,6 +262,19 @@ def render(report: CampaignReport) -> list[str]:
             )
         if report.best_config is not None:
             lines.append(f"  config: {json.dumps(report.best_config.to_json())}")
+    best = report.best_speedup
+    if best is not None:
+        lines.append(
+            f"best speedup: {best.text}"
+            + (f" [{best.ci[0]:.3f}, {best.ci[1]:.3f}] (95% CI)" if best.ci else "")
+        )
+    if report.figures is not None:
+        runs = report.figures.timing.n_runs
+        lines.append(
+            f"took {duration_text(report.duration_s)}"
+            + (f" over {runs} runs" if runs > 1 else "")
+            + f", {report.trials} evaluations, {rate_text(report.evaluations_per_s)}"
+        )
     if report.contributions:
         parts = ", ".join(f"{k} {x:.3f}x" for k, x in report.contributions.items())
         lines.append(f"contributions: {parts}")

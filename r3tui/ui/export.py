@@ -1,15 +1,17 @@
-"""Exporting a variant: what someone needs to use it outside R³.
+"""Exporting a variant: the TUI's ``e`` is ``r3 export``, in a child process.
 
-One folder per variant: ``kernel.cu`` (its source), ``options.txt`` (the compiler flags of
-its best configuration, one a line), ``launch.json`` (block shape, launch bounds, tunables,
-toolchain, pipeline and the measured time), ``variant.patch`` (a unified diff against its
-parent) and ``variant.json`` (lineage, status, features).
+One format for both: the TUI runs ``python -m r3tui export CAMPAIGN --variant ID --out
+DIR/variant-ID`` (``r3tui.report.export_variant``, which needs the search and engine layers
+the UI must not import), so the folder holds what ``r3 export`` writes: ``KERNEL.cu``,
+``options.txt``, ``launch.json``, ``KERNEL.patch`` (against the original) and, for a kernel
+of an application's unit, ``application.patch`` (docs/tui.md).
 """
 
 from __future__ import annotations
 
 import difflib
-import json
+import subprocess
+import sys
 from pathlib import Path
 
 from db.series import VariantDetail
@@ -36,41 +38,24 @@ def patch_of(detail: VariantDetail) -> str:
     )
 
 
-def export_variant(detail: VariantDetail, root: Path) -> Path:
-    """Write the variant's files under ``root/variant-<id>``; returns that folder."""
-    node = detail.node
-    folder = root / f"variant-{node.id}"
-    trial = detail.best_trial
-    config = trial.config.to_json() if trial else None
-    launch = {
-        "toolchain": config["toolchain"] if config else None,
-        "block": config["block"] if config else None,
-        "launch_bounds": config["launch_bounds"] if config else None,
-        "tunables": config["tunables"] if config else {},
-        "pipeline": config["pipeline"] if config else None,
-        "median_s": trial.measurement.time.median_s if trial and trial.measurement.time else None,
-        "trial_id": trial.id if trial else None,
-    }
-    meta = {
-        "variant_id": node.id,
-        "parent_id": node.parent_id,
-        "origin": node.origin.value,
-        "operator": node.operator,
-        "status": node.status.value,
-        "status_reason": node.status_reason,
-        "island": node.island,
-        "features": detail.features,
-        "llm_call_id": detail.llm_call_id,
-        "created_at": detail.created_at.isoformat(),
-    }
+def export_argv(
+    db: Path, campaign_id: int, variant_id: int, out: Path, python: str = sys.executable
+) -> list[str]:
+    return [python, "-m", "r3tui", "export", str(campaign_id), "--variant", str(variant_id),
+            "--out", str(out), "--db", str(db)]
+
+
+def export_variant(db: Path, campaign_id: int, variant_id: int, root: Path) -> Path:
+    """Write the variant's files under ``root/variant-<id>`` with ``r3 export``; returns that
+    folder, or raises ExportError with the command's own one-line reason."""
+    folder = root / f"variant-{variant_id}"
+    argv = export_argv(db, campaign_id, variant_id, folder)
     try:
-        folder.mkdir(parents=True, exist_ok=True)
-        (folder / "kernel.cu").write_text(detail.source)
-        options = list(config["options"]) if config else []
-        (folder / "options.txt").write_text("".join(f"{o}\n" for o in options))
-        (folder / "launch.json").write_text(json.dumps(launch, indent=2) + "\n")
-        (folder / "variant.patch").write_text(patch_of(detail))
-        (folder / "variant.json").write_text(json.dumps(meta, indent=2) + "\n")
-    except OSError as exc:
-        raise ExportError(f"cannot write the export to {folder}: {exc.strerror}") from exc
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=300, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise ExportError(f"cannot run r3 export: {exc}") from exc
+    if done.returncode != 0:
+        lines = [ln for ln in done.stderr.splitlines() if ln.strip()]
+        reason = lines[-1].strip() if lines else f"exit status {done.returncode}"
+        raise ExportError(f"cannot export variant {variant_id}: {reason}")
     return folder

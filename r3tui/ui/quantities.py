@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import UTC, datetime, tzinfo
 
+from db.figures import duration_text, speedup_text
+
 Clock = Callable[[], datetime]
 
 
@@ -23,8 +25,9 @@ def kernel_time(seconds: float | None) -> str:
     return f"{seconds:.2f} s"
 
 
-def speedup(value: float | None) -> str:
-    return "-" if value is None else f"{value:.2f}×"
+# A campaign's figures and how they are written are defined once, in db.figures (shared
+# with r3 runs and r3 report); the UI writes every speedup and duration the same way.
+speedup = speedup_text
 
 
 def ratio(reference_s: float | None, time_s: float | None) -> float | None:
@@ -33,12 +36,7 @@ def ratio(reference_s: float | None, time_s: float | None) -> float | None:
 
 def duration(seconds: float) -> str:
     """``42s``, ``3m05s``, ``2h07m``: elapsed times in a status line."""
-    seconds = max(0, int(seconds))
-    if seconds < 60:
-        return f"{seconds}s"
-    if seconds < 3600:
-        return f"{seconds // 60}m{seconds % 60:02d}s"
-    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+    return duration_text(seconds)
 
 
 def moment(at: datetime | None, zone: tzinfo | None) -> str:

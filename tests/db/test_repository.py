@@ -8,6 +8,7 @@ import pytest
 from sqlalchemy import exc
 
 from db import repository as repo
+from db.figures import SpeedupBasis
 from db.session import Database
 from r3tui.domain import (
     Campaign,
@@ -15,6 +16,7 @@ from r3tui.domain import (
     EliteCell,
     LLMCall,
     MeasurementStatus,
+    TrialConfig,
     Variant,
     VariantOrigin,
     VariantStatus,
@@ -251,17 +253,21 @@ def test_campaign_summaries(database: Database) -> None:
         c2 = repo.create_campaign(
             s, Campaign(name="second", recording_id=rid2, seed=1, provenance={"driver": "580"})
         )
-        # c1: seed at 100 us, best child at 25 us -> 4x; a failed trial and a second child.
+        # c1: the original (the seed at the recorded configuration) at 100 us, tuned at 90 us;
+        # the verified child at 25 us -> 4x; a failed trial; a pending child at 10 us that
+        # cannot be the best (not verified yet).
         child = repo.add_variant(
             s, Variant(campaign_id=c1, source="//", origin=VariantOrigin.LLM, parent_id=seed1)
         )
-        repo.add_variant(
+        repo.update_variant(s, child, status=VariantStatus.VERIFIED)
+        pending = repo.add_variant(
             s, Variant(campaign_id=c1, source="//", origin=VariantOrigin.RULE, parent_id=seed1)
         )
-        repo.insert_trial(s, c1, seed1, f.config(), f.ok(120e-6))
-        repo.insert_trial(s, c1, seed1, f.config(), f.ok(100e-6))
+        repo.insert_trial(s, c1, seed1, TrialConfig(), f.ok(100e-6))
+        repo.insert_trial(s, c1, seed1, f.config(), f.ok(90e-6))
         repo.insert_trial(s, c1, child, f.config(), f.ok(25e-6))
         repo.insert_trial(s, c1, child, f.config(), f.failed())
+        repo.insert_trial(s, c1, pending, f.config(), f.ok(10e-6))
         repo.set_campaign_status(s, c1, CampaignStatus.RUNNING)
 
     statements: list[str] = []
@@ -278,7 +284,8 @@ def test_campaign_summaries(database: Database) -> None:
     finally:
         event.remove(database.engine, "before_cursor_execute", count)
     selects = [q for q in statements if q.lstrip().upper().startswith("SELECT")]
-    assert len(selects) == 1, "the campaign list must be one aggregate query, not N+1"
+    # a fixed number of grouped queries (the list and db.figures' parts), not N+1
+    assert len(selects) == 6, selects
 
     first, second = summaries
     assert (first.id, first.name, first.kernel_name, first.gpu) == (
@@ -288,10 +295,13 @@ def test_campaign_summaries(database: Database) -> None:
         "NVIDIA H200",
     )
     assert first.status is CampaignStatus.RUNNING
-    assert (first.n_variants, first.n_trials) == (3, 4)
+    assert (first.n_variants, first.n_trials) == (3, 5)
     assert first.best_time_s == pytest.approx(25e-6)
-    assert first.seed_time_s == pytest.approx(100e-6)
-    assert first.best_speedup == pytest.approx(4.0)
+    assert first.original_s == pytest.approx(100e-6)
+    assert first.best_speedup is not None
+    assert first.best_speedup.value == pytest.approx(4.0)
+    assert first.best_speedup.basis is SpeedupBasis.BEST_TRIAL
+    assert first.figures.best_speedup_text == "4.00× best trial"
     assert first.started_at.tzinfo is UTC
     assert (second.id, second.kernel_name, second.gpu) == (c2, "gemm", None)
     assert (second.n_variants, second.n_trials, second.best_speedup) == (0, 0, None)

@@ -545,7 +545,9 @@ class CampaignScreen(Screen[None]):
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="export")
     def _export(self, detail: VariantDetail) -> None:
-        folder = export_variant(detail, self.r3.export_dir)
+        folder = export_variant(
+            self.r3.db_path, self.campaign_id, detail.node.id, self.r3.export_dir
+        )
         self.post_message(ExportFinished(folder))
 
     def on_export_finished(self, message: ExportFinished) -> None:

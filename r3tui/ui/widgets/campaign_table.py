@@ -8,7 +8,7 @@ from rich.text import Text
 from textual.widgets import DataTable
 
 from db.browse import CampaignListRow
-from r3tui.ui.quantities import kernel_time, moment, speedup
+from r3tui.ui.quantities import kernel_time, moment
 from r3tui.ui.widgets.sized_columns import fill_sized
 from r3tui.ui.widgets.status_bar import STATUS_STYLES
 
@@ -21,7 +21,7 @@ SORTS = {
     "status": lambda r: r.status.value,
     "variants": lambda r: r.n_variants,
     "best": lambda r: r.best_time_s if r.best_time_s is not None else float("inf"),
-    "speedup": lambda r: r.best_speedup or 0.0,
+    "speedup": lambda r: r.best_speedup.value if r.best_speedup else 0.0,
     "started": lambda r: r.started_at,
 }
 COLUMNS = tuple(SORTS)
@@ -54,7 +54,7 @@ class CampaignTable(DataTable[object]):
                 Text(r.status.value, style=STATUS_STYLES[r.status]),
                 str(r.n_variants),
                 kernel_time(r.best_time_s),
-                speedup(r.best_speedup),
+                r.figures.best_speedup_text,  # "1.10× re-timed": as r3 runs, r3 report
                 moment(r.started_at, self.zone),
             )
             for r in shown

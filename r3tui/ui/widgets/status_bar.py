@@ -8,6 +8,7 @@ from rich.text import Text
 from textual.widgets import Static
 
 from db.browse import CampaignHeader
+from db.figures import duration_text, evaluations_per_s, rate_text
 from db.series import CampaignStats
 from r3tui.domain import CampaignStatus
 from r3tui.ui.quantities import duration
@@ -38,20 +39,21 @@ def status_line(
     line = Text()
     line.append(f" {header.status.value} ", style=f"reverse {STATUS_STYLES[header.status]}")
     last = max(filter(None, (stats.last_trial_at, header.updated_at)))
+    took = header.timing.duration_s(now)  # the one definition: db.figures
     if header.status is CampaignStatus.RUNNING:
         quiet = (now - last).total_seconds()
         if owned is None and quiet > STALE_AFTER_S:
             line.append(f" no writes for {duration(quiet)}: engine gone?", style="red")
         else:
-            line.append(f" {duration((now - header.started_at).total_seconds())}")
-    elif header.finished_at is not None:
-        line.append(f" took {duration((header.finished_at - header.started_at).total_seconds())}")
+            line.append(f" {duration_text(took)}")
+    elif took is not None:
+        line.append(f" took {duration_text(took)}")
     if owned:
         line.append(f" [{owned}]", style="bold")
-    rate = stats.evaluations_per_s
+    rate = evaluations_per_s(stats.n_trials, took)
     line.append(f" │ {stats.n_trials} evals")
     if rate is not None:
-        line.append(f" {rate:.1f}/s")
+        line.append(f" {rate_text(rate)}")
     total = stats.llm_s + stats.compile_s + stats.replay_s
     if total > 0:
         shares = (
