@@ -23,7 +23,7 @@ from sqlalchemy.orm import Session
 
 from db.figures import OK_TRIAL, CampaignTiming, campaign_timing, original_time
 from db.models import CampaignRow, EventRow, RecordingRow, TrialRow, VariantRow
-from db.repository import CampaignSummary, list_campaign_summaries
+from db.repository import CampaignSummary, bundle_location, list_campaign_summaries
 from r3tui.domain import CampaignStatus, VariantOrigin, VariantStatus
 
 FAILED_STATUSES = frozenset(
@@ -133,7 +133,7 @@ def campaign_header(
         started_at=campaign.started_at,
         finished_at=campaign.finished_at,
         updated_at=campaign.updated_at,
-        bundle_path=bundle,
+        bundle_path=bundle_location(s, bundle),
         original_s=original_time(s, campaign_id),
         timing=timing,
         n_variants=int(n_variants),

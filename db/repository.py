@@ -15,6 +15,7 @@ import dataclasses
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from sqlalchemy import ColumnElement, case, func, insert, select, text, update
@@ -170,7 +171,32 @@ def _columns(value: DataclassInstance, *, skip: tuple[str, ...] = ()) -> dict[st
 # ------------------------------------------------------------------------------ recordings
 
 
-def _recording(row: RecordingRow) -> Recording:
+def _db_dir(s: Session) -> Path | None:
+    where = s.info.get("db_dir")
+    return Path(where) if where else None
+
+
+def stored_bundle_path(s: Session, path: str) -> str:
+    """How a recording's bundle path is stored: relative to the database's folder when the
+    bundle lies under it (the folder can then move or ship whole), else as given."""
+    base = _db_dir(s)
+    if base is None or not Path(path).is_absolute():
+        return path
+    try:
+        return Path(path).relative_to(base.resolve()).as_posix()
+    except ValueError:
+        return path
+
+
+def bundle_location(s: Session, stored: str) -> str:
+    """A stored bundle path as a path to open: a relative one is under the database's folder."""
+    base = _db_dir(s)
+    if base is None or Path(stored).is_absolute():
+        return stored
+    return str(base / stored)
+
+
+def _recording(row: RecordingRow, s: Session) -> Recording:
     launch = KernelLaunch(
         kernel_name=row.kernel_name,
         grid=Dim3(row.grid_x, row.grid_y, row.grid_z),
@@ -180,7 +206,7 @@ def _recording(row: RecordingRow) -> Recording:
         total_time_s=row.launch_total_time_s,
     )
     return Recording(
-        bundle_path=row.bundle_path,
+        bundle_path=bundle_location(s, row.bundle_path),
         sha256=row.sha256,
         kernel_name=row.kernel_name,
         launch=launch,
@@ -198,7 +224,7 @@ def add_recording(s: Session, rec: Recording, manifest: Mapping[str, Any]) -> in
     stmt = (
         sqlite_insert(RecordingRow)
         .values(
-            bundle_path=rec.bundle_path,
+            bundle_path=stored_bundle_path(s, rec.bundle_path),
             sha256=rec.sha256,
             kernel_name=rec.kernel_name,
             grid_x=launch.grid.x,
@@ -222,7 +248,7 @@ def add_recording(s: Session, rec: Recording, manifest: Mapping[str, Any]) -> in
 
 def get_recording(s: Session, recording_id: int) -> Recording | None:
     row = s.get(RecordingRow, recording_id)
-    return None if row is None else _recording(row)
+    return None if row is None else _recording(row, s)
 
 
 def get_recording_manifest(s: Session, recording_id: int) -> dict[str, Any] | None:
@@ -233,12 +259,12 @@ def get_recording_manifest(s: Session, recording_id: int) -> dict[str, Any] | No
 
 def find_recording_by_sha(s: Session, sha256: str) -> Recording | None:
     row = s.execute(select(RecordingRow).where(RecordingRow.sha256 == sha256)).scalar_one_or_none()
-    return None if row is None else _recording(row)
+    return None if row is None else _recording(row, s)
 
 
 def list_recordings(s: Session) -> list[Recording]:
     rows = s.execute(select(RecordingRow).order_by(RecordingRow.id)).scalars()
-    return [_recording(r) for r in rows]
+    return [_recording(r, s) for r in rows]
 
 
 # ------------------------------------------------------------------------------- campaigns

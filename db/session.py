@@ -242,7 +242,10 @@ class Database:
         self.readonly = readonly
         # Only a database opened with upgrade=False can be behind; see the module doc.
         self.needs_upgrade = needs_upgrade
-        self._sessions = sessionmaker(engine, expire_on_commit=False)
+        # the database's folder, for recordings stored relative to it (repository: a folder
+        # holding the database and its recordings can move, or ship, as a whole)
+        self._sessions = sessionmaker(engine, expire_on_commit=False,
+                                      info={"db_dir": str(path.parent)})
         self._poll_lock = threading.Lock()
         self._poll_connection: Any = None
 
