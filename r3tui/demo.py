@@ -80,9 +80,12 @@ def open_shipped_demo(db: Path = DEMO_DB) -> int:
             "or point `r3 tui --db` at a database of your own",
         )
     with tempfile.TemporaryDirectory(prefix="r3-demo-") as folder:
-        copy = Path(folder) / db.name
-        shutil.copyfile(db, copy)
-        return run_tui(copy)
+        # the database's folder whole: its recordings are stored relative to it (a few MB),
+        # so the copy's campaigns still find their bundles (r3 tune --generate-only,
+        # --replay-llm and r3 export work on it)
+        copy = Path(folder) / "demo"
+        shutil.copytree(db.parent, copy, ignore=shutil.ignore_patterns("*-wal", "*-shm"))
+        return run_tui(copy / db.name)
 
 
 def record_example(example: str, folder: Path, db: Path) -> Path:
