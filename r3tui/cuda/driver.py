@@ -243,8 +243,16 @@ def launch(
     shared_mem_bytes: int,
     stream: Any,
     params: KernelParams,
+    cooperative: bool = False,
 ) -> None:
+    """Launch a kernel; ``cooperative``: as cuLaunchCooperativeKernel (every block resident
+    at once, so the grid may synchronize; a grid too large for that fails to launch)."""
     drv = driver()
+    if cooperative:
+        check(drv.cuLaunchCooperativeKernel(function, *grid, *block, shared_mem_bytes, stream,
+                                            params.address),
+              "cuLaunchCooperativeKernel")
+        return
     check(
         drv.cuLaunchKernel(
             function, *grid, *block, shared_mem_bytes, stream, params.address, 0

@@ -83,6 +83,9 @@ class LaunchInfo:
     # None: never set (the driver's default)
     cache_config: int | None = None
     carveout: int | None = None
+    # launched cooperatively (cuLaunchCooperativeKernel or the cooperative launch attribute):
+    # its blocks may synchronize over the grid, so every replay launches it that way
+    cooperative: bool = False
 
 
 @dataclass(frozen=True)
@@ -290,6 +293,7 @@ def _launch_json(ln: LaunchInfo) -> dict[str, Any]:
         # written only where set: a bundle without them reads as before
         **({"cache_config": ln.cache_config} if ln.cache_config is not None else {}),
         **({"carveout": ln.carveout} if ln.carveout is not None else {}),
+        **({"cooperative": True} if ln.cooperative else {}),
     }
 
 
@@ -556,6 +560,7 @@ def _parse_launch(r: _Reader) -> LaunchInfo:
         baseline=baseline,
         cache_config=_in_range(r, "cache_config", 0, 3),
         carveout=_in_range(r, "carveout", -1, 100),
+        cooperative=bool(r.get("cooperative", bool, optional=True)),
     )
 
 

@@ -106,6 +106,8 @@ class ResidentBundle:
         # extent (a few MiB) was placed elsewhere every time, where 64 GiB at the base held
         # in most processes (ReplayWorker.start restarts a child whose range was taken).
         self.arena = Arena(max(self.extent, 1), base=m.arena.base, device=device)
+        # every launch of this bundle's kernel, candidates too, as the application launched it
+        self.cooperative = m.launch.cooperative
         drv = cu.driver()
         self.info = cu.device_info(self.ctx.device)
         self.stream = cu.check(
@@ -314,7 +316,7 @@ class ResidentBundle:
 
         def launch() -> None:
             cu.launch(loaded.function, grid.as_tuple(), block.as_tuple(), shm, self.stream,
-                      params)
+                      params, self.cooperative)
 
         return loaded, launch
 
@@ -408,7 +410,7 @@ class ResidentBundle:
 
             def launch() -> None:
                 cu.launch(loaded.function, grid.as_tuple(), block.as_tuple(), shm, self.stream,
-                          params)
+                          params, self.cooperative)
                 self.launches += 1
 
             stage = "launch"
@@ -487,7 +489,7 @@ class ResidentBundle:
             params = cu.KernelParams(args, loaded.layout)
             self.restore(loaded, case)
             cu.launch(loaded.function, grid.as_tuple(), block.as_tuple(), shm, self.stream,
-                      params)
+                      params, self.cooperative)
             self.launches += 1
             self._verify_or_raise(loaded, case, case.label)
 
@@ -507,7 +509,7 @@ class ResidentBundle:
 
             def launch(f: Any = loaded.function, g: Dim3 = grid, b: Dim3 = block,
                        m: int = shm, p: Any = params) -> None:
-                cu.launch(f, g.as_tuple(), b.as_tuple(), m, self.stream, p)
+                cu.launch(f, g.as_tuple(), b.as_tuple(), m, self.stream, p, self.cooperative)
                 self.launches += 1
 
             launchers.append((loaded, launch))

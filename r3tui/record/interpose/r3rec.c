@@ -192,6 +192,8 @@ typedef CUresult (*memfreeasync_fn)(CUdeviceptr, CUstream);
 typedef CUresult (*launch_fn)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned,
                               unsigned, unsigned, CUstream, void **, void **);
 typedef CUresult (*launchex_fn)(const CUlaunchConfig *, CUfunction, void **, void **);
+typedef CUresult (*coop_fn)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned,
+                            unsigned, unsigned, CUstream, void **);
 typedef CUresult (*getglobal_fn)(CUdeviceptr *, size_t *, void *, const char *);
 typedef CUresult (*modload_fn)(CUmodule *, const void *);
 typedef CUresult (*modloadex_fn)(CUmodule *, const void *, unsigned, CUjit_option *, void **);
@@ -220,6 +222,7 @@ static memalloc_fn r_alloc; static mempitch_fn r_pitch; static memfree_fn r_free
 static memmanaged_fn r_managed; static memasync_fn r_async, r_async_ptsz;
 static mempool_fn r_pool, r_pool_ptsz; static memfreeasync_fn r_freeasync, r_freeasync_ptsz;
 static launch_fn r_launch, r_launch_ptsz; static launchex_fn r_launchex, r_launchex_ptsz;
+static coop_fn r_coop, r_coop_ptsz;
 static getglobal_fn r_modglobal, r_libglobal;
 static modload_fn r_modload, r_modfat; static modloadex_fn r_modloadex; static libload_fn r_libload;
 static getfunc_fn r_getfunc; static getkernel_fn r_getkernel; static kernfunc_fn r_kernfunc;
@@ -1063,12 +1066,20 @@ static void harvest(int wait) {
     npending_ -= done;
 }
 
+/* coop: a cooperative launch (cuLaunchCooperativeKernel, or cuLaunchKernelEx with the
+ * cooperative attribute): its blocks may synchronize over the whole grid, so a replay must
+ * launch it cooperatively too */
 typedef struct {
     int ex, ptsz; CUfunction f; unsigned g[3], b[3], shm; CUstream s;
-    void **params, **extra; const CUlaunchConfig *cfg;
+    void **params, **extra; const CUlaunchConfig *cfg; int coop;
 } call_t;
 
 static CUresult do_launch(const call_t *c) {
+    if (c->coop && !c->ex) {
+        coop_fn fn = c->ptsz ? r_coop_ptsz : r_coop;
+        return fn ? fn(c->f, c->g[0], c->g[1], c->g[2], c->b[0], c->b[1], c->b[2], c->shm, c->s,
+                       c->params) : CUDA_ERROR_NOT_INITIALIZED;
+    }
     if (c->ex) {
         launchex_fn fn = c->ptsz ? r_launchex_ptsz : r_launchex;
         return fn ? fn(c->cfg, c->f, c->params, c->extra) : CUDA_ERROR_NOT_INITIALIZED;
@@ -1326,12 +1337,13 @@ static CUresult snapshot_launch(const call_t *c, config_t *cfg, func_t *fi, cons
         fprintf(f, "{\"ev\":\"%s\",\"id\":%d,\"recorded\":1,\"name\":",
                 check ? "check" : "config", cfg->id);
         emit_string(f, name);
-        fprintf(f, ",\"cache\":%d,\"carveout\":%d", cache, carveout);
+        fprintf(f, ",\"cache\":%d,\"carveout\":%d,\"coop\":%d", cache, carveout, c->coop);
         fprintf(f, ",\"image\":%d,\"grid\":[%u,%u,%u],\"block\":[%u,%u,%u],\"shm\":%u,"
                 "\"api\":\"%s\",\"rc\":%d,\"sync_rc\":%d,\"time_s\":%.9g,\"bytes\":%llu,"
                 "\"write_error\":%d,\"layout\":",
                 image, c->g[0], c->g[1], c->g[2], c->b[0], c->b[1], c->b[2], c->shm,
-                c->ex ? "cuLaunchKernelEx" : "cuLaunchKernel", (int)rc, (int)sync_rc, ms * 1e-3,
+                c->ex ? "cuLaunchKernelEx" : c->coop ? "cuLaunchCooperativeKernel"
+                : "cuLaunchKernel", (int)rc, (int)sync_rc, ms * 1e-3,
                 (unsigned long long)need, write_errno_ != 0);
         if (layout_known) {
             fputc('[', f);
@@ -1569,8 +1581,22 @@ launch:
 static CUresult launch_common(int ptsz, CUfunction f, unsigned gx, unsigned gy, unsigned gz,
                               unsigned bx, unsigned by, unsigned bz, unsigned shm, CUstream s,
                               void **params, void **extra) {
-    call_t c = {0, ptsz, f, {gx, gy, gz}, {bx, by, bz}, shm, s, params, extra, NULL};
+    call_t c = {0, ptsz, f, {gx, gy, gz}, {bx, by, bz}, shm, s, params, extra, NULL, 0};
     return on_launch(&c);
+}
+static CUresult coop_common(int ptsz, CUfunction f, unsigned gx, unsigned gy, unsigned gz,
+                            unsigned bx, unsigned by, unsigned bz, unsigned shm, CUstream s,
+                            void **params) {
+    call_t c = {0, ptsz, f, {gx, gy, gz}, {bx, by, bz}, shm, s, params, NULL, NULL, 1};
+    return on_launch(&c);
+}
+static CUresult w_coop(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                       unsigned by, unsigned bz, unsigned shm, CUstream s, void **p) {
+    return coop_common(0, f, gx, gy, gz, bx, by, bz, shm, s, p);
+}
+static CUresult w_coop_ptsz(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                            unsigned by, unsigned bz, unsigned shm, CUstream s, void **p) {
+    return coop_common(1, f, gx, gy, gz, bx, by, bz, shm, s, p);
 }
 static CUresult w_launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
                          unsigned by, unsigned bz, unsigned shm, CUstream s, void **p, void **e) {
@@ -1581,8 +1607,13 @@ static CUresult w_launch_ptsz(CUfunction f, unsigned gx, unsigned gy, unsigned g
     return launch_common(1, f, gx, gy, gz, bx, by, bz, shm, s, p, e);
 }
 static CUresult launchex_common(int ptsz, const CUlaunchConfig *k, CUfunction f, void **p, void **e) {
+    int coop = 0;
+    for (unsigned i = 0; k->attrs && i < k->numAttrs; i++)
+        if (k->attrs[i].id == CU_LAUNCH_ATTRIBUTE_COOPERATIVE && k->attrs[i].value.cooperative)
+            coop = 1;
     call_t c = {1, ptsz, f, {k->gridDimX, k->gridDimY, k->gridDimZ},
-                {k->blockDimX, k->blockDimY, k->blockDimZ}, k->sharedMemBytes, k->hStream, p, e, k};
+                {k->blockDimX, k->blockDimY, k->blockDimZ}, k->sharedMemBytes, k->hStream, p, e, k,
+                coop};
     return on_launch(&c);
 }
 static CUresult w_launchex(const CUlaunchConfig *k, CUfunction f, void **p, void **e) {
@@ -1808,6 +1839,7 @@ static void *substitute(const char *sym, void *real, int ver, cuuint64_t flags) 
     SLOT2("cuMemFreeAsync", 11020, r_freeasync, w_freeasync)
     SLOT2("cuLaunchKernel", 4000, r_launch, w_launch)
     SLOT2("cuLaunchKernelEx", 11060, r_launchex, w_launchex)
+    SLOT2("cuLaunchCooperativeKernel", 9000, r_coop, w_coop)
     SLOT("cuModuleGetGlobal", 3020, r_modglobal, w_modglobal)
     SLOT("cuLibraryGetGlobal", 12000, r_libglobal, w_libglobal)
     SLOT("cuModuleLoadData", 2000, r_modload, w_modload)
@@ -1890,6 +1922,12 @@ CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, uns
 }
 CUresult cuLaunchKernelEx(const CUlaunchConfig *k, CUfunction f, void **p, void **e) {
     REAL(r_launchex, "cuLaunchKernelEx"); return w_launchex(k, f, p, e);
+}
+CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz,
+                                   unsigned bx, unsigned by, unsigned bz, unsigned shm,
+                                   CUstream s, void **p) {
+    REAL(r_coop, "cuLaunchCooperativeKernel");
+    return w_coop(f, gx, gy, gz, bx, by, bz, shm, s, p);
 }
 CUresult cuModuleLoadData(CUmodule *m, const void *image) {
     REAL(r_modload, "cuModuleLoadData"); return w_modload(m, image);
