@@ -13,7 +13,7 @@ are defined once, in ``db.figures``.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -23,7 +23,7 @@ from sqlalchemy.orm import Session
 
 from db.figures import OK_TRIAL, CampaignTiming, campaign_timing, original_time
 from db.models import CampaignRow, EventRow, RecordingRow, TrialRow, VariantRow
-from db.repository import CampaignSummary, bundle_location, list_campaign_summaries
+from db.repository import CampaignSummary, bundle_location, gpu_name, list_campaign_summaries
 from r3tui.domain import CampaignStatus, VariantOrigin, VariantStatus
 
 FAILED_STATUSES = frozenset(
@@ -79,13 +79,6 @@ class CampaignHeader:
     islands: tuple[int, ...]
 
 
-def _gpu(provenance: Mapping[str, Any] | None) -> str | None:
-    gpu = (provenance or {}).get("gpu")
-    if isinstance(gpu, Mapping):
-        gpu = gpu.get("name")
-    return None if gpu is None else str(gpu)
-
-
 def campaign_header(
     s: Session, campaign_id: int, *, islands: tuple[int, ...] | None = None
 ) -> CampaignHeader | None:
@@ -126,7 +119,7 @@ def campaign_header(
         id=campaign.id,
         name=campaign.name,
         kernel_name=kernel,
-        gpu=_gpu(campaign.provenance),
+        gpu=gpu_name(campaign.provenance),
         status=campaign.status,
         settings=dict(campaign.settings or {}),
         provenance=dict(campaign.provenance or {}),

@@ -308,7 +308,8 @@ def get_campaign(s: Session, campaign_id: int) -> Campaign | None:
     return None if row is None else _campaign(row)
 
 
-def _gpu_name(provenance: Mapping[str, Any] | None) -> str | None:
+def gpu_name(provenance: Mapping[str, Any] | None) -> str | None:
+    """The GPU a campaign ran on, as every screen names it."""
     # Provenance is free-form JSON written by the engine; accept both {"gpu": "H200"} and
     # {"gpu": {"name": "H200", ...}} rather than fail the whole list on one odd row.
     gpu = (provenance or {}).get("gpu")
@@ -345,7 +346,7 @@ def list_campaign_summaries(s: Session) -> list[CampaignSummary]:
             id=cid,
             name=name,
             kernel_name=kernel,
-            gpu=_gpu_name(provenance),
+            gpu=gpu_name(provenance),
             status=status,
             n_variants=int(n_var),
             started_at=started,

@@ -211,7 +211,7 @@ def build_report(s: Session, campaign_id: int, now: datetime | None = None) -> C
         campaign.name,
         recording.kernel_name if recording else "?",
         campaign.status.value,
-        provenance.get("gpu") if isinstance(provenance, dict) else None,
+        repo.gpu_name(provenance if isinstance(provenance, dict) else None),
         len(variants),
         len(all_trials),
         original_s,

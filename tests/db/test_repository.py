@@ -429,3 +429,17 @@ def test_data_version_changes_on_commit_elsewhere(database: Database) -> None:
             assert isinstance(repo.data_version(s), int)
     finally:
         reader.close()
+
+
+def test_the_gpu_is_named_alike_from_either_form_of_provenance(database: Database) -> None:
+    from r3tui.report import build_report, render
+
+    assert repo.gpu_name({"gpu": "NVIDIA H200"}) == repo.gpu_name(
+        {"gpu": {"name": "NVIDIA H200", "arch": "sm_90"}}) == "NVIDIA H200"
+    assert repo.gpu_name(None) is None and repo.gpu_name({"gpu": None}) is None
+    with database.session_scope() as s:
+        _, cid, _ = f.seed_campaign(s)
+        repo.set_campaign_provenance(s, cid, {"gpu": {"name": "NVIDIA H200", "arch": "sm_90"}})
+        report = build_report(s, cid)
+    assert report.gpu == "NVIDIA H200"
+    assert "GPU NVIDIA H200" in "\n".join(render(report)) and "'name'" not in str(render(report))
