@@ -235,7 +235,7 @@ def test_search_limits_come_from_the_worker_with_the_shared_memory_opt_in() -> N
     from r3tui.replay.worker import WorkerInfo
     from r3tui.search import DeviceLimits
 
-    # what cuda_driver.device_info reports on an H200 (sm_90: 227 KiB opt-in)
+    # what cuda.driver.device_info reports on an H200 (sm_90: 227 KiB opt-in)
     reported = {"max_threads_per_block": 1024, "max_block_dims": [1024, 1024, 64],
                 "max_shared_per_block": 232448, "max_threads_per_sm": 2048, "warp_size": 32}
     info = WorkerInfo(1, "NVIDIA H200", "sm_90", 13000, 0.1, True, reported)
