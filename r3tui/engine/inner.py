@@ -461,15 +461,12 @@ def run_inner_campaign(job: InnerCampaign, progress: Progress | None = None) -> 
     """Record-replay + BO on the original source, every trial in the experiment database."""
     from db import repository as repo
     from db.session import open_database
-    from r3tui.compile.cache import CompileCache, default_cache_dir
-    from r3tui.compile.pool import CompilePool
     from r3tui.domain import Campaign, CampaignStatus, Variant, VariantOrigin
     from r3tui.engine.lifecycle import campaign_run, finish
     from r3tui.engine.unit_source import preflight, searched_launch, seed_unit
     from r3tui.errors import R3Error
     from r3tui.record.bundle import Bundle
     from r3tui.record.commands import recording_of
-    from r3tui.replay.worker import ReplayWorker
     from r3tui.search import Budget
 
     bundle = Bundle.open(job.bundle_path, verify=True)
@@ -480,12 +477,9 @@ def run_inner_campaign(job: InnerCampaign, progress: Progress | None = None) -> 
     text = source.text
     settings = job.settings
     database = open_database(job.db_path, create=True, upgrade=True)
-    from r3tui.engine.application import in_app_reference
-    from r3tui.replay.timing import TimingPolicy
+    from r3tui.engine.gpu import local_gpu
 
-    policy = TimingPolicy(reference_s=in_app_reference(job.bundle_path))
-    with ReplayWorker(job.bundle_path, timeout_s=job.timeout_s, policy=policy) as worker:
-        info = worker.start()
+    with local_gpu(job.bundle_path, job.timeout_s) as (worker, pool, info):
         # before any campaign row: an original that does not compile ends here, in one line
         checked = preflight(source, settings.toolchain, info.arch)
         settings = with_app_limits(replace(settings, toolchain=checked.toolchain),
@@ -547,8 +541,7 @@ def run_inner_campaign(job: InnerCampaign, progress: Progress | None = None) -> 
         search.resume(history)
         budget = Budget(max_trials=job.budget_trials, max_seconds=job.budget_seconds)
         started = time.monotonic()
-        with campaign_run(database, campaign_id), \
-                CompilePool(cache=CompileCache(default_cache_dir())) as pool:
+        with campaign_run(database, campaign_id):
             evaluator = ReplayEvaluator(source, worker, pool, arch=info.arch)
             result = run_inner(
                 database, campaign_id, variant_id, search, evaluator, budget, settings, progress

@@ -77,9 +77,10 @@ def replay_campaign(
     from db import repository as repo
     from db.session import open_database
     from r3tui.domain import Campaign, CampaignStatus
+    from r3tui.engine.gpu import local_gpu
     from r3tui.engine.inner import device_limits, provenance
     from r3tui.engine.lifecycle import campaign_run, finish
-    from r3tui.engine.tune import _gpu, make_mutator_from
+    from r3tui.engine.tune import make_mutator_from
     from r3tui.engine.unit_source import searched_launch, seed_unit
     from r3tui.errors import R3Error
     from r3tui.record.bundle import Bundle
@@ -118,7 +119,7 @@ def replay_campaign(
         path = bundle_path or Path(recording.bundle_path)
         bundle = Bundle.open(path, verify=True)
         mutator = make_mutator_from(settings, RecordedBackend(calls) if calls else None)
-        with control.signals(), _gpu(path, 60.0) as (worker, pool, info):
+        with control.signals(), local_gpu(path, 60.0) as (worker, pool, info):
             from r3tui.engine.inner import KernelSource, ReplayEvaluator
 
             def evaluator_for(src: KernelSource) -> ReplayEvaluator:

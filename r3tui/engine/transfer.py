@@ -220,6 +220,7 @@ def retime(bundle_path: Path, text: str, config: TrialConfig, *, rounds: int = R
                                              str | None, str | None]:
     """``text`` at ``config`` against the bundle's original at its recorded configuration,
     interleaved: (speedup, ci, failed, skipped)."""
+    from r3tui.engine.gpu import local_gpu
     from r3tui.engine.inner import (
         InnerSettings,
         ReplayEvaluator,
@@ -227,7 +228,6 @@ def retime(bundle_path: Path, text: str, config: TrialConfig, *, rounds: int = R
         device_limits,
         with_app_limits,
     )
-    from r3tui.engine.tune import _gpu
     from r3tui.engine.unit_source import searched_launch, seed_unit
     from r3tui.errors import R3Error
     from r3tui.record.bundle import Bundle
@@ -240,7 +240,7 @@ def retime(bundle_path: Path, text: str, config: TrialConfig, *, rounds: int = R
         seed = seed_unit(bundle)
         launch, _ = searched_launch(bundle, seed)
         settings = with_app_limits(InnerSettings(toolchain=config.toolchain), bundle_path)
-        with _gpu(bundle_path, timeout_s) as (worker, pool, info):
+        with local_gpu(bundle_path, timeout_s) as (worker, pool, info):
             space = build_space(launch, seed.source, settings, device_limits(info))
             baseline = replace(space.baseline_config(), toolchain=config.toolchain)
             original = ReplayEvaluator(seed.source, worker, pool, arch=info.arch)

@@ -7,14 +7,14 @@ the budget is spent, stopped on request, crashed (and resumable) when anything e
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager, nullcontext
+from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from r3tui.engine.campaign import CampaignRun, CampaignSettings, Progress
 from r3tui.engine.control import CampaignControl
+from r3tui.engine.gpu import local_gpu
 from r3tui.engine.inner import (
     KernelSource,
     ReplayEvaluator,
@@ -126,22 +126,6 @@ def _model_json(spec: BackendSpec | None) -> dict[str, Any] | None:
     return {k: (str(v) if isinstance(v, Path) else v) for k, v in spec.__dict__.items()}
 
 
-@contextmanager
-def _gpu(bundle_path: Path, timeout_s: float) -> Iterator[tuple[Any, Any, Any]]:
-    """The replay worker and the compile pool, started together and torn down together."""
-    from r3tui.compile.cache import CompileCache, default_cache_dir
-    from r3tui.compile.pool import CompilePool
-    from r3tui.engine.application import in_app_reference
-    from r3tui.replay.timing import TimingPolicy
-    from r3tui.replay.worker import ReplayWorker
-
-    policy = TimingPolicy(reference_s=in_app_reference(bundle_path))
-    with ReplayWorker(bundle_path, timeout_s=timeout_s, policy=policy) as worker:
-        info = worker.start()
-        with CompilePool(cache=CompileCache(default_cache_dir())) as pool:
-            yield worker, pool, info
-
-
 def run_campaign(
     job: CampaignJob,
     progress: Progress | None = None,
@@ -169,13 +153,13 @@ def run_campaign(
         needs_gpu = generate_only is None
         with (
             control.signals(),
-            _gpu(bundle_path, job.timeout_s) if needs_gpu else nullcontext(None) as gpu,
+            local_gpu(bundle_path, job.timeout_s) if needs_gpu else nullcontext(None) as gpu,
         ):
             evaluator_for = None
             checked = None
             if gpu is not None:
                 with campaign_run(database, campaign_id):  # the original must compile first
-                    checked = preflight(source, settings.inner.toolchain, gpu[2].arch)
+                    checked = preflight(source, settings.inner.toolchain, gpu.info.arch)
                 settings = replace(settings, inner=replace(settings.inner,
                                                            toolchain=checked.toolchain))
             settings = replace(settings, inner=with_app_limits(settings.inner, bundle_path))
@@ -188,7 +172,7 @@ def run_campaign(
                 if kept is not None and job.resume_campaign is None:
                     repo.add_event(s, campaign_id, "launch", kept)
                 if gpu is not None:
-                    worker, pool, info = gpu
+                    worker, pool, info = gpu.worker, gpu.pool, gpu.info
                     arch = info.arch
                     if info.l2_note:
                         repo.add_event(s, campaign_id, "timing", info.l2_note)
@@ -212,7 +196,7 @@ def run_campaign(
                 settings,
                 source,
                 launch,
-                device_limits(gpu[2] if gpu is not None else None),
+                device_limits(gpu.info if gpu is not None else None),
                 mutator,
                 evaluator_for,
                 control=control,
@@ -244,7 +228,7 @@ def run_campaign(
         notes = tuple(n for n in (
             f"searched {seed.describe()}" if seed.unit is not None else None,
             checked.note if checked is not None else None,
-            gpu[2].l2_note if gpu is not None else None,
+            gpu.info.l2_note if gpu is not None else None,
             run.stop_reason) if n)
         return CampaignOutcome(campaign_id, made, status.value, timing, notes)
     finally:
