@@ -1,0 +1,94 @@
+"""Re-make the demo that ships with R³ (issue #20): a small recording beside a demo database
+whose campaigns show improvements at every level, an LLM campaign with applied and verified
+variants, and a non-empty export.  Three steps on two machines, the folder carried between:
+
+    # 1. on the H200 (carry .device; the folder comes back under $OUT/demo)
+    source .device/setup.sh && python bench/make_demo.py record --out "$OUT/demo"
+    # 2. here, with the bundled SmolLM2 (the GPU machine has no model file)
+    python bench/make_demo.py generate --folder examples/demo
+    # 3. on the H200 again (carry .device and examples/demo)
+    source .device/setup.sh && python bench/make_demo.py evaluate --folder examples/demo \\
+        --out "$OUT/demo"
+
+Step 1 records stencil7 at a small scale into ``FOLDER/bundles/`` (a few MB) and runs a
+rules-and-search campaign into ``FOLDER/r3-demo.sqlite``; the recording is stored relative
+to the database (docs/database.md), so the folder ships as a whole and ``r3 demo`` on a CPU
+machine opens a copy of it.  Step 2 writes the model's proposals as pending variants
+(``r3 tune --generate-only``); step 3 evaluates them (``r3 evaluate``) and prints what
+``r3 runs`` says.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLE = "stencil7"
+DB_NAME = "r3-demo.sqlite"
+
+
+def r3(*args: str) -> None:
+    command = [sys.executable, "-m", "r3tui", *args]
+    print("$", " ".join(command), flush=True)
+    subprocess.run(command, check=True, cwd=ROOT)
+
+
+def record(out: Path, scale: float, budget: str) -> None:
+    if out.exists():
+        shutil.rmtree(out)
+    bundle = out / "bundles" / f"{EXAMPLE}.r3b"
+    bundle.parent.mkdir(parents=True)
+    db = out / DB_NAME
+    ex = ROOT / "examples" / EXAMPLE
+    r3("record", "kernel", str(ex / "kernel.cu"), "--kernel", EXAMPLE, "--inputs",
+       str(ex / "inputs.py"), "--scale", str(scale), "--out", str(bundle), "--db", str(db))
+    r3("tune", str(bundle), "--rules-only", "--budget", budget, "--name", f"{EXAMPLE}-rules",
+       "--db", str(db))
+    r3("runs", "--db", str(db))
+
+
+def generate(folder: Path, variants: int) -> None:
+    bundle = folder / "bundles" / f"{EXAMPLE}.r3b"
+    r3("tune", str(bundle), "--generate-only", "--budget", str(variants), "--llm-share", "1",
+       "--name", f"{EXAMPLE}-llm", "--db", str(folder / DB_NAME))
+
+
+def evaluate(folder: Path, out: Path | None) -> None:
+    db = folder / DB_NAME
+    r3("evaluate", "--db", str(db), "--bundle", str(folder / "bundles" / f"{EXAMPLE}.r3b"))
+    r3("runs", "--db", str(db))
+    if out is not None:
+        if out.exists():
+            shutil.rmtree(out)
+        shutil.copytree(folder, out, ignore=shutil.ignore_patterns("*-wal", "*-shm"))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    sub = parser.add_subparsers(dest="step", required=True)
+    rec = sub.add_parser("record", help="on the GPU: the recording and a rules campaign")
+    rec.add_argument("--out", type=Path, required=True)
+    rec.add_argument("--scale", type=float, default=0.05, help="of the example's full size")
+    rec.add_argument("--budget", default="20")
+    gen = sub.add_parser("generate", help="here: the model's proposals, pending")
+    gen.add_argument("--folder", type=Path, required=True)
+    gen.add_argument("--variants", type=int, default=8)
+    ev = sub.add_parser("evaluate", help="on the GPU: the pending proposals evaluated")
+    ev.add_argument("--folder", type=Path, required=True)
+    ev.add_argument("--out", type=Path, help="copy the folder here afterwards (e.g. $OUT/demo)")
+    args = parser.parse_args(argv)
+    if args.step == "record":
+        record(args.out, args.scale, args.budget)
+    elif args.step == "generate":
+        generate(args.folder, args.variants)
+    else:
+        evaluate(args.folder, args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
