@@ -202,8 +202,7 @@ def load_best(s: Session, campaign_id: int, exports: Path) -> _Best:
     assert recording is not None
     block = launch.get("block")
     bounds = launch.get("launch_bounds")
-    checked = transfer.stored(s, campaign_id) or {}
-    unit = transfer.stored(s, campaign_id, transfer.UNIT_EVENT) or {}
+    checked, unit = transfer.stored(s, campaign_id)
     return _Best(
         campaign_id,
         report.kernel,

@@ -154,38 +154,42 @@ def failure(checks: Sequence[ConfigCheck | UnitCheck]) -> str | None:
 
 
 # -- the event -------------------------------------------------------------------------------
-def store(db: Path, campaign_id: int, checks: Sequence[ConfigCheck], speedup: float,
-          how: str) -> None:
+def _add_event(db: Path, campaign_id: int, kind: str, message: str,
+               data: dict[str, Any]) -> None:
     from db import repository as repo
     from db.session import open_database
 
-    why = failure(checks)
-    message = (why if why else f"the winner over every configuration: {speedup:.3f}x ({how})")
     with open_database(db, create=False) as database, database.session_scope() as s:
-        repo.add_event(s, campaign_id, EVENT, message[:500], {
-            "checks": [asdict(c) for c in checks], "kernel_speedup": speedup, "how": how,
-            "failed": why})
+        repo.add_event(s, campaign_id, kind, message[:500], data)
+
+
+def store(db: Path, campaign_id: int, checks: Sequence[ConfigCheck], speedup: float,
+          how: str) -> None:
+    why = failure(checks)
+    message = why or f"the winner over every configuration: {speedup:.3f}x ({how})"
+    _add_event(db, campaign_id, EVENT, message, {
+        "checks": [asdict(c) for c in checks], "kernel_speedup": speedup, "how": how,
+        "failed": why})
 
 
 def store_unit(db: Path, campaign_id: int, checks: Sequence[UnitCheck]) -> None:
-    from db import repository as repo
-    from db.session import open_database
-
     why = failure(checks)
     parts = ", ".join(f"{c.kernel} {c.speedup:.3f}x" for c in checks if c.speedup is not None)
     message = why or f"its options on the unit's other kernels: {parts or 'not measured'}"
-    with open_database(db, create=False) as database, database.session_scope() as s:
-        repo.add_event(s, campaign_id, UNIT_EVENT, message[:500], {
-            "checks": [asdict(c) for c in checks], "failed": why})
+    _add_event(db, campaign_id, UNIT_EVENT, message,
+               {"checks": [asdict(c) for c in checks], "failed": why})
 
 
-def stored(s: Any, campaign_id: int, kind: str = EVENT) -> dict[str, Any] | None:
-    """The campaign's last ``configs`` (or ``unit``) event's data, if it has one."""
+def stored(s: Any, campaign_id: int) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The data of the campaign's last ``configs`` and last ``unit`` events ({} for one it
+    does not have), from one read of its events."""
     from db import repository as repo
 
-    found = [e.data for e in repo.events(s, campaign_id, limit=1_000_000)
-             if e.kind == kind and e.data]
-    return found[-1] if found else None
+    last: dict[str, dict[str, Any]] = {}
+    for e in repo.events(s, campaign_id, limit=1_000_000):
+        if e.kind in (EVENT, UNIT_EVENT) and e.data:
+            last[e.kind] = e.data
+    return last.get(EVENT, {}), last.get(UNIT_EVENT, {})
 
 
 def unit_parts(data: dict[str, Any] | None) -> list[tuple[str, float, float]]:
@@ -215,11 +219,12 @@ def winner_of(db: Path, campaign_id: int) -> tuple[str, TrialConfig] | None:
         return (variant.source, decision.config) if variant is not None else None
 
 
-def retime(bundle_path: Path, text: str, config: TrialConfig, *, rounds: int = ROUNDS,
+def retime(bundle_path: Path, text: str | None, config: TrialConfig, *, rounds: int = ROUNDS,
            timeout_s: float = 60.0) -> tuple[float | None, tuple[float, float] | None,
                                              str | None, str | None]:
     """``text`` at ``config`` against the bundle's original at its recorded configuration,
-    interleaved: (speedup, ci, failed, skipped)."""
+    interleaved: (speedup, ci, failed, skipped).  ``text`` None: the bundle's original itself
+    (what ``config``'s options alone do to it)."""
     from r3tui.engine.gpu import local_gpu
     from r3tui.engine.inner import (
         InnerSettings,
@@ -244,7 +249,7 @@ def retime(bundle_path: Path, text: str, config: TrialConfig, *, rounds: int = R
             space = build_space(launch, seed.source, settings, device_limits(info))
             baseline = replace(space.baseline_config(), toolchain=config.toolchain)
             original = ReplayEvaluator(seed.source, worker, pool, arch=info.arch)
-            tuned = original.with_source(replace(seed.source, text=text))
+            tuned = original.with_source(replace(seed.source, text=text or seed.source.text))
             (first,) = original.evaluate([baseline])
             if not first.ok:
                 return None, None, None, f"the original does not replay here: {_why(first)}"
@@ -289,9 +294,6 @@ class GpuChecker:
 
     def unit(self, campaign_id: int, kernels: Sequence[KernelShare]) -> list[UnitCheck]:
         from r3tui.domain import TrialConfig
-        from r3tui.engine.unit_source import seed_unit
-        from r3tui.errors import R3Error
-        from r3tui.record.bundle import Bundle
 
         winner = winner_of(self.db, campaign_id)
         if winner is None or not winner[1].options:
@@ -303,13 +305,7 @@ class GpuChecker:
             target = k.target
             assert target is not None and target.bundle is not None
             where = str(target.bundle.relative_to(self.recording_dir))
-            try:
-                text = seed_unit(Bundle.open(target.bundle, verify=True)).source.text
-            except R3Error as exc:
-                out.append(UnitCheck(k.name, k.entry_point, where, k.share, options,
-                                     skipped=exc.one_line()))
-                continue
-            speedup, ci, failed, skipped = retime(target.bundle, text, flagged,
+            speedup, ci, failed, skipped = retime(target.bundle, None, flagged,
                                                   rounds=self.rounds, timeout_s=self.timeout_s)
             out.append(UnitCheck(k.name, k.entry_point, where, k.share, options, speedup, ci,
                                  failed, skipped))
