@@ -21,6 +21,8 @@ are written to ``RECORDING_DIR/tune-app.json``; no schema change is needed.
 from __future__ import annotations
 
 import argparse
+import functools
+import hashlib
 import json
 import time
 from collections.abc import Callable, Sequence
@@ -129,17 +131,29 @@ def _recorded_in(bundle_path: Path) -> tuple[KernelShare, RecordedConfig] | None
     from the ``recording.json`` it lies under (None for a kernel recording)."""
     bundle = Path(bundle_path).resolve()
     directory = bundle.parent.parent
-    if not (directory / "recording.json").is_file():
-        return None
     try:
-        recording = load_recording(directory)
-    except (R3Error, OSError, ValueError):
+        content = hashlib.sha256((directory / RECORDING_FILE).read_bytes()).hexdigest()
+    except OSError:
+        return None
+    recording = _recording_as_of(directory, content)
+    if recording is None:
         return None
     for kernel in recording.kernels:
         for config in kernel.configs:
             if config.bundle is not None and config.bundle.resolve() == bundle:
                 return kernel, config
     return None
+
+
+@functools.lru_cache(maxsize=8)
+def _recording_as_of(directory: Path, content_sha256: str) -> AppRecording | None:
+    """``load_recording`` once per content of the file (its hash is the key): each replay
+    worker of a campaign and of tune-app's checks asks for its bundle's in-app time and launch
+    limits, two reads a worker."""
+    try:
+        return load_recording(directory)
+    except (R3Error, OSError, ValueError):
+        return None
 
 
 def in_app_reference(bundle_path: Path) -> float | None:
