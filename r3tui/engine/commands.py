@@ -67,14 +67,15 @@ def _seed(args: argparse.Namespace) -> int:
     return int(resolve(CampaignSettings, args, _table(args, CampaignSettings, "campaign"))["seed"])
 
 
-def _inner_settings(args: argparse.Namespace) -> Any:
+def _inner_settings(args: argparse.Namespace, seed: int | None = None) -> Any:
+    """The search's settings; ``seed``: the campaign's, where the caller resolved it."""
     from r3tui.engine import InnerSettings
     from r3tui.engine.inner import bayes_settings
     from r3tui.engine.options import resolve
 
     settings = InnerSettings(
         **resolve(InnerSettings, args, _table(args, InnerSettings, "search")),
-        seed=_seed(args),
+        seed=_seed(args) if seed is None else seed,
         toolchain=args.toolchain or args.settings.compile.toolchain,
     )
     bayes_settings(settings)  # a bad --bo fails here, in one line, before any work
@@ -162,7 +163,7 @@ def _campaign_settings(
     if args.rules_only:
         values["llm_share"] = 0.0
     return CampaignSettings(variants=variants, seconds=seconds, **values,
-                            inner=_inner_settings(args))
+                            inner=_inner_settings(args, values["seed"]))
 
 
 def _show_steps(bar: Any, task: Any) -> Any:
