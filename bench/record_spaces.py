@@ -140,6 +140,7 @@ def record_one(name: str, kind: str, workdir: Path, out: Path, command: str,
     from r3tui.record.bundle import Bundle
     from r3tui.record.kernel_recorder import RecordKernelRequest, record_kernel
     from r3tui.replay.worker import ReplayWorker
+    from r3tui.runners import GpuReplayer, LocalRunner
 
     example = load_example(name)
     scale = DEFAULT_SCALES.get(name, 1.0)
@@ -152,12 +153,11 @@ def record_one(name: str, kind: str, workdir: Path, out: Path, command: str,
                           defines=manifest.kernel.defines)
     space = build_space(space_kind(kind, name), manifest.launch)
     started = time.perf_counter()
-    with (
-        ReplayWorker(bundle_dir, timeout_s=60) as worker,
-        CompilePool(cache=CompileCache(None)) as pool,
-    ):
-        info = worker.start()
-        evaluator = ReplayEvaluator(source, worker, pool, arch=info.arch)
+    runner = LocalRunner([GpuReplayer(ReplayWorker(bundle_dir, timeout_s=60))],
+                         CompilePool(cache=CompileCache(None)))
+    with runner:
+        info = runner.info
+        evaluator = ReplayEvaluator(source, runner)
         rows = measure(space, evaluator.evaluate, max_configs)
     seconds = time.perf_counter() - started
     gpu = f"{info.gpu} ({info.arch}), driver {info.driver_version}"

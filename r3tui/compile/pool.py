@@ -135,6 +135,11 @@ class CompilePool:
         with self._lock:
             return {w.process.pid or 0: w.job.request for w in self._pool if w.job is not None}
 
+    def queued(self) -> int:
+        """Requests waiting for a worker (a status bar's load)."""
+        with self._lock:
+            return len(self._queue)
+
     def close(self, cancel_pending: bool = False) -> None:
         """Finish every submitted request (or cancel the queued ones and kill running
         compiles when ``cancel_pending``), then stop the workers."""

@@ -108,6 +108,13 @@ def init_device(device: int = 0) -> Any:
     return check(drv.cuDeviceGet(device), "cuDeviceGet")
 
 
+def device_count() -> int:
+    """The CUDA devices this process sees (``CUDA_VISIBLE_DEVICES`` applied);
+    :class:`GpuUnavailable` if there is none or no driver."""
+    init_device(0)
+    return int(check(driver().cuDeviceGetCount(), "cuDeviceGetCount"))
+
+
 def current_context() -> Any | None:
     drv = driver()
     ctx = check(drv.cuCtxGetCurrent(), "cuCtxGetCurrent")

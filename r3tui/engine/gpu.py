@@ -1,38 +1,118 @@
-"""The evaluation resources of one campaign run on this machine: the replay worker holding
-the bundle resident on the GPU, and the compile pool on the cores, started and torn down
-together.  Every kind of run takes them from here (r3 tune, --inner-only, --replay-llm, the
-checks of tune-app's winners), so a replay is set up, and timed, the same way everywhere."""
+"""The runner a campaign evaluates its candidates on (:mod:`r3tui.runners`), opened and closed
+in one place for every kind of run (r3 tune, --inner-only, --replay-llm, the checks of
+tune-app's winners), so that a replay is set up, and timed, the same way everywhere.
+
+``--runner local`` (the default): this machine's cores compile, each visible GPU replays.
+``--runner dask``: a ``dask.distributed`` cluster does both; ``--scheduler ADDR`` joins one,
+``[runner] jobqueue`` in ``r3.toml`` submits workers to a batch system, and otherwise R³ starts
+one on this machine.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any
+
+from r3tui.engine.options import option
 
 if TYPE_CHECKING:
-    from r3tui.compile.pool import CompilePool
-    from r3tui.replay.worker import ReplayWorker, WorkerInfo
+    from r3tui.runners import Runner
 
 
-class LocalGpu(NamedTuple):
-    worker: ReplayWorker
-    pool: CompilePool
-    info: WorkerInfo
+@dataclass(frozen=True)
+class RunnerSettings:
+    """Where candidates are evaluated (flags, and ``r3.toml``'s ``[runner]`` section)."""
+
+    runner: str = option("local", "--runner", "where candidates are compiled and replayed",
+                         choices=("local", "dask"))
+    workers: int = option(0, "--workers", "compile workers: processes of the local runner, "
+                          "or CPU workers of the Dask cluster R³ starts (0: one per core)")
+    gpus: int = option(0, "--gpus", "GPUs to replay on, the first N visible (0: every visible "
+                       "one)")
+    scheduler: str = option("", "--scheduler", "address of a running Dask scheduler to use "
+                            "(with --runner dask)", metavar="ADDR")
+    # r3.toml's [runner] keys for dask-jobqueue (jobqueue = "slurm" | "pbs" | "lsf", and that
+    # library's own: cores, memory, queue, account, walltime, ...); not flags
+    jobqueue: dict[str, Any] = field(default_factory=dict)
 
 
-@contextmanager
-def local_gpu(bundle_path: Path, timeout_s: float) -> Iterator[LocalGpu]:
-    """The replay worker (timing set against the application's own time where the bundle is
-    an application's) and the compile pool, for ``bundle_path``."""
+def _gpu_ids(settings: RunnerSettings) -> list[int]:
+    from r3tui.cuda.driver import device_count
+
+    count = device_count()
+    return list(range(min(settings.gpus, count) if settings.gpus > 0 else count))
+
+
+def _local(bundle_path: Path, timeout_s: float, settings: RunnerSettings) -> Runner:
     from r3tui.compile.cache import CompileCache, default_cache_dir
     from r3tui.compile.pool import CompilePool
     from r3tui.engine.application import in_app_reference
     from r3tui.replay.timing import TimingPolicy
     from r3tui.replay.worker import ReplayWorker
+    from r3tui.runners import GpuReplayer, LocalRunner
 
     policy = TimingPolicy(reference_s=in_app_reference(bundle_path))
-    with ReplayWorker(bundle_path, timeout_s=timeout_s, policy=policy) as worker:
-        info = worker.start()
-        with CompilePool(cache=CompileCache(default_cache_dir())) as pool:
-            yield LocalGpu(worker, pool, info)
+    replayers = [GpuReplayer(ReplayWorker(bundle_path, device, timeout_s=timeout_s,
+                                          policy=policy))
+                 for device in _gpu_ids(settings)]
+    pool = CompilePool(settings.workers or None, cache=CompileCache(default_cache_dir()))
+    try:
+        return LocalRunner(replayers, pool)
+    except BaseException:
+        pool.close(cancel_pending=True)
+        raise
+
+
+def _dask(bundle_path: Path, timeout_s: float, settings: RunnerSettings) -> Runner:
+    import os
+
+    from r3tui.compile.cache import CompileCache, default_cache_dir
+    from r3tui.engine.application import in_app_reference
+    from r3tui.runners.dask_runner import (
+        DaskRunner,
+        GpuBackend,
+        connect,
+        jobqueue_cluster,
+        local_cluster,
+    )
+
+    backend = GpuBackend(timeout_s, in_app_reference(bundle_path))
+    cluster = None
+    if settings.scheduler:
+        client = connect(settings.scheduler)
+    else:
+        if settings.jobqueue:
+            cluster = jobqueue_cluster(settings.jobqueue, max(1, settings.gpus))
+        else:
+            cluster = local_cluster(settings.workers or os.cpu_count() or 1,
+                                    [str(i) for i in _gpu_ids(settings)])
+        client = connect(None, cluster)
+    try:
+        return DaskRunner(client, bundle_path, backend,
+                          cache=CompileCache(default_cache_dir()), owned=cluster)
+    except BaseException:
+        client.close()
+        if cluster is not None:
+            cluster.close()
+        raise
+
+
+# name -> how to open it
+RUNNERS: dict[str, Callable[[Path, float, RunnerSettings], Runner]] = {
+    "local": _local,
+    "dask": _dask,
+}
+
+
+@contextmanager
+def open_runner(bundle_path: Path, timeout_s: float,
+                settings: RunnerSettings | None = None) -> Iterator[Runner]:
+    """The runner for ``bundle_path`` (timing set against the application's own time where
+    the bundle is an application's), its GPUs started with the bundle resident."""
+    settings = settings or RunnerSettings()
+    runner = RUNNERS[settings.runner](bundle_path, timeout_s, settings)
+    with runner:
+        yield runner

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, as_completed
+from concurrent.futures import Future
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
@@ -20,11 +21,12 @@ from r3tui.engine.options import option
 if TYPE_CHECKING:
     from db.session import Database
     from r3tui.compile.base import CompiledKernel, CompileRequest
-    from r3tui.compile.pool import CompilePool
+    from r3tui.engine.gpu import RunnerSettings
     from r3tui.record.bundle import Bundle
     from r3tui.record.manifest import LaunchInfo
     from r3tui.replay.candidate import Candidate
-    from r3tui.replay.worker import ReplayWorker, WorkerInfo
+    from r3tui.replay.worker import WorkerInfo
+    from r3tui.runners import ReplayJob, Runner
     from r3tui.search import BayesSettings, Budget, DeviceLimits, InnerSearch, SearchSpace, Winner
     from r3tui.search.block import BlockFacts
     from r3tui.search.source import Tunable
@@ -84,24 +86,22 @@ def compile_failure(compiled: CompiledKernel) -> Measurement:
 
 
 class ReplayEvaluator:
-    """Evaluates configurations of one source variant: compiles on every core, replays on one GPU.
+    """Evaluates configurations of one source variant on a runner (:mod:`r3tui.runners`).
 
-    Compiles are all submitted at once so the pool works while the GPU replays the ones
-    already built; replay happens in completion order, results come back in request order.
+    Every configuration's compile is submitted at once; each is queued for replay the moment
+    its compile completes, so the GPUs replay while the cores compile the rest of the batch.
+    Results come back in request order.
     """
 
-    def __init__(
-        self, source: KernelSource, worker: ReplayWorker, pool: CompilePool, *, arch: str
-    ) -> None:
+    def __init__(self, source: KernelSource, runner: Runner, *, arch: str | None = None) -> None:
         self.source = source
-        self.worker = worker
-        self.pool = pool
-        self.arch = arch
+        self.runner = runner
+        self.arch = arch or runner.info.arch
         # what each successfully measured config ran as, for re-timing the finalists
-        self.candidates: dict[str, Candidate] = {}
+        self.jobs: dict[str, ReplayJob] = {}
 
     def with_source(self, source: KernelSource) -> ReplayEvaluator:
-        return ReplayEvaluator(source, self.worker, self.pool, arch=self.arch)
+        return ReplayEvaluator(source, self.runner, arch=self.arch)
 
     def candidate(self, config: TrialConfig, compiled: CompiledKernel) -> Candidate:
         from r3tui.replay.candidate import Candidate
@@ -113,49 +113,74 @@ class ReplayEvaluator:
                                        work_divisor=work_divisor(self.source.text,
                                                                  config.tunables))
 
-    def evaluate(self, configs: Sequence[TrialConfig]) -> list[Measurement]:
-        futures: dict[Future[CompiledKernel], int] = {
-            self.pool.submit(c.toolchain, compile_request(self.source, c, self.arch)): i
-            for i, c in enumerate(configs)
-        }
-        results: list[Measurement | None] = [None] * len(configs)
-        for future in as_completed(futures):
-            index = futures[future]
-            compiled = future.result()
-            if not compiled.ok:
-                results[index] = compile_failure(compiled)
-                continue
-            candidate = self.candidate(configs[index], compiled)
-            measured = self.worker.evaluate(candidate)
-            if measured.ok:
-                from r3tui.search import config_key
+    def submit(self, config: TrialConfig) -> Future[tuple[Measurement, ReplayJob | None]]:
+        """``config`` compiled, then replayed: its measurement and what it ran as."""
+        out: Future[tuple[Measurement, ReplayJob | None]] = Future()
+        compiling = self.runner.compile(config.toolchain,
+                                        compile_request(self.source, config, self.arch))
+        compiling.add_done_callback(partial(self._compiled, config, out))
+        return out
 
-                self.candidates[config_key(configs[index])] = candidate
-            results[index] = replace(measured, compile_time_s=compiled.seconds)
-        return [m for m in results if m is not None]
+    def _compiled(self, config: TrialConfig, out: Future[tuple[Measurement, ReplayJob | None]],
+                  compiling: Future[CompiledKernel]) -> None:
+        from r3tui.runners import ReplayJob
+        from r3tui.search import config_key
+
+        try:
+            compiled = compiling.result()
+            if not compiled.ok:
+                out.set_result((compile_failure(compiled), None))
+                return
+            job = ReplayJob(self.candidate(config, compiled), config_key(config))
+            replaying = self.runner.replay(job)
+        except BaseException as exc:  # the runner failed, not the candidate
+            out.set_exception(exc)
+            return
+
+        def replayed(done: Future[Measurement]) -> None:
+            try:
+                measured = done.result()
+            except BaseException as exc:
+                out.set_exception(exc)
+                return
+            out.set_result((replace(measured, compile_time_s=compiled.seconds), job))
+
+        replaying.add_done_callback(replayed)
+
+    def evaluate(self, configs: Sequence[TrialConfig]) -> list[Measurement]:
+        from r3tui.search import config_key
+
+        pending = [self.submit(c) for c in configs]
+        results = []
+        for config, future in zip(configs, pending, strict=True):
+            measured, job = future.result()
+            if measured.ok and job is not None:
+                self.jobs[config_key(config)] = job
+            results.append(measured)
+        return results
 
     def interleave_with(
         self, other: ReplayEvaluator, mine: TrialConfig, theirs: TrialConfig, rounds: int
     ) -> tuple[list[float], list[float]]:
         """Times of ``mine`` (this source) and ``theirs`` (``other``'s source), interleaved on
-        the GPU round by round; both must have been measured OK before."""
+        one GPU round by round; both must have been measured OK before."""
         from r3tui.search import config_key
 
-        a = self.candidates[config_key(mine)]
-        b = other.candidates[config_key(theirs)]
-        per_candidate = self.worker.interleaved([a, b], rounds)
-        return list(per_candidate[0]), list(per_candidate[1])
+        a = self.jobs[config_key(mine)]
+        b = other.jobs[config_key(theirs)]
+        per_job = self.runner.interleaved([a, b], rounds)
+        return list(per_job[0]), list(per_job[1])
 
     def retime(self, configs: Sequence[TrialConfig], rounds: int) -> list[list[float]]:
-        """``samples[round][i]`` for ``configs`` (measured OK before), interleaved on the GPU."""
+        """``samples[round][i]`` for ``configs`` (measured OK before), interleaved on one GPU."""
         from r3tui.search import config_key
 
-        missing = [c for c in configs if config_key(c) not in self.candidates]
+        missing = [c for c in configs if config_key(c) not in self.jobs]
         if missing:
             self.evaluate(missing)
-        candidates = [self.candidates[config_key(c)] for c in configs]
-        per_candidate = self.worker.interleaved(candidates, rounds)
-        return [[per_candidate[i][r] for i in range(len(configs))] for r in range(rounds)]
+        jobs = [self.jobs[config_key(c)] for c in configs]
+        per_job = self.runner.interleaved(jobs, rounds)
+        return [[per_job[i][r] for i in range(len(configs))] for r in range(rounds)]
 
 
 # -- the inner loop ----------------------------------------------------------------------
@@ -425,6 +450,7 @@ class InnerCampaign:
     resume_campaign: int | None = None
     name: str | None = None
     timeout_s: float = 60.0  # per candidate, before the watchdog restarts the worker
+    runner: RunnerSettings | None = None  # where candidates run (None: the local runner)
 
 
 def seed_source(bundle: Bundle) -> KernelSource:
@@ -477,9 +503,10 @@ def run_inner_campaign(job: InnerCampaign, progress: Progress | None = None) -> 
     text = source.text
     settings = job.settings
     database = open_database(job.db_path, create=True, upgrade=True)
-    from r3tui.engine.gpu import local_gpu
+    from r3tui.engine.gpu import open_runner
 
-    with local_gpu(job.bundle_path, job.timeout_s) as (worker, pool, info):
+    with open_runner(job.bundle_path, job.timeout_s, job.runner) as runner:
+        info = runner.info
         # before any campaign row: an original that does not compile ends here, in one line
         checked = preflight(source, settings.toolchain, info.arch)
         settings = with_app_limits(replace(settings, toolchain=checked.toolchain),
@@ -542,7 +569,7 @@ def run_inner_campaign(job: InnerCampaign, progress: Progress | None = None) -> 
         budget = Budget(max_trials=job.budget_trials, max_seconds=job.budget_seconds)
         started = time.monotonic()
         with campaign_run(database, campaign_id):
-            evaluator = ReplayEvaluator(source, worker, pool, arch=info.arch)
+            evaluator = ReplayEvaluator(source, runner)
             result = run_inner(
                 database, campaign_id, variant_id, search, evaluator, budget, settings, progress
             )

@@ -15,6 +15,7 @@ from pathlib import Path
 from r3tui.domain import VariantOrigin, VariantStatus
 from r3tui.engine.campaign import CampaignRun, CampaignSettings, Progress
 from r3tui.engine.control import CampaignControl
+from r3tui.engine.gpu import RunnerSettings
 from r3tui.engine.tune import CampaignOutcome
 
 
@@ -73,11 +74,12 @@ def replay_campaign(
     progress: Progress | None = None,
     *,
     control: CampaignControl | None = None,
+    runner_settings: RunnerSettings | None = None,
 ) -> CampaignOutcome:
     from db import repository as repo
     from db.session import open_database
     from r3tui.domain import Campaign, CampaignStatus
-    from r3tui.engine.gpu import local_gpu
+    from r3tui.engine.gpu import open_runner
     from r3tui.engine.inner import device_limits, provenance
     from r3tui.engine.lifecycle import campaign_run, finish
     from r3tui.engine.tune import make_mutator_from
@@ -119,11 +121,12 @@ def replay_campaign(
         path = bundle_path or Path(recording.bundle_path)
         bundle = Bundle.open(path, verify=True)
         mutator = make_mutator_from(settings, RecordedBackend(calls) if calls else None)
-        with control.signals(), local_gpu(path, 60.0) as (worker, pool, info):
+        with control.signals(), open_runner(path, 60.0, runner_settings) as runner:
+            info = runner.info
             from r3tui.engine.inner import KernelSource, ReplayEvaluator
 
             def evaluator_for(src: KernelSource) -> ReplayEvaluator:
-                return ReplayEvaluator(src, worker, pool, arch=info.arch)
+                return ReplayEvaluator(src, runner)
 
             with database.session_scope() as s:
                 repo.set_campaign_provenance(s, new_id, provenance(info, settings.inner.toolchain))

@@ -225,7 +225,7 @@ def retime(bundle_path: Path, text: str | None, config: TrialConfig, *, rounds: 
     """``text`` at ``config`` against the bundle's original at its recorded configuration,
     interleaved: (speedup, ci, failed, skipped).  ``text`` None: the bundle's original itself
     (what ``config``'s options alone do to it)."""
-    from r3tui.engine.gpu import local_gpu
+    from r3tui.engine.gpu import open_runner
     from r3tui.engine.inner import (
         InnerSettings,
         ReplayEvaluator,
@@ -245,10 +245,10 @@ def retime(bundle_path: Path, text: str | None, config: TrialConfig, *, rounds: 
         seed = seed_unit(bundle)
         launch, _ = searched_launch(bundle, seed)
         settings = with_app_limits(InnerSettings(toolchain=config.toolchain), bundle_path)
-        with local_gpu(bundle_path, timeout_s) as (worker, pool, info):
-            space = build_space(launch, seed.source, settings, device_limits(info))
+        with open_runner(bundle_path, timeout_s) as runner:
+            space = build_space(launch, seed.source, settings, device_limits(runner.info))
             baseline = replace(space.baseline_config(), toolchain=config.toolchain)
-            original = ReplayEvaluator(seed.source, worker, pool, arch=info.arch)
+            original = ReplayEvaluator(seed.source, runner)
             tuned = original.with_source(replace(seed.source, text=text or seed.source.text))
             (first,) = original.evaluate([baseline])
             if not first.ok:

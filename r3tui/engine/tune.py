@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from r3tui.engine.campaign import CampaignRun, CampaignSettings, Progress
 from r3tui.engine.control import CampaignControl
-from r3tui.engine.gpu import local_gpu
+from r3tui.engine.gpu import RunnerSettings, open_runner
 from r3tui.engine.inner import (
     KernelSource,
     ReplayEvaluator,
@@ -40,6 +40,7 @@ class CampaignJob:
     resume_campaign: int | None = None
     name: str | None = None
     timeout_s: float = 60.0  # per candidate, before the watchdog restarts the worker
+    runner: RunnerSettings | None = None  # where candidates run (None: the local runner)
 
 
 @dataclass(frozen=True)
@@ -153,7 +154,8 @@ def run_campaign(
         needs_gpu = generate_only is None
         with (
             control.signals(),
-            local_gpu(bundle_path, job.timeout_s) if needs_gpu else nullcontext(None) as gpu,
+            open_runner(bundle_path, job.timeout_s, job.runner) if needs_gpu
+            else nullcontext(None) as gpu,
         ):
             evaluator_for = None
             checked = None
@@ -172,13 +174,12 @@ def run_campaign(
                 if kept is not None and job.resume_campaign is None:
                     repo.add_event(s, campaign_id, "launch", kept)
                 if gpu is not None:
-                    worker, pool, info = gpu.worker, gpu.pool, gpu.info
-                    arch = info.arch
+                    runner, info = gpu, gpu.info
                     if info.l2_note:
                         repo.add_event(s, campaign_id, "timing", info.l2_note)
 
                     def evaluator_for(src: KernelSource) -> ReplayEvaluator:
-                        return ReplayEvaluator(src, worker, pool, arch=arch)
+                        return ReplayEvaluator(src, runner)
 
                     repo.set_campaign_provenance(
                         s, campaign_id, provenance(info, settings.inner.toolchain)

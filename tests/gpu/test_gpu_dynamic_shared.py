@@ -47,11 +47,11 @@ def test_tile_sizes_replay_with_their_own_dynamic_shared_memory(tmp_path: Path) 
     too_small = TrialConfig(tunables={"TILE": 4096})
     assert space.check(too_small) != []
 
-    with (
-        ReplayWorker(bundle_dir, timeout_s=30) as worker,
-        CompilePool(workers=2, cache=CompileCache(None)) as pool,
-    ):
-        info = worker.start()
+    from r3tui.runners import GpuReplayer, LocalRunner
+
+    with LocalRunner([GpuReplayer(ReplayWorker(bundle_dir, timeout_s=30))],
+                     CompilePool(workers=2, cache=CompileCache(None))) as runner:
+        info = runner.info
         huge = TrialConfig(tunables={"TILE": 16384}, shared_mem_bytes=65536)
         assert space.check(huge) != []  # over the 48 KiB default
         limits = device_limits(info)
@@ -59,13 +59,13 @@ def test_tile_sizes_replay_with_their_own_dynamic_shared_memory(tmp_path: Path) 
         opt_in = build_space(bundle.manifest.launch, source, InnerSettings(launch_bounds=False),
                              limits)
         assert opt_in.check(huge) == []
-        evaluator = ReplayEvaluator(source, worker, pool, arch=info.arch)
+        evaluator = ReplayEvaluator(source, runner)
         results = evaluator.evaluate([baseline, mid, big, huge])
         for config, measured in zip([baseline, mid, big, huge], results, strict=True):
             assert measured.status is MeasurementStatus.OK, (config, measured.error_text)
             assert measured.verified is True
             assert measured.time is not None and measured.time.median_s > 0
-        launched = {c.shared_mem_bytes for c in evaluator.candidates.values()}
+        launched = {j.candidate.shared_mem_bytes for j in evaluator.jobs.values()}
         assert launched == {None, 4096, 16384, 65536}
 
         # the TILE=4096 binary at the recorded 1024 bytes: the kernel's own check traps

@@ -6,6 +6,7 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any, cast
 
 import pytest
 
@@ -153,11 +154,22 @@ extern "C" __global__ void k(const int* x, int* out, int n)
 
 
 class FakeCompilePool:
-    """Stands in for CompilePool (nvrtc is not on the CPU machine): every request 'compiles' to
-    the same fake binary, and the requests are kept."""
+    """Stands in for CompilePool (these tests look at requests, not binaries): every request
+    'compiles' to the same fake binary, and the requests are kept."""
+
+    workers = 1
 
     def __init__(self) -> None:
         self.requests: list[object] = []
+
+    def running(self) -> dict[int, object]:
+        return {}
+
+    def queued(self) -> int:
+        return 0
+
+    def close(self, cancel_pending: bool = False) -> None:
+        return None
 
     def submit(self, toolchain: str, request: object) -> object:
         from concurrent.futures import Future
@@ -174,15 +186,35 @@ class FakeCompilePool:
         return future
 
 
-class FakeReplayWorker:
-    """Stands in for ReplayWorker (no GPU here): keeps every candidate it is asked to launch."""
+class FakeReplayer:
+    """Stands in for a GPU's replayer (no GPU here): keeps every candidate it is asked to
+    launch, in the order the local runner's GPU thread takes them."""
 
     def __init__(self) -> None:
         self.candidates: list[object] = []
 
-    def evaluate(self, candidate: object) -> Measurement:
-        self.candidates.append(candidate)
+    def start(self) -> object:
+        from r3tui.replay.worker import WorkerInfo
+
+        return WorkerInfo(pid=0, gpu="fake", arch="sm_90", driver_version=0, startup_s=0.0,
+                          l2_flush=True)
+
+    def evaluate(self, job: object) -> Measurement:
+        self.candidates.append(cast(Any, job).candidate)
         return Measurement(MeasurementStatus.OK, time=TimeStats(1e-5, 1e-5, 0.0, 5), verified=True)
+
+    def interleaved(self, jobs: list[object], rounds: int) -> list[list[float]]:
+        return [[1e-5] * rounds for _ in jobs]
+
+    def close(self) -> None:
+        return None
+
+
+def fake_runner(pool: FakeCompilePool, replayer: FakeReplayer) -> object:
+    """The real local runner over the two fakes."""
+    from r3tui.runners import LocalRunner
+
+    return LocalRunner([cast(Any, replayer)], cast(Any, pool))
 
 
 def test_each_config_launches_with_its_dynamic_shared_memory(tmp_path: Path) -> None:
@@ -201,9 +233,9 @@ def test_each_config_launches_with_its_dynamic_shared_memory(tmp_path: Path) -> 
                TrialConfig(tunables={"TILE": 1024}, shared_mem_bytes=4096),
                TrialConfig(tunables={"TILE": 4096}, shared_mem_bytes=16384)]
     assert all(space.check(c) == [] for c in configs)
-    pool, worker = FakeCompilePool(), FakeReplayWorker()
-    evaluator = ReplayEvaluator(source, cast(Any, worker), cast(Any, pool), arch="sm_90")
-    results = evaluator.evaluate(configs)
+    pool, worker = FakeCompilePool(), FakeReplayer()
+    with cast(Any, fake_runner(pool, worker)) as runner:
+        results = ReplayEvaluator(source, runner).evaluate(configs)
     assert all(m.ok for m in results)
     # the tunable reaches the compile as -D, the size reaches the launch
     assert [dict(cast(Any, r).defines).get("TILE") for r in pool.requests] == [
@@ -274,10 +306,10 @@ def test_elements_per_thread_reach_the_launch_and_stay_1_for_an_applications_ker
     free = build_space(launch, KernelSource(varied, "nbody"), InnerSettings(), DeviceLimits())
     name = "tune.R3_WPT_15"
     assert name in free.names
-    pool, worker = FakeCompilePool(), FakeReplayWorker()
-    evaluator = ReplayEvaluator(KernelSource(varied, "nbody"), cast(Any, worker),
-                                cast(Any, pool), arch="sm_90")
-    evaluator.evaluate([TrialConfig(tunables={"R3_WPT_15": 4}), TrialConfig()])
+    pool, worker = FakeCompilePool(), FakeReplayer()
+    with cast(Any, fake_runner(pool, worker)) as runner:
+        ReplayEvaluator(KernelSource(varied, "nbody"), runner).evaluate(
+            [TrialConfig(tunables={"R3_WPT_15": 4}), TrialConfig()])
     assert sorted(cast(Any, c).work_divisor for c in worker.candidates) == [1, 4]
     app = build_space(launch, KernelSource(varied, "nbody", confined=True), InnerSettings(),
                       DeviceLimits())

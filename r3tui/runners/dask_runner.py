@@ -1,0 +1,451 @@
+"""The Dask runner: compiles on any worker of a ``dask.distributed`` cluster, replays on the
+workers that offer a GPU (the worker resource ``GPU=1``), one replay at a time on each.
+
+- **Bundles travel once.**  The bundle is packed once and scattered; a worker that replays
+  fetches it the first time, unpacks it into a content-addressed folder of its machine's temp
+  directory (``r3-bundles/<manifest sha256>``, reused by later campaigns on the same recording)
+  and keeps the replay worker with the bundle resident for the runner's life.
+- **The campaign stays the only writer.**  Workers return values; the engine, in the campaign's
+  process, writes the database.  Nothing a worker does touches the database or a shared file
+  system.
+- **A lost worker costs its jobs in flight, once.**  A job whose worker dies (node lost, job
+  preempted, the process killed) is submitted again once, under a new key; if that worker is
+  lost too, the job comes back as a failure (``crashed``, "lost twice") and counts in
+  :attr:`RunnerStats.lost`.  A job is answered once: the engine stores what it is answered.
+  The clusters R³ starts set ``distributed.scheduler.allowed-failures`` to 0 so that the one
+  resubmission is R³'s; a scheduler of your own may retry a few times first (its setting).
+
+Clusters: ``--scheduler ADDR`` joins a running one (GPU workers started with
+``--resources GPU=1 --nthreads 1``, one per GPU with ``CUDA_VISIBLE_DEVICES`` set); without it
+R³ starts one on this machine (:func:`local_cluster`) or, with ``[runner] jobqueue`` in
+``r3.toml``, submits its workers to Slurm, PBS or LSF through dask-jobqueue
+(:func:`jobqueue_cluster`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import shutil
+import tarfile
+import tempfile
+import threading
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import CancelledError, Future
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from r3tui.errors import ConfigError, GpuUnavailable
+from r3tui.runners.base import ReplayJob, Runner, RunnerStats, WorkerLoad
+
+if TYPE_CHECKING:
+    from r3tui.compile.base import CompiledKernel, CompileRequest
+    from r3tui.compile.cache import CompileCache
+    from r3tui.domain import Measurement
+    from r3tui.replay.worker import WorkerInfo
+    from r3tui.runners.base import Replayer
+    from r3tui.search.simulation import RecordedResult
+
+T = TypeVar("T")
+GPU = {"GPU": 1}
+
+
+# -- what travels to the workers -----------------------------------------------------------
+@dataclass(frozen=True)
+class BundleBlob:
+    """A bundle directory as one uncompressed tar (its blobs are compressed already)."""
+
+    digest: str  # the manifest's sha256: the bundle's content address
+    data: bytes
+
+
+def pack_bundle(path: Path) -> BundleBlob:
+    from r3tui.record.bundle import Bundle
+
+    digest = Bundle.open(path).sha256
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        tar.add(path, arcname=".")
+    return BundleBlob(digest, buffer.getvalue())
+
+
+def bundle_cache_dir() -> Path:
+    return Path(tempfile.gettempdir()) / "r3-bundles"
+
+
+def unpack_bundle(blob: BundleBlob, cache: Path | None = None) -> Path:
+    """The bundle's folder on this machine, unpacked the first time (atomically: into a
+    temporary folder, then renamed, so a worker killed half-way leaves no bundle that opens)."""
+    root = cache or bundle_cache_dir()
+    target = root / blob.digest
+    if (target / "manifest.json").exists():
+        return target
+    root.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix=f".{blob.digest[:12]}-", dir=root))
+    try:
+        with tarfile.open(fileobj=io.BytesIO(blob.data), mode="r") as tar:
+            tar.extractall(scratch, filter="data")
+        try:
+            os.rename(scratch, target)
+        except OSError:  # another worker of this machine unpacked it first
+            if not (target / "manifest.json").exists():
+                raise
+    finally:
+        if scratch.exists():
+            shutil.rmtree(scratch, ignore_errors=True)
+    return target
+
+
+@dataclass(frozen=True)
+class GpuBackend:
+    """Replays on the worker's GPU (device 0 of what ``CUDA_VISIBLE_DEVICES`` leaves it)."""
+
+    timeout_s: float = 60.0
+    reference_s: float | None = None  # the application's own time (TimingPolicy)
+
+    def build(self, bundle_dir: Path) -> Replayer:
+        from r3tui.replay.timing import TimingPolicy
+        from r3tui.replay.worker import ReplayWorker
+        from r3tui.runners.local import GpuReplayer
+
+        return GpuReplayer(ReplayWorker(bundle_dir, 0, timeout_s=self.timeout_s,
+                                        policy=TimingPolicy(reference_s=self.reference_s)))
+
+
+@dataclass(frozen=True)
+class SimulatedBackend:
+    """Replays answered from recorded measurements (:mod:`r3tui.runners.simulated`): a fake
+    GPU, for clusters without one (CI)."""
+
+    table: Mapping[str, RecordedResult] = field(default_factory=dict)
+    replay_s: float = 0.0
+    arch: str = "sm_90"
+
+    def build(self, bundle_dir: Path) -> Replayer:
+        from r3tui.runners.simulated import SimulatedReplayer
+
+        return SimulatedReplayer(self.table, gpu="simulated GPU (recorded measurements)",
+                                 arch=self.arch, replay_s=self.replay_s)
+
+
+Backend = GpuBackend | SimulatedBackend
+
+
+# -- worker side (run in the Dask workers' processes) --------------------------------------
+_RESIDENT: dict[str, Replayer] = {}  # runner token -> this worker's replayer
+_RESIDENT_LOCK = threading.Lock()
+
+
+def _resident(blob: BundleBlob, backend: Backend, token: str) -> Replayer:
+    with _RESIDENT_LOCK:
+        found = _RESIDENT.get(token)
+        if found is None:
+            found = backend.build(unpack_bundle(blob))
+            found.start()
+            _RESIDENT[token] = found
+        return found
+
+
+def start_task(blob: BundleBlob, backend: Backend, token: str) -> WorkerInfo:
+    return _resident(blob, backend, token).start()
+
+
+def replay_task(blob: BundleBlob, backend: Backend, token: str, job: ReplayJob) -> Measurement:
+    return _resident(blob, backend, token).evaluate(job)
+
+
+def interleave_task(blob: BundleBlob, backend: Backend, token: str, jobs: list[ReplayJob],
+                    rounds: int) -> list[list[float]]:
+    return _resident(blob, backend, token).interleaved(jobs, rounds)
+
+
+def compile_task(toolchain: str, request: CompileRequest) -> CompiledKernel:
+    """Compile in the worker's process; an error the toolchain raises is a failed compile."""
+    import traceback
+
+    from r3tui.compile.base import CompiledKernel, cache_key, get_toolchain
+
+    chain = get_toolchain(toolchain)
+    try:
+        return chain.compile(request)
+    except Exception as exc:
+        text = f"compile on a Dask worker failed: {exc}\n{traceback.format_exc()}"
+        return CompiledKernel.failure(chain, text, cache_key=cache_key(chain, request))
+
+
+def release_task(token: str) -> int:
+    """Close this worker's replayer of the runner ``token`` (run on every worker at close)."""
+    with _RESIDENT_LOCK:
+        found = _RESIDENT.pop(token, None)
+    if found is not None:
+        found.close()
+        return 1
+    return 0
+
+
+# -- the engine's side ---------------------------------------------------------------------
+def _is_lost(exc: BaseException) -> bool:
+    """Whether ``exc`` says the worker (not the job) failed."""
+    from distributed.comm.core import CommClosedError
+    from distributed.scheduler import KilledWorker
+
+    return isinstance(exc, KilledWorker | CommClosedError | CancelledError | OSError)
+
+
+class DaskRunner(Runner):
+    """Compile and replay jobs on ``client``'s cluster.  ``owned`` (a cluster R³ started) is
+    closed with the runner."""
+
+    name = "dask"
+
+    def __init__(self, client: Any, bundle_path: Path, backend: Backend, *,
+                 cache: CompileCache | None = None, owned: Any = None) -> None:
+        self.client = client
+        self.backend = backend
+        self.cache = cache
+        self._owned = owned
+        self._token = uuid.uuid4().hex
+        self._lock = threading.Lock()
+        self._stats = {"compiles": 0, "replays": 0, "resubmitted": 0, "lost": 0}
+        self._closed = False
+        gpus = self.gpu_workers()
+        if not gpus:
+            raise GpuUnavailable("no worker of the Dask cluster offers a GPU",
+                                 hint="start one worker per GPU with "
+                                 "`dask worker ADDR --resources GPU=1 --nthreads 1`")
+        self._packed = pack_bundle(bundle_path)
+        self._blob = self._scatter()
+        starts = [client.submit(start_task, self._blob, backend, self._token, workers=[w],
+                                allow_other_workers=False, resources=GPU, pure=False)
+                  for w in gpus]
+        infos: list[WorkerInfo] = client.gather(starts)
+        archs = {i.arch for i in infos}
+        if len(archs) > 1:
+            self.close()
+            raise GpuUnavailable(f"the cluster's GPUs differ in architecture "
+                                 f"({', '.join(sorted(archs))}): candidates must be comparable")
+        self._info = infos[0]
+
+    def _scatter(self) -> Any:
+        """The bundle sent to every GPU worker (each keeps it while the runner lives; a worker
+        that joins later fetches it from one of them)."""
+        return self.client.scatter(self._packed, workers=self.gpu_workers(), broadcast=True,
+                                   hash=False)
+
+    def _current_blob(self) -> Any:
+        """The scattered bundle, sent again if every worker holding it was lost."""
+        with self._lock:
+            if self._blob.status in ("lost", "error", "cancelled"):
+                self._blob = self._scatter()
+            return self._blob
+
+    def gpu_workers(self) -> list[str]:
+        workers = self.client.scheduler_info(n_workers=-1)["workers"]
+        return sorted(a for a, w in workers.items() if w.get("resources", {}).get("GPU", 0) >= 1)
+
+    @property
+    def info(self) -> WorkerInfo:
+        return self._info
+
+    def _count(self, name: str) -> None:
+        with self._lock:
+            self._stats[name] += 1
+
+    def _submit(self, fn: Callable[..., T], args: Callable[[], Sequence[Any]], *,
+                on_lost: Callable[[str], T], resources: dict[str, int] | None,
+                key: str | None = None) -> Future[T]:
+        """``fn(*args())`` on the cluster as a ``concurrent.futures`` future; a lost worker
+        resubmits once (``args`` asked again: the bundle may have been sent again), then
+        answers ``on_lost(why)``."""
+        out: Future[T] = Future()
+
+        def launch(attempt: int) -> None:
+            name = f"{key}-{attempt}" if key else None
+            remote = self.client.submit(fn, *args(), resources=resources, pure=False,
+                                        key=name or f"r3-{fn.__name__}-{uuid.uuid4().hex}")
+
+            def done(remote: Any) -> None:
+                try:
+                    out.set_result(remote.result())
+                except BaseException as exc:
+                    if self._closed:
+                        out.cancel()
+                    elif _is_lost(exc) and attempt == 0:
+                        self._count("resubmitted")
+                        launch(1)
+                    elif _is_lost(exc):
+                        self._count("lost")
+                        out.set_result(on_lost(f"{type(exc).__name__}: {exc}"))
+                    else:
+                        out.set_exception(exc)
+
+            remote.add_done_callback(done)
+
+        launch(0)
+        return out
+
+    def compile(self, toolchain: str, request: CompileRequest) -> Future[CompiledKernel]:
+        from r3tui.compile.base import CompiledKernel, cache_key, get_toolchain
+
+        chain = get_toolchain(toolchain)
+        chain.validate(request)
+        key = cache_key(chain, request)
+        self._count("compiles")
+        hit = self.cache.get(key) if self.cache is not None else None
+        if hit is not None:
+            ready: Future[CompiledKernel] = Future()
+            ready.set_result(hit)
+            return ready
+
+        def lost(why: str) -> CompiledKernel:
+            return CompiledKernel.failure(chain, f"the Dask worker compiling it was lost twice "
+                                          f"({why})", cache_key=key)
+
+        future = self._submit(compile_task, lambda: (toolchain, request), on_lost=lost,
+                              resources=None,
+                              key=f"r3-compile-{key[:32]}-{uuid.uuid4().hex[:8]}")
+        if self.cache is not None:
+            cache = self.cache
+
+            def keep(done: Future[CompiledKernel]) -> None:
+                if not done.cancelled() and done.exception() is None:
+                    cache.put(done.result())
+
+            future.add_done_callback(keep)
+        return future
+
+    def replay(self, job: ReplayJob) -> Future[Measurement]:
+        from r3tui.domain import Measurement, MeasurementStatus
+
+        if self._closed:
+            raise RuntimeError("the runner is closed")
+        self._count("replays")
+
+        def lost(why: str) -> Measurement:
+            return Measurement(MeasurementStatus.CRASHED,
+                               binary_sha256=job.candidate.binary_sha256,
+                               resources=job.candidate.resources,
+                               compile_time_s=job.candidate.compile_time_s,
+                               error_text=f"the Dask worker replaying it was lost twice ({why})")
+
+        return self._submit(replay_task,
+                            lambda: (self._current_blob(), self.backend, self._token, job),
+                            on_lost=lost, resources=GPU)
+
+    def interleaved(self, jobs: list[ReplayJob], rounds: int) -> list[list[float]]:
+        # one task: every round of every candidate on the one GPU that runs it
+        remote = self.client.submit(interleave_task, self._current_blob(), self.backend,
+                                    self._token, jobs, rounds, resources=GPU, pure=False)
+        try:
+            result: list[list[float]] = remote.result()
+        except Exception as exc:
+            if _is_lost(exc):
+                raise GpuUnavailable(f"the GPU worker re-timing the finalists was lost "
+                                     f"({type(exc).__name__}: {exc})") from None
+            raise
+        return result
+
+    def load(self) -> list[WorkerLoad]:
+        info = self.client.scheduler_info(n_workers=-1)["workers"]
+        processing = self.client.processing()
+        loads = []
+        for address in sorted(info):
+            worker = info[address]
+            gpu = worker.get("resources", {}).get("GPU", 0) >= 1
+            metrics = worker.get("metrics", {})
+            running = int(metrics.get("executing", 0) or 0)
+            waiting = len(processing.get(address, ())) - running
+            loads.append(WorkerLoad(address, "gpu" if gpu else "cpu", running, max(0, waiting),
+                                    int(metrics.get("task_counts", {}).get("memory", 0) or 0)))
+        return loads
+
+    def stats(self) -> RunnerStats:
+        with self._lock:
+            s = dict(self._stats)
+        return RunnerStats(compiles=s["compiles"], replays=s["replays"],
+                           resubmitted=s["resubmitted"], lost=s["lost"])
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        with contextlib.suppress(Exception):  # a cluster already gone has nothing to release
+            self.client.run(release_task, self._token)
+        if self._owned is not None:
+            self.client.close()
+            self._owned.close()
+
+
+# -- clusters R³ starts ----------------------------------------------------------------------
+def _config() -> dict[str, Any]:
+    return {
+        # R³ resubmits a job of a lost worker once itself (DaskRunner._submit)
+        "distributed.scheduler.allowed-failures": 0,
+        # a GPU worker's replay worker is a child process: workers must be allowed children
+        "distributed.worker.daemon": False,
+    }
+
+
+def local_cluster(cpu_workers: int, gpus: Sequence[str], *, gpu_resources: bool = True
+                  ) -> Any:
+    """A cluster of processes on this machine: ``cpu_workers`` compile workers and one GPU
+    worker per entry of ``gpus`` (the ``CUDA_VISIBLE_DEVICES`` value it sees)."""
+    import dask
+    from distributed import Nanny, Scheduler, SpecCluster
+
+    workers: dict[str, dict[str, Any]] = {}
+    for i in range(cpu_workers):
+        workers[f"cpu-{i}"] = {"cls": Nanny, "options": {"nthreads": 1}}
+    for device in gpus:
+        options: dict[str, Any] = {"nthreads": 1, "env": {"CUDA_VISIBLE_DEVICES": device}}
+        if gpu_resources:
+            options["resources"] = dict(GPU)
+        workers[f"gpu-{device}"] = {"cls": Nanny, "options": options}
+    scheduler = {"cls": Scheduler, "options": {"dashboard_address": None}}
+    with dask.config.set(_config()):
+        return SpecCluster(workers=workers, scheduler=scheduler, silence_logs=40)
+
+
+JOBQUEUES = ("slurm", "pbs", "lsf")
+
+
+def jobqueue_cluster(table: Mapping[str, Any], gpu_jobs: int) -> Any:
+    """Workers submitted as batch jobs (``[runner] jobqueue = "slurm"`` and that table's other
+    keys, dask-jobqueue's own: cores, memory, queue, account, walltime, job_extra_directives,
+    ...).  Each job is one GPU worker."""
+    kind = table.get("jobqueue")
+    if kind not in JOBQUEUES:
+        raise ConfigError(f"[runner] jobqueue must be one of {', '.join(JOBQUEUES)}")
+    try:
+        import dask_jobqueue
+    except ImportError:
+        raise ConfigError("[runner] jobqueue needs dask-jobqueue",
+                          hint="pip install -e '.[dask]'") from None
+    cls = {"slurm": dask_jobqueue.SLURMCluster, "pbs": dask_jobqueue.PBSCluster,
+           "lsf": dask_jobqueue.LSFCluster}[kind]
+    options = {k: v for k, v in table.items() if k not in ("jobqueue", "runner", "workers",
+                                                              "scheduler")}
+    options.setdefault("processes", 1)
+    options.setdefault("worker_extra_args", ["--resources", "GPU=1", "--nthreads", "1"])
+    import dask
+
+    with dask.config.set(_config()):
+        cluster = cls(**options)
+    cluster.scale(jobs=gpu_jobs)
+    return cluster
+
+
+def connect(address: str | None, cluster: Any = None, timeout_s: float = 60.0) -> Any:
+    """A client of the scheduler at ``address``, or of ``cluster``; one clear error line if
+    none answers."""
+    from distributed import Client
+
+    try:
+        return Client(cluster if cluster is not None else address, timeout=timeout_s)
+    except (OSError, TimeoutError) as exc:
+        raise GpuUnavailable(f"no Dask scheduler answered at {address}: {exc}",
+                             hint="check the address, or leave --scheduler out to start "
+                             "a cluster on this machine") from None

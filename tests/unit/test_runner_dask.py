@@ -1,0 +1,172 @@
+"""The Dask runner end to end on a real ``dask.distributed`` cluster of worker processes: real
+NVRTC compiles on the workers, replays answered by the simulated replayer (a named fake: the
+H200's recorded measurements of stencil7's space, tests/data/spaces/stencil7.json) on the
+workers that offer a GPU resource, and the engine's inner loop writing a real SQLite file.
+The real replay path (the same runner with GpuReplayer) runs on the device."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from db import repository as repo
+from db.session import Database, open_database
+from r3tui.domain import (
+    Campaign,
+    Dim3,
+    KernelLaunch,
+    MeasurementStatus,
+    Recording,
+    Variant,
+    VariantOrigin,
+)
+from r3tui.engine import InnerSettings, make_strategy, run_inner
+from r3tui.engine.inner import KernelSource, ReplayEvaluator
+from r3tui.runners.dask_runner import (
+    DaskRunner,
+    SimulatedBackend,
+    bundle_cache_dir,
+    connect,
+    local_cluster,
+)
+from r3tui.search import Budget, config_key
+from r3tui.search.simulation import parse_space_file
+from tests.unit.test_bundle import write_bundle
+
+REPO = Path(__file__).resolve().parents[2]
+SPACE = REPO / "tests" / "data" / "spaces" / "stencil7.json"
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Any:
+    """One compile worker and two GPU workers (GPU resource only: there is no GPU), each a
+    process of its own."""
+    started = local_cluster(1, ["0", "1"])
+    client = connect(None, started)
+    client.wait_for_workers(3, timeout=120)
+    yield client
+    client.close()
+    started.close()
+
+
+@pytest.fixture(scope="module")
+def space_file() -> Any:
+    return parse_space_file(json.loads(SPACE.read_text()))
+
+
+def _campaign(path: Path, source: str) -> tuple[Database, int, int]:
+    database = open_database(path, create=True, upgrade=True)
+    with database.session_scope() as s:
+        launch = KernelLaunch("stencil7", Dim3(32, 32, 32), Dim3(8, 8, 8))
+        rid = repo.add_recording(s, Recording("b.r3b", "ab" * 32, "stencil7", launch), {})
+        cid = repo.create_campaign(s, Campaign("dask", rid, seed=0))
+        vid = repo.add_variant(s, Variant(cid, source, VariantOrigin.SEED))
+    return database, cid, vid
+
+
+def _source() -> KernelSource:
+    return KernelSource((REPO / "examples" / "stencil7" / "kernel.cu").read_text(), "stencil7")
+
+
+def _runner(client: Any, tmp_path: Path, space_file: Any, replay_s: float) -> DaskRunner:
+    bundle = write_bundle(tmp_path / "b.r3b")
+    return DaskRunner(client, bundle.path, SimulatedBackend(dict(space_file.table),
+                                                             replay_s=replay_s))
+
+
+def test_a_campaigns_compiles_and_replays_run_on_the_cluster(
+        cluster: Any, tmp_path: Path, space_file: Any) -> None:
+    database, cid, vid = _campaign(tmp_path / "r3.sqlite", _source().text)
+    settings = InnerSettings(batch=8, rounds=3, seed=2, launch_bounds=False)
+    search = make_strategy(space_file.space, settings)
+    with _runner(cluster, tmp_path, space_file, 0.0) as runner:
+        evaluator = ReplayEvaluator(_source(), runner)
+        result = run_inner(database, cid, vid, search, evaluator, Budget(max_trials=16),
+                           settings)
+        stats = runner.stats()
+        loads = runner.load()
+        digest = runner._packed.digest
+    with database.session_scope() as s:
+        trials = repo.finished_trials(s, cid, variant_id=vid)
+    database.close()
+
+    assert len(trials) == 16 == result.trials
+    assert len({config_key(t.config) for t in trials}) == 16
+    for t in trials:  # each answer reached the configuration it was asked for
+        recorded = space_file.table[config_key(t.config)]
+        assert t.measurement.status is recorded.status
+        if recorded.median_s is not None:
+            assert t.measurement.time is not None
+            assert t.measurement.time.median_s == recorded.median_s
+    ok = [t for t in trials if t.measurement.ok]
+    assert ok
+    # compiled for real on the workers: NVRTC's cubin and ptxas's report came back
+    assert all(t.measurement.binary_sha256 and t.measurement.resources.registers for t in ok)
+    # the finalists' re-timing also measures the recorded configuration when no trial did
+    baseline = config_key(space_file.space.baseline_config())
+    extra = int(baseline not in {config_key(t.config) for t in trials})
+    assert stats.compiles == 16 + extra and stats.lost == 0
+    assert stats.replays == len(ok) + extra
+    assert result.winner is not None
+    assert {w.kind for w in loads} == {"gpu", "cpu"}
+    assert sum(w.kind == "gpu" for w in loads) == 2
+    # the bundle went to the GPU workers once, into their machine's content-addressed cache
+    assert (bundle_cache_dir() / digest / "manifest.json").is_file()
+
+
+def test_a_killed_worker_loses_nothing_and_counts_nothing_twice(
+        cluster: Any, tmp_path: Path, space_file: Any) -> None:
+    database, cid, vid = _campaign(tmp_path / "r3.sqlite", _source().text)
+    settings = InnerSettings(batch=8, rounds=3, seed=5, launch_bounds=False)
+    search = make_strategy(space_file.space, settings)
+    budget = 24
+    with _runner(cluster, tmp_path, space_file, 0.4) as runner:
+        evaluator = ReplayEvaluator(_source(), runner)
+        outcome: dict[str, Any] = {}
+
+        def campaign() -> None:
+            try:
+                outcome["result"] = run_inner(database, cid, vid, search, evaluator,
+                                              Budget(max_trials=budget), settings)
+            except BaseException as exc:  # reported below, not lost in the thread
+                outcome["error"] = exc
+
+        thread = threading.Thread(target=campaign)
+        thread.start()
+        gpu_workers = set(runner.gpu_workers())
+        victim = None
+        deadline = time.monotonic() + 120
+        while victim is None and time.monotonic() < deadline:  # a GPU worker mid-replay
+            busy = [a for a, keys in cluster.processing().items()
+                    if a in gpu_workers and any("replay_task" in str(k) for k in keys)]
+            if busy:
+                victim = busy[0]
+            else:
+                time.sleep(0.05)
+        assert victim is not None, "no replay was ever in flight"
+        pids = cluster.run(os.getpid, workers=[victim])
+        os.kill(pids[victim], signal.SIGKILL)
+        thread.join(300)
+        assert not thread.is_alive()
+        stats = runner.stats()
+    assert "error" not in outcome, outcome.get("error")
+    with database.session_scope() as s:
+        trials = repo.finished_trials(s, cid, variant_id=vid)
+    database.close()
+
+    # every asked configuration stored exactly once, none lost
+    assert len(trials) == budget == outcome["result"].trials
+    assert len({config_key(t.config) for t in trials}) == budget
+    assert stats.resubmitted >= 1 and stats.lost == 0
+    assert not [t for t in trials if t.measurement.status is MeasurementStatus.CRASHED]
+    for t in trials:
+        assert t.measurement.status is space_file.table[config_key(t.config)].status

@@ -1,0 +1,81 @@
+"""The local runner on CPU: the real compile pool (NVRTC), and simulated replayers (a named
+fake answering from the H200's recorded measurements of stencil7's space) standing in for two
+GPUs.  The real replayers run under the same runner in tests/gpu."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from r3tui.compile.pool import CompilePool
+from r3tui.engine.inner import KernelSource, ReplayEvaluator
+from r3tui.errors import GpuUnavailable
+from r3tui.replay.candidate import Candidate
+from r3tui.runners import LocalRunner, ReplayJob, describe_load
+from r3tui.runners.simulated import SimulatedReplayer
+from r3tui.search import config_key
+from r3tui.search.simulation import SpaceFile, parse_space_file
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def space_file() -> SpaceFile:
+    path = REPO / "tests" / "data" / "spaces" / "stencil7.json"
+    return parse_space_file(json.loads(path.read_text()))
+
+
+def test_two_gpus_share_the_replays_and_answers_reach_their_configurations(
+        space_file: SpaceFile) -> None:
+    gpus = [SimulatedReplayer(space_file.table, replay_s=0.05) for _ in range(2)]
+    source = KernelSource((REPO / "examples" / "stencil7" / "kernel.cu").read_text(), "stencil7")
+    configs = list(space_file.space.enumerate())[::147]
+    with LocalRunner(gpus, CompilePool(workers=2)) as runner:
+        evaluator = ReplayEvaluator(source, runner)
+        measured = evaluator.evaluate(configs)
+        loads = runner.load()
+        stats = runner.stats()
+    for config, m in zip(configs, measured, strict=True):
+        recorded = space_file.table[config_key(config)]
+        assert m.status is recorded.status, config
+        if m.ok:
+            assert m.time is not None and m.time.median_s == recorded.median_s
+            assert m.compile_time_s is not None and m.resources.registers
+    # both GPUs replayed, each configuration once
+    assert all(g.replayed for g in gpus)
+    replayed = gpus[0].replayed + gpus[1].replayed
+    assert sorted(replayed) == sorted(config_key(c) for c, m in zip(configs, measured,
+                                                                    strict=True)
+                                      if m.status.value != "compile_error")
+    assert [w.name for w in loads if w.kind == "gpu"] == ["gpu0", "gpu1"]
+    assert sum(w.kind == "cpu" for w in loads) == 2
+    assert stats.compiles == 10 and stats.replays == len(replayed)
+    assert describe_load(loads).startswith("gpu 0/2 busy · cpu ")
+
+
+def test_closing_cancels_the_replays_still_waiting(space_file: SpaceFile) -> None:
+    key = next(iter(space_file.table))
+    gpu = SimulatedReplayer(space_file.table, replay_s=0.2)
+    runner = LocalRunner([gpu], CompilePool(workers=1))
+    job = ReplayJob(Candidate(b"cubin", "k"), key)
+    futures = [runner.replay(job) for _ in range(10)]
+    time.sleep(0.05)  # the first one is running
+    began = time.monotonic()
+    runner.close()
+    assert time.monotonic() - began < 1.5  # not the 2 s the ten would take
+    assert futures[0].result().ok
+    assert sum(f.cancelled() for f in futures) >= 8
+    with pytest.raises(RuntimeError):
+        runner.replay(job)
+
+
+def test_gpus_of_different_architectures_are_refused(space_file: SpaceFile) -> None:
+    gpus = [SimulatedReplayer(space_file.table, arch="sm_90"),
+            SimulatedReplayer(space_file.table, arch="sm_80")]
+    pool = CompilePool(workers=1)
+    with pytest.raises(GpuUnavailable, match="differ in architecture"):
+        LocalRunner(gpus, pool)
+    pool.close()
