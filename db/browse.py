@@ -77,6 +77,7 @@ class CampaignHeader:
     last_trial_id: int
     last_event_id: int
     islands: tuple[int, ...]
+    workers: dict[str, Any] | None = None  # campaigns.workers: the runner's load, while it runs
 
 
 def campaign_header(
@@ -134,6 +135,7 @@ def campaign_header(
         last_trial_id=int(last_trial),
         last_event_id=int(last_event),
         islands=islands,
+        workers=campaign.workers,
     )
 
 

@@ -18,6 +18,8 @@ write them with the ``*_text`` functions below, so one campaign reads the same e
   ``start`` or ``resume``; a campaign without such events: ``finished_at - started_at``,
   or ``now - started_at`` while it runs; else unknown (crashed before any run ended).
 - **evaluations/s**: stored trials over that duration.
+- **workers**: while a run goes on, its runner's workers as last sampled
+  (``campaigns.workers``): how many of each kind are busy, and the jobs queued.
 """
 
 from __future__ import annotations
@@ -77,6 +79,25 @@ def rate_text(per_s: float | None) -> str:
 
 
 # --------------------------------------------------------------------------------- values
+
+
+def workers_text(workers: Mapping[str, Any] | None) -> str | None:
+    """``local: gpu 1/1 busy, 3 queued · cpu 14/16 busy`` from ``campaigns.workers``; None
+    where no run reported its workers."""
+    if not workers or not workers.get("workers"):
+        return None
+    parts = []
+    queued = workers.get("queued") or {}
+    for kind in ("gpu", "cpu"):
+        mine = [w for w in workers["workers"] if len(w) >= 3 and w[1] == kind]
+        if not mine:
+            continue
+        busy = sum(1 for w in mine if w[2])
+        text = f"{kind} {busy}/{len(mine)} busy"
+        if queued.get(kind):
+            text += f", {queued[kind]} queued"
+        parts.append(text)
+    return f"{workers.get('runner', '?')}: " + " · ".join(parts)
 
 
 class SpeedupBasis(StrEnum):

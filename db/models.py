@@ -135,6 +135,9 @@ class CampaignRow(Base):
     started_at: Mapped[datetime] = mapped_column(default=utcnow)
     finished_at: Mapped[datetime | None]
     updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)
+    # while a run goes on, where its runner stands (r3tui.engine.gpu.report_load): {"runner",
+    # "at", "workers": [[name, kind, running, queued, done], ...]}; NULL otherwise
+    workers: Mapped[dict[str, Any] | None]
 
     recording: Mapped[RecordingRow] = relationship(back_populates="campaigns", lazy="raise")
     variants: Mapped[list[VariantRow]] = relationship(

@@ -303,6 +303,14 @@ def set_campaign_provenance(s: Session, campaign_id: int, provenance: Mapping[st
     _require_one(_rowcount(result), "campaign", campaign_id)
 
 
+def set_campaign_workers(s: Session, campaign_id: int,
+                         workers: Mapping[str, Any] | None) -> None:
+    """Where the campaign's runner stands now (None: no run goes on)."""
+    result = s.execute(update(CampaignRow).where(CampaignRow.id == campaign_id)
+                       .values(workers=None if workers is None else dict(workers)))
+    _require_one(_rowcount(result), "campaign", campaign_id)
+
+
 def get_campaign(s: Session, campaign_id: int) -> Campaign | None:
     row = s.get(CampaignRow, campaign_id)
     return None if row is None else _campaign(row)

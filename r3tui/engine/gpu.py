@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from r3tui.engine.options import option
 
 if TYPE_CHECKING:
+    from db.session import Database
     from r3tui.runners import Runner
 
 
@@ -116,3 +117,41 @@ def open_runner(bundle_path: Path, timeout_s: float,
     runner = RUNNERS[settings.runner](bundle_path, timeout_s, settings)
     with runner:
         yield runner
+
+
+@contextmanager
+def report_load(database: Database, campaign_id: int, runner: Runner | None,
+                every_s: float = 2.0) -> Iterator[None]:
+    """While the run inside goes on, the runner's load is written to the campaign's row
+    every ``every_s`` (the TUI's status line shows it); cleared when the run ends.  ``runner``
+    None (a generate-only run): nothing is written."""
+    import logging
+    import threading
+    from datetime import UTC, datetime
+
+    from db import repository as repo
+
+    if runner is None:
+        yield
+        return
+    active = runner
+    stop = threading.Event()
+
+    def sample() -> None:
+        while not stop.wait(every_s):
+            try:
+                data = active.load().to_json(active.name, datetime.now(UTC).isoformat())
+                with database.session_scope() as s:
+                    repo.set_campaign_workers(s, campaign_id, data)
+            except Exception as exc:  # a busy database or a cluster going away: next time
+                logging.getLogger(__name__).debug("workers' load not written: %s", exc)
+
+    thread = threading.Thread(target=sample, name="r3-runner-load", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+        with database.session_scope() as s:
+            repo.set_campaign_workers(s, campaign_id, None)

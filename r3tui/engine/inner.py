@@ -503,7 +503,7 @@ def run_inner_campaign(job: InnerCampaign, progress: Progress | None = None) -> 
     text = source.text
     settings = job.settings
     database = open_database(job.db_path, create=True, upgrade=True)
-    from r3tui.engine.gpu import open_runner
+    from r3tui.engine.gpu import open_runner, report_load
 
     with open_runner(job.bundle_path, job.timeout_s, job.runner) as runner:
         info = runner.info
@@ -568,7 +568,7 @@ def run_inner_campaign(job: InnerCampaign, progress: Progress | None = None) -> 
         search.resume(history)
         budget = Budget(max_trials=job.budget_trials, max_seconds=job.budget_seconds)
         started = time.monotonic()
-        with campaign_run(database, campaign_id):
+        with campaign_run(database, campaign_id), report_load(database, campaign_id, runner):
             evaluator = ReplayEvaluator(source, runner)
             result = run_inner(
                 database, campaign_id, variant_id, search, evaluator, budget, settings, progress

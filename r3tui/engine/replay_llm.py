@@ -79,7 +79,7 @@ def replay_campaign(
     from db import repository as repo
     from db.session import open_database
     from r3tui.domain import Campaign, CampaignStatus
-    from r3tui.engine.gpu import open_runner
+    from r3tui.engine.gpu import open_runner, report_load
     from r3tui.engine.inner import device_limits, provenance
     from r3tui.engine.lifecycle import campaign_run, finish
     from r3tui.engine.tune import make_mutator_from
@@ -143,7 +143,7 @@ def replay_campaign(
                 control=control,
                 progress=progress,
             )
-            with campaign_run(database, new_id):
+            with campaign_run(database, new_id), report_load(database, new_id, runner):
                 made = replay_tree(run, old_campaign_id)
         status = CampaignStatus.STOPPED if control.stop_requested else CampaignStatus.FINISHED
         timing = {"wall_s": run.timing.wall_s(), "llm_s": 0.0, "evaluate_s": run.timing.evaluate_s}

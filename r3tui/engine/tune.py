@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from r3tui.engine.campaign import CampaignRun, CampaignSettings, Progress
 from r3tui.engine.control import CampaignControl
-from r3tui.engine.gpu import RunnerSettings, open_runner
+from r3tui.engine.gpu import RunnerSettings, open_runner, report_load
 from r3tui.engine.inner import (
     KernelSource,
     ReplayEvaluator,
@@ -203,7 +203,7 @@ def run_campaign(
                 control=control,
                 progress=progress,
             )
-            with campaign_run(database, campaign_id):
+            with campaign_run(database, campaign_id), report_load(database, campaign_id, gpu):
                 if generate_only is not None:
                     made = len(run.generate(generate_only))
                 elif evaluate_only:

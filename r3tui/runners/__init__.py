@@ -13,9 +13,9 @@ from r3tui.runners.base import (
     Replayer,
     ReplayJob,
     Runner,
+    RunnerLoad,
     RunnerStats,
     WorkerLoad,
-    describe_load,
 )
 from r3tui.runners.local import GpuReplayer, LocalRunner
 
@@ -25,7 +25,7 @@ __all__ = [
     "ReplayJob",
     "Replayer",
     "Runner",
+    "RunnerLoad",
     "RunnerStats",
     "WorkerLoad",
-    "describe_load",
 ]

@@ -14,7 +14,7 @@ import abc
 from concurrent.futures import Future
 from dataclasses import dataclass
 from types import TracebackType
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from r3tui.compile.base import CompiledKernel, CompileRequest
@@ -49,11 +49,23 @@ class Replayer(Protocol):
 class WorkerLoad:
     """One worker as a status bar shows it."""
 
-    name: str  # "gpu0", a Dask worker's address, "compile"
+    name: str  # "gpu0", a Dask worker's address, "compile3"
     kind: str  # "gpu" (replays) or "cpu" (compiles)
     running: int  # jobs it is working on now
-    queued: int  # jobs waiting for it (or for any worker of its kind)
-    done: int  # jobs it finished since the runner started
+    done: int  # jobs it finished since the runner started (where the runner knows)
+
+
+@dataclass(frozen=True)
+class RunnerLoad:
+    """Every worker's load, and the jobs waiting for a worker of each kind."""
+
+    workers: tuple[WorkerLoad, ...]
+    queued: dict[str, int]  # "gpu": replays waiting, "cpu": compiles waiting
+
+    def to_json(self, runner: str, at: str) -> dict[str, Any]:
+        """What ``campaigns.workers`` keeps (db.figures.workers_text reads it)."""
+        return {"runner": runner, "at": at, "queued": dict(self.queued),
+                "workers": [[w.name, w.kind, w.running, w.done] for w in self.workers]}
 
 
 @dataclass(frozen=True)
@@ -91,7 +103,7 @@ class Runner(abc.ABC):
         they compare); raises :class:`~r3tui.errors.GpuUnavailable` if that GPU fails."""
 
     @abc.abstractmethod
-    def load(self) -> list[WorkerLoad]:
+    def load(self) -> RunnerLoad:
         """Each worker's load now."""
 
     @abc.abstractmethod
@@ -106,19 +118,3 @@ class Runner(abc.ABC):
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         self.close()
-
-
-def describe_load(loads: list[WorkerLoad]) -> str:
-    """One line for a status bar: ``gpu 1/1 busy, 2 queued · cpu 14/16 busy``."""
-    parts = []
-    for kind in ("gpu", "cpu"):
-        mine = [w for w in loads if w.kind == kind]
-        if not mine:
-            continue
-        busy = sum(1 for w in mine if w.running)
-        queued = max((w.queued for w in mine), default=0)
-        text = f"{kind} {busy}/{len(mine)} busy"
-        if queued:
-            text += f", {queued} queued"
-        parts.append(text)
-    return " · ".join(parts)

@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from r3tui.errors import ConfigError, GpuUnavailable
-from r3tui.runners.base import ReplayJob, Runner, RunnerStats, WorkerLoad
+from r3tui.runners.base import ReplayJob, Runner, RunnerLoad, RunnerStats, WorkerLoad
 
 if TYPE_CHECKING:
     from r3tui.compile.base import CompiledKernel, CompileRequest
@@ -348,19 +348,21 @@ class DaskRunner(Runner):
             raise
         return result
 
-    def load(self) -> list[WorkerLoad]:
+    def load(self) -> RunnerLoad:
+        """From the scheduler: each worker's tasks in progress; queued, the tasks assigned
+        to a worker beyond those it runs (replays on GPU workers, the rest on CPU workers)."""
         info = self.client.scheduler_info(n_workers=-1)["workers"]
         processing = self.client.processing()
         loads = []
+        queued = {"gpu": 0, "cpu": 0}
         for address in sorted(info):
             worker = info[address]
-            gpu = worker.get("resources", {}).get("GPU", 0) >= 1
-            metrics = worker.get("metrics", {})
-            running = int(metrics.get("executing", 0) or 0)
-            waiting = len(processing.get(address, ())) - running
-            loads.append(WorkerLoad(address, "gpu" if gpu else "cpu", running, max(0, waiting),
-                                    int(metrics.get("task_counts", {}).get("memory", 0) or 0)))
-        return loads
+            kind = "gpu" if worker.get("resources", {}).get("GPU", 0) >= 1 else "cpu"
+            assigned = len(processing.get(address, ()))
+            running = min(assigned, int(worker.get("nthreads", 1) or 1))
+            queued[kind] += assigned - running
+            loads.append(WorkerLoad(address, kind, running, 0))
+        return RunnerLoad(tuple(loads), queued)
 
     def stats(self) -> RunnerStats:
         with self._lock:

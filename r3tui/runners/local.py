@@ -16,7 +16,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from r3tui.runners.base import ReplayJob, Runner, RunnerStats, WorkerLoad
+from r3tui.runners.base import ReplayJob, Runner, RunnerLoad, RunnerStats, WorkerLoad
 
 if TYPE_CHECKING:
     from r3tui.compile.base import CompiledKernel, CompileRequest
@@ -68,7 +68,6 @@ class LocalRunner(Runner):
         self._jobs: queue.Queue[tuple[ReplayJob, Future[Measurement]] | None] = queue.Queue()
         self._count = threading.Lock()
         self._compiles = 0
-        self._compiled = 0
         self._closed = False
         infos = []
         try:
@@ -99,12 +98,7 @@ class LocalRunner(Runner):
         future = self.pool.submit(toolchain, request)
         with self._count:
             self._compiles += 1
-        future.add_done_callback(self._compile_done)
         return future
-
-    def _compile_done(self, _: Future[CompiledKernel]) -> None:
-        with self._count:
-            self._compiled += 1
 
     def replay(self, job: ReplayJob) -> Future[Measurement]:
         if self._closed:
@@ -143,17 +137,13 @@ class LocalRunner(Runner):
             finally:
                 first.running = 0
 
-    def load(self) -> list[WorkerLoad]:
-        waiting = self._jobs.qsize()
-        loads = [WorkerLoad(g.name, "gpu", g.running, waiting, g.done) for g in self._gpus]
+    def load(self) -> RunnerLoad:
+        loads = [WorkerLoad(g.name, "gpu", g.running, g.done) for g in self._gpus]
         busy = len(self.pool.running())
-        queued = self.pool.queued()
-        with self._count:
-            done = self._compiled
-        for i in range(self.pool.workers):
-            loads.append(WorkerLoad(f"compile{i}", "cpu", int(i < busy), queued,
-                                    done if i == 0 else 0))
-        return loads
+        # the pool counts its compiles as a whole, not per process
+        loads += [WorkerLoad(f"compile{i}", "cpu", int(i < busy), 0)
+                  for i in range(self.pool.workers)]
+        return RunnerLoad(tuple(loads), {"gpu": self._jobs.qsize(), "cpu": self.pool.queued()})
 
     def stats(self) -> RunnerStats:
         with self._count:

@@ -117,8 +117,8 @@ def test_a_campaigns_compiles_and_replays_run_on_the_cluster(
     assert stats.compiles == 16 + extra and stats.lost == 0
     assert stats.replays == len(ok) + extra
     assert result.winner is not None
-    assert {w.kind for w in loads} == {"gpu", "cpu"}
-    assert sum(w.kind == "gpu" for w in loads) == 2
+    assert {w.kind for w in loads.workers} == {"gpu", "cpu"}
+    assert sum(w.kind == "gpu" for w in loads.workers) == 2
     # the bundle went to the GPU workers once, into their machine's content-addressed cache
     assert (bundle_cache_dir() / digest / "manifest.json").is_file()
 

@@ -10,11 +10,12 @@ from pathlib import Path
 
 import pytest
 
+from db.figures import workers_text
 from r3tui.compile.pool import CompilePool
 from r3tui.engine.inner import KernelSource, ReplayEvaluator
 from r3tui.errors import GpuUnavailable
 from r3tui.replay.candidate import Candidate
-from r3tui.runners import LocalRunner, ReplayJob, describe_load
+from r3tui.runners import LocalRunner, ReplayJob
 from r3tui.runners.simulated import SimulatedReplayer
 from r3tui.search import config_key
 from r3tui.search.simulation import SpaceFile, parse_space_file
@@ -50,10 +51,12 @@ def test_two_gpus_share_the_replays_and_answers_reach_their_configurations(
     assert sorted(replayed) == sorted(config_key(c) for c, m in zip(configs, measured,
                                                                     strict=True)
                                       if m.status.value != "compile_error")
-    assert [w.name for w in loads if w.kind == "gpu"] == ["gpu0", "gpu1"]
-    assert sum(w.kind == "cpu" for w in loads) == 2
+    assert [w.name for w in loads.workers if w.kind == "gpu"] == ["gpu0", "gpu1"]
+    assert [w.done for w in loads.workers if w.kind == "gpu"] == [len(g.replayed) for g in gpus]
+    assert sum(w.kind == "cpu" for w in loads.workers) == 2
+    assert loads.queued == {"gpu": 0, "cpu": 0}
     assert stats.compiles == 10 and stats.replays == len(replayed)
-    assert describe_load(loads).startswith("gpu 0/2 busy · cpu ")
+    assert workers_text(loads.to_json("local", "now")) == "local: gpu 0/2 busy · cpu 0/2 busy"
 
 
 def test_closing_cancels_the_replays_still_waiting(space_file: SpaceFile) -> None:
@@ -63,6 +66,11 @@ def test_closing_cancels_the_replays_still_waiting(space_file: SpaceFile) -> Non
     job = ReplayJob(Candidate(b"cubin", "k"), key)
     futures = [runner.replay(job) for _ in range(10)]
     time.sleep(0.05)  # the first one is running
+    load = runner.load()
+    assert [w.running for w in load.workers if w.kind == "gpu"] == [1]
+    assert load.queued["gpu"] == 9
+    assert workers_text(load.to_json("local", "now")) == (
+        "local: gpu 1/1 busy, 9 queued · cpu 0/1 busy")
     began = time.monotonic()
     runner.close()
     assert time.monotonic() - began < 1.5  # not the 2 s the ten would take

@@ -8,7 +8,7 @@ from rich.text import Text
 from textual.widgets import Static
 
 from db.browse import CampaignHeader
-from db.figures import duration_text, evaluations_per_s, rate_text
+from db.figures import duration_text, evaluations_per_s, rate_text, workers_text
 from db.series import CampaignStats
 from r3tui.domain import CampaignStatus
 from r3tui.ui.quantities import duration
@@ -63,6 +63,9 @@ def status_line(
         )
         line.append(" │ " + " ".join(f"{n} {100 * v / total:.0f}%" for n, v in shares))
     line.append(f" │ {header.gpu or 'GPU ?'}")
+    load = workers_text(header.workers) if header.status is CampaignStatus.RUNNING else None
+    if load:
+        line.append(f" │ {load}")
     if tree_filter != "all":
         line.append(f" │ filter: {tree_filter}", style="bold")
     return line
