@@ -8,6 +8,7 @@ compiler options, launch configuration and tunables) lives here; the outer loop 
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, replace
@@ -147,17 +148,25 @@ class ReplayEvaluator:
 
         replaying.add_done_callback(replayed)
 
-    def evaluate(self, configs: Sequence[TrialConfig]) -> list[Measurement]:
+    def start(self, configs: Sequence[TrialConfig]) -> Callable[[], list[Measurement]]:
+        """Submit ``configs``; the returned call waits for their measurements (request order)."""
         from r3tui.search import config_key
 
         pending = [self.submit(c) for c in configs]
-        results = []
-        for config, future in zip(configs, pending, strict=True):
-            measured, job = future.result()
-            if measured.ok and job is not None:
-                self.jobs[config_key(config)] = job
-            results.append(measured)
+
+        def results() -> list[Measurement]:
+            out = []
+            for config, future in zip(configs, pending, strict=True):
+                measured, job = future.result()
+                if measured.ok and job is not None:
+                    self.jobs[config_key(config)] = job
+                out.append(measured)
+            return out
+
         return results
+
+    def evaluate(self, configs: Sequence[TrialConfig]) -> list[Measurement]:
+        return self.start(configs)()
 
     def interleave_with(
         self, other: ReplayEvaluator, mine: TrialConfig, theirs: TrialConfig, rounds: int
@@ -198,6 +207,11 @@ class InnerSettings:
                         metavar="NAME=VALUE,...")
     # configurations asked at once, so the compile pool stays busy
     batch: int = option(8, "--batch", "configurations asked at once")
+    # batches evaluated at once: with 2 the next batch is asked, and compiled, while one is
+    # replayed, so the GPU does not wait for the search or the compiler (the search asks it
+    # with the batch in flight as pending points)
+    in_flight: int = option(2, "--in-flight", "batches evaluated at once (1: ask each batch "
+                            "after the last one's results)")
     finalists: int = 3  # best configurations re-timed against the baseline
     rounds: int = 9  # interleaved re-timing rounds
     seed: int = 0
@@ -322,11 +336,21 @@ Progress = Callable[["InnerSearch"], None]
 
 
 class Evaluator(Protocol):
-    """What the inner loop needs: :class:`ReplayEvaluator` on a GPU."""
+    """What the inner loop needs: :class:`ReplayEvaluator` on a GPU.  An evaluator that also
+    has ``start(configs)`` (submit now, the returned call waits) can have several batches in
+    flight; one that has only ``evaluate`` is asked one batch at a time."""
 
     def evaluate(self, configs: Sequence[TrialConfig]) -> list[Measurement]: ...
 
     def retime(self, configs: Sequence[TrialConfig], rounds: int) -> list[list[float]]: ...
+
+
+def _start(evaluator: Evaluator, configs: list[TrialConfig]) -> Callable[[], list[Measurement]]:
+    start = getattr(evaluator, "start", None)
+    if start is not None:
+        return start(configs)
+    measured = evaluator.evaluate(configs)
+    return lambda: measured
 
 
 def run_inner(
@@ -344,8 +368,10 @@ def run_inner(
 ) -> InnerResult:
     """Search one variant: ask a batch, evaluate it, store every trial, tell; then re-time.
 
-    Each batch's trials are committed together before they are told, so a kill loses at
-    most the batch in flight and a resume tells exactly what is stored.  ``give_up_after``
+    With ``settings.in_flight`` 2 the next batch is asked and submitted before the last one's
+    results are told (its configurations pending), so the runner always has work.  Each
+    batch's trials are committed together before they are told, so a kill loses at most the
+    batches in flight and a resume tells exactly what is stored.  ``give_up_after``
     abandons a variant whose first that many trials all failed (a child that does not compile
     or verify costs a few trials, not a whole budget); ``should_stop`` is polled between batches.
     """
@@ -353,24 +379,40 @@ def run_inner(
     from r3tui.search import choose_winner, config_key
 
     trial_ids: dict[str, int] = {}
-    while not search.done(budget):
-        if should_stop is not None and should_stop():
+    flight: deque[tuple[list[TrialConfig], Callable[[], list[Measurement]]]] = deque()
+    # an evaluator that measures as it is asked gains nothing from a second batch in flight
+    depth = max(1, settings.in_flight) if hasattr(evaluator, "start") else 1
+    stopped = False
+    while True:
+        while not stopped and len(flight) < depth:
+            if should_stop is not None and should_stop():
+                stopped = True
+                break
+            if search.done(budget):
+                break
+            if (
+                give_up_after is not None
+                and search.n_evaluated >= give_up_after
+                and search.best() is None
+            ):
+                stopped = True
+                break
+            unproven = give_up_after is not None and search.best() is None
+            if unproven and flight:
+                break  # until something works, one batch at a time
+            remaining = search.remaining(budget)
+            batch = settings.batch if remaining is None else min(settings.batch, remaining)
+            if give_up_after is not None and unproven:
+                # until something works, ask only as many as may be wasted
+                batch = max(1, min(batch, give_up_after - search.n_evaluated))
+            configs = search.ask(batch) if batch > 0 else []
+            if not configs:
+                break
+            flight.append((configs, _start(evaluator, configs)))
+        if not flight:
             break
-        if (
-            give_up_after is not None
-            and search.n_evaluated >= give_up_after
-            and search.best() is None
-        ):
-            break
-        remaining = search.remaining(budget)
-        batch = settings.batch if remaining is None else min(settings.batch, remaining)
-        if give_up_after is not None and search.best() is None:
-            # until something works, ask only as many as may be wasted
-            batch = max(1, min(batch, give_up_after - search.n_evaluated))
-        configs = search.ask(batch)
-        if not configs:
-            break
-        measurements = evaluator.evaluate(configs)
+        configs, results = flight.popleft()
+        measurements = results()
         with database.session_scope() as s:
             rows = [
                 repo.NewTrial(campaign_id, variant_id, c, m)

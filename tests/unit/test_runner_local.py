@@ -87,3 +87,59 @@ def test_gpus_of_different_architectures_are_refused(space_file: SpaceFile) -> N
     with pytest.raises(GpuUnavailable, match="differ in architecture"):
         LocalRunner(gpus, pool)
     pool.close()
+
+
+class Watched:
+    """The real ReplayEvaluator, with the order of its batches' submissions and waits kept."""
+
+    def __init__(self, inner: ReplayEvaluator) -> None:
+        self.inner = inner
+        self.events: list[str] = []
+
+    def start(self, configs: list[object]) -> object:
+        self.events.append("start")
+        results = self.inner.start(configs)  # type: ignore[arg-type]
+
+        def wait() -> object:
+            self.events.append("wait")
+            return results()
+
+        return wait
+
+    def evaluate(self, configs: list[object]) -> object:
+        return self.inner.evaluate(configs)  # type: ignore[arg-type]
+
+    def retime(self, configs: list[object], rounds: int) -> object:
+        return self.inner.retime(configs, rounds)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("in_flight", [1, 2])
+def test_the_next_batch_is_submitted_while_one_is_in_flight(
+        tmp_path: Path, space_file: SpaceFile, in_flight: int) -> None:
+    from db import repository as repo
+    from db.session import open_database
+    from r3tui.engine import InnerSettings, make_strategy, run_inner
+    from r3tui.search import Budget
+    from tests.db import factories as f
+
+    database = open_database(tmp_path / "r3.sqlite", create=True, upgrade=True)
+    with database.session_scope() as s:
+        _, cid, vid = f.seed_campaign(s)
+    settings = InnerSettings(batch=4, rounds=2, seed=1, launch_bounds=False, in_flight=in_flight)
+    search = make_strategy(space_file.space, settings)
+    source = KernelSource((REPO / "examples" / "stencil7" / "kernel.cu").read_text(), "stencil7")
+    with LocalRunner([SimulatedReplayer(space_file.table, replay_s=0.01)],
+                     CompilePool(workers=2)) as runner:
+        watched = Watched(ReplayEvaluator(source, runner))
+        result = run_inner(database, cid, vid, search, watched,  # type: ignore[arg-type]
+                           Budget(max_trials=16), settings)
+    with database.session_scope() as s:
+        trials = repo.finished_trials(s, cid, variant_id=vid)
+    database.close()
+    assert result.trials == len(trials) == 16
+    assert len({config_key(t.config) for t in trials}) == 16  # nothing asked twice
+    if in_flight == 1:
+        assert watched.events == ["start", "wait"] * 4
+    else:  # the second batch goes out before the first one's results are waited for
+        assert watched.events[:3] == ["start", "start", "wait"]
+        assert watched.events.count("start") == 4 and watched.events[-2:] == ["wait", "wait"]
