@@ -25,7 +25,6 @@ import statistics
 import sys
 import tempfile
 import time
-from concurrent.futures import as_completed
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -36,7 +35,8 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from app_harness import ApplicationHarness  # noqa: E402
 
-from r3tui.domain import Dim3  # noqa: E402
+from r3tui.domain import Dim3, TrialConfig  # noqa: E402
+from r3tui.engine.inner import KernelSource  # noqa: E402
 
 DEFAULT_EXAMPLES = ("stencil7", "spmv_csr", "reduce_sum", "sgemm", "nbody", "softmax")
 # Problem size as a fraction of each example's full size: full size for the memory-bound ones
@@ -51,9 +51,30 @@ OPTION_SETS: tuple[tuple[str, ...], ...] = (
     ("--fmad=false",),
     ("--ptxas-options=-O2",),
 )
+# candidates_per_s_small is over the examples whose recorded kernel takes this long or less
+SMALL_KERNEL_US = 100.0
+REGISTER_CAPS = (32, 40, 48, 64, 80, 96, 128, 168, 255)
 BLOCKS_1D = (Dim3(128), Dim3(256), Dim3(512), Dim3(64), Dim3(1024))
 BLOCKS_2D = (Dim3(16, 16), Dim3(32, 8), Dim3(32, 4), Dim3(64, 4), Dim3(8, 8))
 BLOCKS_3D = (Dim3(32, 4, 2), Dim3(32, 8, 1), Dim3(64, 4, 1), Dim3(16, 8, 4), Dim3(8, 8, 8))
+
+
+@dataclass(frozen=True)
+class Flow:
+    """Candidates through a runner, warm: how many, how long, how busy the GPU was."""
+
+    candidates: int
+    ok: int
+    wall_s: float
+    replay_s: float  # the replay workers' time on these candidates (restore, time, verify)
+
+    @property
+    def per_s(self) -> float:
+        return self.candidates / self.wall_s
+
+    @property
+    def gpu_busy(self) -> float:
+        return self.replay_s / self.wall_s
 
 
 @dataclass
@@ -65,9 +86,8 @@ class ExampleResult:
     app_build_s: list[float]
     replay_us: float
     app_us: float
-    pool_candidates: int
-    pool_wall_s: float
-    pool_ok: int
+    flow: Flow
+    dask_flow: Flow | None
     wrong_in_app: int
 
     @property
@@ -80,7 +100,7 @@ class ExampleResult:
 
     @property
     def per_s(self) -> float:
-        return self.pool_candidates / self.pool_wall_s
+        return self.flow.per_s
 
 
 def blocks_for(work: Dim3 | None, recorded: Dim3) -> tuple[Dim3, ...]:
@@ -103,16 +123,44 @@ def candidates(
     return diagonal + rest
 
 
+def throughput_configs(work: Dim3 | None, recorded: Dim3, tunable: bool,
+                       n: int) -> list[TrialConfig]:
+    """``n`` distinct configurations: register caps x fast math x block shapes."""
+    blocks = blocks_for(work, recorded) if tunable else (recorded,)
+    options = [(*fast, *regs) for fast in ((), ("--use_fast_math",))
+               for regs in ((), *((f"--maxrregcount={r}",) for r in REGISTER_CAPS))]
+    every = [TrialConfig(options=o, block=None if b == recorded else b)
+             for o, b in itertools.product(options, blocks)]
+    return every[:n]
+
+
+def throughput(kind: str, bundle_dir: Path, source: KernelSource,
+               configs: list[TrialConfig]) -> Flow:
+    """``configs`` through the ``kind`` runner as a campaign submits them (one batch), after a
+    warm-up that starts every compile worker."""
+    from r3tui.engine.gpu import RunnerSettings, open_runner
+    from r3tui.engine.inner import ReplayEvaluator
+
+    cores = os.cpu_count() or 1
+    with open_runner(bundle_dir, 120.0, RunnerSettings(runner=kind)) as runner:
+        warm = ReplayEvaluator(source, runner)
+        warm.evaluate([TrialConfig(options=(f"--maxrregcount={255 - i}",)) for i in range(cores)])
+        started = time.perf_counter()
+        measured = ReplayEvaluator(source, runner).evaluate(configs)
+        wall = time.perf_counter() - started
+    return Flow(len(configs), sum(m.ok for m in measured), wall,
+                sum(m.replay_wall_s or 0.0 for m in measured))
+
+
 def run_example(
-    name: str, scale: float, app_candidates: int, pool_candidates: int, workdir: Path
+    name: str, scale: float, app_candidates: int, pool_candidates: int, workdir: Path,
+    with_dask: bool = False,
 ) -> ExampleResult:
     sys.path.insert(0, str(ROOT / "examples"))
     from catalog import load_example  # type: ignore[import-not-found]
 
     from r3tui.compile.base import CompileRequest, get_toolchain
-    from r3tui.compile.cache import CompileCache
     from r3tui.compile.options import canonicalize, render
-    from r3tui.compile.pool import CompilePool
     from r3tui.record.bundle import Bundle
     from r3tui.record.kernel_recorder import RecordKernelRequest, load_inputs, record_kernel
     from r3tui.record.spec import PointerTable
@@ -137,7 +185,9 @@ def run_example(
     nvrtc = get_toolchain("nvrtc")
     harness = ApplicationHarness(workdir / name, inputs, example.kernel_name)
     tables = {a.name for a in inputs.args if isinstance(a, PointerTable)}
-    configs = candidates(inputs.work, inputs.block, inputs.block_tunable)[:pool_candidates]
+    configs = candidates(inputs.work, inputs.block, inputs.block_tunable)[:app_candidates]
+    pool_configs = throughput_configs(inputs.work, inputs.block, inputs.block_tunable,
+                                      pool_candidates)
 
     def request(options: tuple[str, ...]) -> CompileRequest:
         return CompileRequest(source, example.kernel_name, options=options, defines=defines)
@@ -177,17 +227,14 @@ def run_example(
             app_s.append(time.perf_counter() - started)
             app_build_s.append(run.build_s)
 
-        # throughput: every candidate, compiles spread over all cores, one GPU worker
-        pool_ok = 0
-        with CompilePool(workers=os.cpu_count(), cache=CompileCache(None)) as pool:
-            started = time.perf_counter()
-            futures = {pool.submit("nvrtc", request(opts)): block for opts, block in configs}
-            for future in as_completed(futures):
-                result = future.result()
-                if result.ok:
-                    m = worker.evaluate(Candidate.from_compiled(result, block=futures[future]))
-                    pool_ok += m.ok
-            pool_wall_s = time.perf_counter() - started
+    # throughput: the engine's own path (ReplayEvaluator on a runner), warm, every core
+    # compiling while the GPU replays; the replay worker above is closed first so that the
+    # runners' own take the GPU
+    flow = throughput("local", bundle_dir, KernelSource(source, example.kernel_name,
+                                                        defines=defines), pool_configs)
+    dask_flow = (throughput("dask", bundle_dir, KernelSource(source, example.kernel_name,
+                                                             defines=defines), pool_configs)
+                 if with_dask else None)
     return ExampleResult(
         name,
         scale,
@@ -196,9 +243,8 @@ def run_example(
         app_build_s,
         replay_us,
         app_us,
-        len(configs),
-        pool_wall_s,
-        pool_ok,
+        flow,
+        dask_flow,
         wrong_in_app,
     )
 
@@ -217,7 +263,11 @@ def main(argv: list[str] | None = None) -> int:
         "--scale", type=float, help="problem size factor for every example (default: per example)"
     )
     parser.add_argument("--app-candidates", type=int, default=4)
-    parser.add_argument("--pool-candidates", type=int, default=24)
+    parser.add_argument("--pool-candidates", type=int, default=120,
+                        help="candidates timed through the runner per example (default 120)")
+    parser.add_argument("--dask", action="store_true",
+                        help="also through the Dask runner (a local cluster: one worker per "
+                        "core and one GPU worker): dask_overhead_pct")
     parser.add_argument("--out", type=Path, help="also write the report to this file")
     args = parser.parse_args(argv)
 
@@ -232,6 +282,7 @@ def main(argv: list[str] | None = None) -> int:
                     args.app_candidates,
                     args.pool_candidates,
                     Path(tmp),
+                    with_dask=args.dask,
                 )
             )
 
@@ -242,14 +293,15 @@ def main(argv: list[str] | None = None) -> int:
         "command: python bench/eval_cost.py " + " ".join(sys.argv[1:] if argv is None else argv),
         "",
         f"{'example':<11} {'scale':>5} {'replay s/cand':>13} {'app s/cand':>10} {'(nvcc s)':>8} "
-        f"{'ratio':>7} {'replay us':>9} {'app us':>9} {'dev %':>6} {'cand/s':>7} {'ok':>7}",
+        f"{'ratio':>7} {'replay us':>9} {'app us':>9} {'dev %':>6} {'cand/s':>7} {'busy':>5} "
+        f"{'ok':>7}",
     ]
     for r in results:
         lines.append(
             f"{r.name:<11} {r.scale:>5.2f} {statistics.median(r.replay_s):>13.3f} "
             f"{statistics.median(r.app_s):>10.3f} {statistics.median(r.app_build_s):>8.2f} "
             f"{r.ratio:>6.1f}x {r.replay_us:>9.1f} {r.app_us:>9.1f} {r.fidelity_pct:>6.2f} "
-            f"{r.per_s:>7.2f} {r.pool_ok:>3}/{r.pool_candidates:<3}"
+            f"{r.per_s:>7.2f} {r.flow.gpu_busy:>5.2f} {r.flow.ok:>3}/{r.flow.candidates:<3}"
         )
     worst_ratio = min(results, key=lambda r: r.ratio)
     worst_fidelity = max(results, key=lambda r: r.fidelity_pct)
@@ -261,6 +313,22 @@ def main(argv: list[str] | None = None) -> int:
         f"replay_fidelity_max_dev_pct: {worst_fidelity.fidelity_pct:.2f} ({worst_fidelity.name})",
         f"candidates_per_s: {slowest.per_s:.2f} ({slowest.name}, worst example)",
     ]
+    small = [r for r in results if r.replay_us <= SMALL_KERNEL_US]
+    if small:
+        worst = min(small, key=lambda r: r.per_s)
+        lines.append(f"candidates_per_s_small: {worst.per_s:.2f} ({worst.name}, worst of "
+                     f"{len(small)} examples with kernels of {SMALL_KERNEL_US:.0f} us or less)")
+    busiest = max(results, key=lambda r: r.flow.gpu_busy)
+    idlest = min(results, key=lambda r: r.flow.gpu_busy)
+    lines.append(f"gpu_busy_fraction: {idlest.flow.gpu_busy:.2f} ({idlest.name}) to "
+                 f"{busiest.flow.gpu_busy:.2f} ({busiest.name})")
+    with_dask = [r for r in results if r.dask_flow is not None]
+    if with_dask:
+        pcts = [100.0 * (r.dask_flow.wall_s / r.flow.wall_s - 1.0) for r in with_dask
+                if r.dask_flow is not None]
+        lines.append(f"dask_overhead_pct: {statistics.median(pcts):.1f} (median of "
+                     f"{len(pcts)} examples; {min(pcts):.1f} to {max(pcts):.1f}; one GPU "
+                     "worker, the same candidates, warm)")
     report = "\n".join(lines)
     print(report)
     if args.out:

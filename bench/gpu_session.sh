@@ -100,7 +100,9 @@ run_bench() {  # name, then the command; the log goes to $OUT/<name>.log
   [ "$brc" -eq 0 ] || rc=$brc
 }
 case $bench in *" eval_cost "*)
-  run_bench eval_cost python3 bench/eval_cost.py --out "$OUT/eval_cost.txt";; esac
+  # issue #21: candidates/s through the local runner (and the Dask runner: --dask), GPU busy
+  run_bench eval_cost python3 bench/eval_cost.py --out "$OUT/eval_cost.txt" \
+    ${R3_EVAL_COST_ARGS:---dask};; esac
 case $bench in *" rule_gains "*)
   # issue #19: each rule's variants of the examples re-timed against the original alone
   run_bench rule_gains python3 bench/rule_gains.py --scale "${R3_RULES_SCALE:-1.0}";; esac
