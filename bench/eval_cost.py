@@ -249,6 +249,30 @@ def run_example(
     )
 
 
+def campaign_rate(bundle_dir: Path, budget: int, workdir: Path) -> tuple[float, int, float]:
+    """``r3 tune BUNDLE --inner-only --budget N`` as a user runs it: (evaluations/s as the
+    campaign's figures define it, trials, duration s); the search's asks are included."""
+    import subprocess
+    from datetime import UTC, datetime
+
+    from db.figures import figures_of
+    from db.session import open_database
+
+    db = workdir / "campaign-rate.sqlite"
+    done = subprocess.run([sys.executable, "-m", "r3tui", "tune", str(bundle_dir),
+                           "--inner-only", "--budget", str(budget), "--db", str(db)],
+                          capture_output=True, text=True, timeout=540)
+    if done.returncode != 0:
+        raise RuntimeError(f"r3 tune --inner-only failed: {done.stderr.strip()[-500:]}")
+    with open_database(db, readonly=True) as database, database.session_scope() as s:
+        figures = figures_of(s, 1)
+        assert figures is not None
+        now = datetime.now(UTC)
+        rate, took = figures.evaluations_per_s(now), figures.duration_s(now)
+    assert rate is not None and took is not None
+    return rate, figures.n_trials, took
+
+
 def gpu_name() -> str:
     from r3tui.cuda import driver as cu
 
@@ -268,6 +292,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dask", action="store_true",
                         help="also through the Dask runner (a local cluster: one worker per "
                         "core and one GPU worker): dask_overhead_pct")
+    parser.add_argument("--campaign", default="stencil7",
+                        help="example whose live inner campaign gives campaign_evals_per_s "
+                        "('' : none)")
+    parser.add_argument("--campaign-budget", type=int, default=200)
     parser.add_argument("--out", type=Path, help="also write the report to this file")
     args = parser.parse_args(argv)
 
@@ -285,6 +313,12 @@ def main(argv: list[str] | None = None) -> int:
                     with_dask=args.dask,
                 )
             )
+        rate = None
+        if args.campaign and args.campaign in args.examples.split(","):
+            print(f"== r3 tune {args.campaign} --inner-only --budget {args.campaign_budget}",
+                  flush=True)
+            rate = campaign_rate(Path(tmp) / f"{args.campaign}.r3b", args.campaign_budget,
+                                 Path(tmp))
 
     lines = [
         f"date: {datetime.now(UTC).strftime('%Y-%m-%d %H:%M UTC')}",
@@ -329,6 +363,10 @@ def main(argv: list[str] | None = None) -> int:
         lines.append(f"dask_overhead_pct: {statistics.median(pcts):.1f} (median of "
                      f"{len(pcts)} examples; {min(pcts):.1f} to {max(pcts):.1f}; one GPU "
                      "worker, the same candidates, warm)")
+    if rate is not None:
+        lines.append(f"campaign_evals_per_s: {rate[0]:.1f} ({args.campaign}: `r3 tune "
+                     f"--inner-only --budget {args.campaign_budget}`, {rate[1]} trials in "
+                     f"{rate[2]:.1f} s, the search's asks included)")
     report = "\n".join(lines)
     print(report)
     if args.out:
