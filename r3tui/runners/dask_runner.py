@@ -407,8 +407,9 @@ def local_cluster(cpu_workers: int, gpus: Sequence[str], *, gpu_resources: bool 
             options["resources"] = dict(GPU)
         workers[f"gpu-{device}"] = {"cls": Nanny, "options": options}
     scheduler = {"cls": Scheduler, "options": {"dashboard_address": None}}
-    with dask.config.set(_config()):
-        return SpecCluster(workers=workers, scheduler=scheduler, silence_logs=40)
+    # set for this process, not for a block: a nanny restarting a lost worker later reads it
+    dask.config.set(_config())
+    return SpecCluster(workers=workers, scheduler=scheduler, silence_logs=40)
 
 
 JOBQUEUES = ("slurm", "pbs", "lsf")
@@ -434,8 +435,8 @@ def jobqueue_cluster(table: Mapping[str, Any], gpu_jobs: int) -> Any:
     options.setdefault("worker_extra_args", ["--resources", "GPU=1", "--nthreads", "1"])
     import dask
 
-    with dask.config.set(_config()):
-        cluster = cls(**options)
+    dask.config.set(_config())  # for this process: nannies restarting workers read it later
+    cluster = cls(**options)
     cluster.scale(jobs=gpu_jobs)
     return cluster
 
