@@ -86,7 +86,8 @@ def _dask(bundle_path: Path, timeout_s: float, settings: RunnerSettings) -> Runn
         client = connect(settings.scheduler)
     else:
         if settings.jobqueue:
-            cluster = jobqueue_cluster(settings.jobqueue, max(1, settings.gpus))
+            cluster = jobqueue_cluster(settings.jobqueue)
+            cluster.scale(jobs=max(1, settings.gpus))
         else:
             cluster = local_cluster(settings.workers or os.cpu_count() or 1,
                                     [str(i) for i in _gpu_ids(settings)])

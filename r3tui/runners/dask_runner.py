@@ -415,10 +415,10 @@ def local_cluster(cpu_workers: int, gpus: Sequence[str], *, gpu_resources: bool 
 JOBQUEUES = ("slurm", "pbs", "lsf")
 
 
-def jobqueue_cluster(table: Mapping[str, Any], gpu_jobs: int) -> Any:
-    """Workers submitted as batch jobs (``[runner] jobqueue = "slurm"`` and that table's other
-    keys, dask-jobqueue's own: cores, memory, queue, account, walltime, job_extra_directives,
-    ...).  Each job is one GPU worker."""
+def jobqueue_cluster(table: Mapping[str, Any]) -> Any:
+    """Workers as batch jobs (``[runner] jobqueue = "slurm"`` and that table's other keys,
+    dask-jobqueue's own: cores, memory, queue, account, walltime, job_extra_directives, ...).
+    Each job is one GPU worker; none is submitted until the cluster is scaled."""
     kind = table.get("jobqueue")
     if kind not in JOBQUEUES:
         raise ConfigError(f"[runner] jobqueue must be one of {', '.join(JOBQUEUES)}")
@@ -433,12 +433,12 @@ def jobqueue_cluster(table: Mapping[str, Any], gpu_jobs: int) -> Any:
                                                               "scheduler")}
     options.setdefault("processes", 1)
     options.setdefault("worker_extra_args", ["--resources", "GPU=1", "--nthreads", "1"])
+    # the replay worker is a child process of the Dask worker
+    options.setdefault("job_script_prologue", ["export DASK_DISTRIBUTED__WORKER__DAEMON=False"])
     import dask
 
     dask.config.set(_config())  # for this process: nannies restarting workers read it later
-    cluster = cls(**options)
-    cluster.scale(jobs=gpu_jobs)
-    return cluster
+    return cls(**options)
 
 
 def connect(address: str | None, cluster: Any = None, timeout_s: float = 60.0) -> Any:

@@ -170,3 +170,21 @@ def test_a_killed_worker_loses_nothing_and_counts_nothing_twice(
     assert not [t for t in trials if t.measurement.status is MeasurementStatus.CRASHED]
     for t in trials:
         assert t.measurement.status is space_file.table[config_key(t.config)].status
+
+
+def test_a_batch_system_cluster_comes_from_r3_toml() -> None:
+    from r3tui.errors import ConfigError
+    from r3tui.runners.dask_runner import jobqueue_cluster
+
+    cluster = jobqueue_cluster({"jobqueue": "slurm", "cores": 8, "memory": "32GB",
+                                "queue": "gpu", "walltime": "01:00:00",
+                                "job_extra_directives": ["--gres=gpu:1"]})
+    try:
+        script = cluster.job_script()  # nothing is submitted before the cluster is scaled
+    finally:
+        cluster.close()
+    assert "#SBATCH -p gpu" in script and "#SBATCH --gres=gpu:1" in script
+    assert "--resources GPU=1" in script and "--nthreads 1" in script
+    assert "export DASK_DISTRIBUTED__WORKER__DAEMON=False" in script
+    with pytest.raises(ConfigError, match="jobqueue must be one of"):
+        jobqueue_cluster({"jobqueue": "condor"})
