@@ -1,5 +1,5 @@
 """``r3 report CAMPAIGN`` and ``r3 export CAMPAIGN``: what a campaign found, and a variant's
-files (:mod:`r3tui.report` reads and writes them)."""
+files (:mod:`r3tui.engine.report` reads and writes them)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ if TYPE_CHECKING:
 
 def _cmd_report(args: argparse.Namespace) -> int:
     from db.session import open_database
-    from r3tui.report import build_report, render
+    from r3tui.engine.report import build_report, render
 
     with (
         open_database(args.db, readonly=True, create=False, one_shot=True) as database,
@@ -27,7 +27,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
 def _cmd_export(args: argparse.Namespace) -> int:
     from db.session import open_database
-    from r3tui.report import export_variant, prepare_export_dir
+    from r3tui.engine.report import export_variant, prepare_export_dir
 
     out = args.out or Path(f"r3-export-{args.campaign}")
     if out.exists() and not out.is_dir():  # before the database: bad input costs nothing

@@ -1,8 +1,8 @@
 """``r3 apply CAMPAIGN... --into DIR``: write tuned kernels back into an application's tree.
 
 For each campaign its best variant is exported the way ``r3 export`` does
-(:func:`r3tui.report.export_variant`, into ``DIR/r3-exports/campaign-N``), then applied to a
-copy of the source tree:
+(:func:`r3tui.engine.report.export_variant`, into ``DIR/r3-exports/campaign-N``), then applied
+to a copy of the source tree:
 
 - source: the kernel's definition from the variant's translation unit replaces the original
   definition in the tree's file (the file whose text is the campaign's original source);
@@ -176,7 +176,7 @@ def load_best(s: Session, campaign_id: int, exports: Path) -> _Best:
     from db import repository as repo
     from r3tui.domain import VariantOrigin
     from r3tui.engine import transfer
-    from r3tui.report import build_report, export_variant
+    from r3tui.engine.report import build_report, export_variant
 
     report = build_report(s, campaign_id)
     if report.best_variant is None:
