@@ -71,7 +71,7 @@ def gpu_available() -> bool:
 
 
 def open_shipped_demo(db: Path = DEMO_DB) -> int:
-    from r3tui.ui.commands import run_tui
+    from r3tui.cli.tui import run_tui
 
     if not db.is_file():
         raise DemoUnavailable(
@@ -144,7 +144,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
         return open_shipped_demo()
-    from r3tui.ui.commands import run_tui
+    from r3tui.cli.tui import run_tui
 
     with tempfile.TemporaryDirectory(prefix="r3-demo-") as tmp:
         folder = Path(tmp)

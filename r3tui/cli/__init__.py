@@ -19,7 +19,6 @@ from r3tui.errors import R3Error
 
 # Subcommand groups not moved into this package yet; each module exposes add_commands().
 COMMAND_MODULES = (
-    "r3tui.ui.commands",
     "r3tui.demo",
 )
 
@@ -70,7 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"r3 {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     # each module of this package adds its commands, in the order `r3 --help` lists them
-    from r3tui.cli import apply, db, doctor, record, replay, report, tune, tune_app
+    from r3tui.cli import apply, db, doctor, record, replay, report, tui, tune, tune_app
 
     db.add_commands(sub)
     doctor.add_commands(sub)
@@ -80,6 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
     tune_app.add_commands(sub)
     apply.add_commands(sub)
     report.add_commands(sub)
+    tui.add_commands(sub)
     for module_name in COMMAND_MODULES:
         importlib.import_module(module_name).add_commands(sub)
     return parser
