@@ -1,4 +1,8 @@
-"""The ``r3`` command line.
+"""The ``r3`` command line: every command, one module of this package per group of commands
+(``db``, ``doctor``, ``record``, ``replay``, ``tune``, ``tune_app``, ``apply``, ``report``,
+``tui``, ``demo``), each adding its commands with ``add_commands``.  The work a command does is
+in the layers below, and no module below imports this package (pyproject.toml's layers
+contract says so).
 
 Errors a user can cause are :class:`r3tui.errors.R3Error`; they end in one line on stderr and
 exit code 2.  ``--db PATH`` is accepted anywhere on the line, so ``r3 runs --db x.sqlite``
@@ -8,7 +12,6 @@ and ``r3 --db x.sqlite runs`` mean the same.
 from __future__ import annotations
 
 import argparse
-import importlib
 import sys
 from collections.abc import Sequence
 from typing import TypeAlias
@@ -16,11 +19,6 @@ from typing import TypeAlias
 from r3tui import __version__
 from r3tui.config import load_settings, resolve_db_path
 from r3tui.errors import R3Error
-
-# Subcommand groups not moved into this package yet; each module exposes add_commands().
-COMMAND_MODULES = (
-    "r3tui.demo",
-)
 
 
 def _split_db_flag(argv: list[str]) -> tuple[list[str], str | None]:
@@ -68,9 +66,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"r3 {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    # each module of this package adds its commands, in the order `r3 --help` lists them
-    from r3tui.cli import apply, db, doctor, record, replay, report, tui, tune, tune_app
+    # imported when the parser is built: importing r3tui.cli, or one of its modules, loads
+    # no other command's module
+    from r3tui.cli import apply, db, demo, doctor, record, replay, report, tui, tune, tune_app
 
+    # in the order `r3 --help` lists them
     db.add_commands(sub)
     doctor.add_commands(sub)
     record.add_commands(sub)
@@ -80,8 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
     apply.add_commands(sub)
     report.add_commands(sub)
     tui.add_commands(sub)
-    for module_name in COMMAND_MODULES:
-        importlib.import_module(module_name).add_commands(sub)
+    demo.add_commands(sub)
     return parser
 
 

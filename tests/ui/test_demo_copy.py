@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from r3tui import demo
+from r3tui.cli import demo
 
 
 def test_the_demo_folder_is_copied_whole_without_side_files(
