@@ -183,7 +183,7 @@ def yield_lines(db: Path) -> list[str]:
     from db import repository as repo
     from db.session import open_database
     from r3tui.domain import VariantOrigin, VariantStatus
-    from r3tui.report import build_report
+    from r3tui.engine.report import build_report
 
     counts: dict[str, list[int]] = {}
     shares: dict[str, list[float]] = {}

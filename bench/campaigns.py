@@ -185,8 +185,8 @@ def evaluate_llm(db: Path, bundles: Path) -> int:
     from db import repository as repo
     from db.session import open_database
     from r3tui.engine.campaign import CampaignSettings
+    from r3tui.engine.report import build_report, render
     from r3tui.engine.tune import CampaignJob, run_campaign
-    from r3tui.report import build_report, render
 
     with open_database(db, readonly=True) as database, database.session_scope() as s:
         campaigns = [(c.id, c.kernel_name, c.name) for c in repo.list_campaign_summaries(s)]

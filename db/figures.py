@@ -39,7 +39,7 @@ from r3tui.domain import CampaignStatus, MeasurementStatus, VariantOrigin, Varia
 
 OK_TRIAL: ColumnElement[bool] = TrialRow.status == MeasurementStatus.OK
 RECORDED_BASELINE_S = func.json_extract(RecordingRow.manifest, "$.launch.baseline.median_s")
-# A trial at the recorded configuration: r3tui.report.is_recorded_config, in SQL.
+# A trial at the recorded configuration: r3tui.engine.report.is_recorded_config, in SQL.
 AT_RECORDED_CONFIG: ColumnElement[bool] = and_(
     func.coalesce(func.json_array_length(TrialRow.config, "$.options"), 0) == 0,
     func.json_extract(TrialRow.config, "$.block").is_(None),

@@ -20,7 +20,6 @@ are written to ``RECORDING_DIR/tune-app.json``; no schema change is needed.
 
 from __future__ import annotations
 
-import argparse
 import functools
 import hashlib
 import json
@@ -38,6 +37,10 @@ from r3tui.errors import R3Error
 
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session
+
+    from r3tui.engine.campaign import CampaignSettings
+    from r3tui.engine.inner import InnerSettings
+    from r3tui.remix.backends import BackendSpec
 
 RECORDING_FILE = "recording.json"
 PLAN_FILE = "tune-app.json"
@@ -512,18 +515,18 @@ def write_plan(directory: Path, result: AppTuneResult) -> Path:
     return path
 
 
-def inner_tuner(db: Path, budget: str, args: argparse.Namespace) -> Tuner:
+def inner_tuner(db: Path, trials: int | None, seconds: float | None,
+                settings: Callable[[], InnerSettings]) -> Tuner:
     """Each bundle tuned by the engine's inner loop alone (BO over options, block shape and
-    launch bounds), as ``r3 tune BUNDLE --inner-only`` would."""
-    from r3tui.engine.commands import _inner_settings, parse_budget
+    launch bounds), as ``r3 tune BUNDLE --inner-only`` would, with a budget of ``trials`` or
+    ``seconds``.  ``settings`` gives the search's settings; it is called as each campaign
+    starts, which is where settings that cannot be resolved fail."""
     from r3tui.engine.inner import InnerCampaign, run_inner_campaign
-
-    trials, seconds = parse_budget(budget)
 
     def tune(bundle: Path, name: str) -> tuple[int, float | None, tuple[float, float] | None]:
         campaign_name = f"app:{name}:{time.time_ns()}"
         outcome = run_inner_campaign(
-            InnerCampaign(bundle, db, trials, seconds, _inner_settings(args), name=campaign_name)
+            InnerCampaign(bundle, db, trials, seconds, settings(), name=campaign_name)
         )
         campaign_id = _campaign_named(db, campaign_name)
         winner = outcome.winner
@@ -534,20 +537,19 @@ def inner_tuner(db: Path, budget: str, args: argparse.Namespace) -> Tuner:
     return tune
 
 
-def campaign_tuner(db: Path, budget: str, args: argparse.Namespace) -> Tuner:
-    """Each bundle tuned by a whole R³ campaign -- source (rules and the model), options and
-    launch settings -- as ``r3 tune BUNDLE`` with the same options would; the speedup is the
-    campaign's best re-timed interleaved with the original."""
-    from r3tui.engine.commands import _campaign_settings, backend_spec, parse_budget
+def campaign_tuner(db: Path, variants: int | None, seconds: float | None,
+                   settings: Callable[[], CampaignSettings], backend: BackendSpec | None
+                   ) -> Tuner:
+    """Each bundle tuned by a whole R³ campaign -- source (rules and ``backend``, the model),
+    options and launch settings -- as ``r3 tune BUNDLE`` with the same options would, with a
+    budget of ``variants`` or ``seconds``; ``settings`` gives the campaign's settings as each
+    campaign starts.  The speedup is the campaign's best re-timed interleaved with the
+    original."""
     from r3tui.engine.tune import CampaignJob, run_campaign
-
-    variants, seconds = parse_budget(budget)
-    backend = backend_spec(args)
 
     def tune(bundle: Path, name: str) -> tuple[int, float | None, tuple[float, float] | None]:
         campaign_name = f"app:{name}:{time.time_ns()}"
-        job = CampaignJob(bundle, db, _campaign_settings(args, variants, seconds), backend,
-                          name=campaign_name)
+        job = CampaignJob(bundle, db, settings(), backend, name=campaign_name)
         outcome = run_campaign(job)
         for note in outcome.notes:
             print(f"{name}: {note}")
@@ -634,7 +636,7 @@ def recording_context(s: Session, campaign_ids: list[int]) -> RecordingContext:
                             threads)
 
 
-# -- the command ---------------------------------------------------------------------------
+# -- what tune-app prints ------------------------------------------------------------------
 def render_ranking(recording: AppRecording, top: int) -> list[str]:
     total = recording.kernel_time_s
     lines = [
@@ -704,63 +706,3 @@ def prediction_lines(kernel_speedup: float, wall_speedup: float | None, kernel_t
                   f"wall, {fraction:.1%}; that wall includes recording overhead, so the host "
                   "share is overstated and this figure conservative)"]
     return lines
-
-
-def _cmd_tune_app(args: argparse.Namespace) -> int:
-    from r3tui.engine.commands import parse_budget
-
-    recording = load_recording(args.recording)
-    parse_budget(args.budget)  # a bad budget fails before anything runs
-    if args.top < 1:
-        raise R3Error("--top must be at least 1")
-    if args.check_configs < 0:
-        raise R3Error("--check-configs must be 0 or more")
-    for line in render_ranking(recording, args.top):
-        print(line)
-    if args.plan:
-        return 0
-    tuner = (inner_tuner(Path(args.db), args.budget, args) if args.inner_only
-             else campaign_tuner(Path(args.db), args.budget, args))
-    from r3tui.engine.transfer import GpuChecker
-
-    checker = GpuChecker(Path(args.db), recording.path) if args.check_configs else None
-    result = tune_app(recording, Path(args.db), args.budget, args.top, tuner, checker,
-                      args.check_configs)
-    for k in result.kernels:
-        for line in outcome_lines(k):
-            print(line)
-    for line in prediction_lines(result.kernel_time_speedup, result.app_wall_speedup,
-                                 result.kernel_time_s, result.wall_s):
-        print(line)
-    print(f"campaigns written to {recording.path / PLAN_FILE}")
-    return 0
-
-
-def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    from r3tui.engine.commands import add_campaign_options
-
-    tune_app_parser = sub.add_parser(
-        "tune-app", help="tune the kernels that dominate a recorded application's GPU time"
-    )
-    tune_app_parser.add_argument(
-        "recording", type=Path, help="directory written by `r3 record --out DIR -- ./app`"
-    )
-    tune_app_parser.add_argument(
-        "--budget", default="20",
-        help="per kernel: variants (20) or wall time (90s, 10m); trials with --inner-only"
-    )
-    tune_app_parser.add_argument("--top", type=int, default=3,
-                                 help="kernels to tune, by device time (default: 3)")
-    tune_app_parser.add_argument(
-        "--inner-only", action="store_true",
-        help="only Bayesian optimization of options and launch settings, no source search")
-    tune_app_parser.add_argument(
-        "--check-configs", type=int, default=MAX_CHECKS, metavar="N",
-        help="re-time each winner on up to N other recorded configurations of its kernel, "
-             f"for the prediction and to refuse one that is wrong there (default {MAX_CHECKS}; "
-             "0: take the tuned configuration's speedup for all)")
-    add_campaign_options(tune_app_parser)
-    tune_app_parser.add_argument(
-        "--plan", action="store_true", help="only print the ranking; touch no GPU"
-    )
-    tune_app_parser.set_defaults(handler=_cmd_tune_app)

@@ -1,8 +1,8 @@
 """``r3 apply CAMPAIGN... --into DIR``: write tuned kernels back into an application's tree.
 
 For each campaign its best variant is exported the way ``r3 export`` does
-(:func:`r3tui.report.export_variant`, into ``DIR/r3-exports/campaign-N``), then applied to a
-copy of the source tree:
+(:func:`r3tui.engine.report.export_variant`, into ``DIR/r3-exports/campaign-N``), then applied
+to a copy of the source tree:
 
 - source: the kernel's definition from the variant's translation unit replaces the original
   definition in the tree's file (the file whose text is the campaign's original source);
@@ -33,11 +33,9 @@ before reverting, and say so.  ``--no-run`` ships the patch unmeasured.
 
 from __future__ import annotations
 
-import argparse
 import difflib
 import json
 import re
-import shlex
 import shutil
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -45,7 +43,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from r3tui.domain import TrialConfig
-from r3tui.engine.application import RecordingContext, recording_context
+from r3tui.engine.application import RecordingContext
 from r3tui.engine.splice import (
     EXPORTS_DIR,
     bake_define,
@@ -178,7 +176,7 @@ def load_best(s: Session, campaign_id: int, exports: Path) -> _Best:
     from db import repository as repo
     from r3tui.domain import VariantOrigin
     from r3tui.engine import transfer
-    from r3tui.report import build_report, export_variant
+    from r3tui.engine.report import build_report, export_variant
 
     report = build_report(s, campaign_id)
     if report.best_variant is None:
@@ -667,7 +665,7 @@ def _build_reads_flags(tree: Path) -> bool:
     return False
 
 
-# -- the command ---------------------------------------------------------------------------
+# -- what r3 apply prints ---------------------------------------------------------------------
 def outcome_lines(result: ApplyResult) -> list[str]:
     lines = []
     for o in result.campaigns:
@@ -676,92 +674,3 @@ def outcome_lines(result: ApplyResult) -> list[str]:
         lines += [f"  not applied: {line}" for line in o.not_applied]
         lines += [f"  flag {line}" for line in o.flag_scope]
     return lines
-
-
-def _cmd_apply(args: argparse.Namespace) -> int:
-    from db.session import open_database
-    from r3tui.engine.app_run import MeasureOptions
-
-    options = MeasureOptions(args.time_key, args.runs, args.max_runs, args.ci_width)
-    options.check()
-    if not args.campaigns:
-        raise R3Error("give at least one campaign id")
-    with (
-        open_database(args.db, readonly=True, create=False, one_shot=True) as database,
-        database.session_scope() as s,
-    ):
-        context = recording_context(s, args.campaigns)
-        given = args.source_tree or context.cwd
-        if given is None:
-            raise R3Error(
-                "no source tree: the campaigns' recording does not name one",
-                hint="give --source-tree SRC",
-            )
-        # absolute from here on: builds and runs change directory into the trees
-        source_tree = Path(given).expanduser().resolve()
-        args.into = args.into.expanduser().resolve()
-        check_into(source_tree, args.into)
-        bests = load_bests(s, args.campaigns, args.into)
-    result = write_tree(bests, source_tree, args.into, context, args.include_noise)
-    for line in outcome_lines(result):
-        print(line)
-    print(f"patch: {args.into / PATCH_FILE} ({len(result.patch.splitlines())} lines)")
-    if result.predicted_kernel_speedup is not None:
-        from r3tui.engine.application import prediction_lines
-
-        for line in prediction_lines(result.predicted_kernel_speedup,
-                                     result.predicted_wall_speedup, context.kernel_time_s,
-                                     context.wall_s):
-            print(line)
-    if args.no_run:
-        print("not measured (--no-run): every applied change is in the patch, unmeasured")
-        return 0
-    if not result.patch:
-        # two identical builds would only measure the noise, and a figure of it reads as one
-        print("not measured: the patch is empty, the tree is the original")
-        return 0
-    app_command = tuple(shlex.split(args.run)) if args.run else context.command
-    if not app_command:
-        raise R3Error("no application command recorded", hint='give --run "./app ARGS"')
-    from r3tui.engine.app_run import measure_and_ship
-
-    measure_and_ship(bests, source_tree, args.into, app_command, result, context,
-                     args.build, options, args.include_noise)
-    return 0
-
-
-def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    parser = sub.add_parser(
-        "apply", help="write campaigns' best variants into a copy of the application's tree"
-    )
-    parser.add_argument("campaigns", type=int, nargs="*", metavar="CAMPAIGN")
-    parser.add_argument("--into", type=Path, required=True, help="new directory for the copy")
-    parser.add_argument(
-        "--source-tree", type=Path, help="the application's tree (default: its recorded cwd)"
-    )
-    parser.add_argument("--no-run", action="store_true", help="write the patch only")
-    parser.add_argument(
-        "--include-noise",
-        action="store_true",
-        help="also apply winners whose speedup interval includes 1 (default: keep the original)",
-    )
-    parser.add_argument("--build", default="make", help="build command run in both trees")
-    parser.add_argument("--run", help="application command (default: the recorded one)")
-    parser.add_argument(
-        "--runs", type=int, default=5,
-        help="interleaved pairs of runs before the intervals are first looked at (default 5)")
-    parser.add_argument(
-        "--max-runs", type=int, default=30,
-        help="interleaved pairs at most, of plain runs and of timed runs each (default 30)")
-    parser.add_argument(
-        "--ci-width", type=float, default=0.02,
-        help="enough pairs once each 95%% interval is at most this wide, relative to its "
-             "ratio (default 0.02)")
-    parser.add_argument(
-        "--time-key",
-        default=None,
-        metavar="KEY",
-        help="time the application by the `KEY: seconds` line it prints (e.g. solve_time_s); "
-        "default, and where a run does not print it: the process's wall time (wall_s)",
-    )
-    parser.set_defaults(handler=_cmd_apply)

@@ -534,7 +534,7 @@ def run_inner_campaign(job: InnerCampaign, progress: Progress | None = None) -> 
     from r3tui.engine.unit_source import preflight, searched_launch, seed_unit
     from r3tui.errors import R3Error
     from r3tui.record.bundle import Bundle
-    from r3tui.record.commands import recording_of
+    from r3tui.record.registration import recording_of
     from r3tui.search import Budget
 
     bundle = Bundle.open(job.bundle_path, verify=True)

@@ -205,7 +205,7 @@ def winner_of(db: Path, campaign_id: int) -> tuple[str, TrialConfig] | None:
     from db import repository as repo
     from db.session import open_database
     from r3tui.engine.apply import campaign_decision
-    from r3tui.report import build_report
+    from r3tui.engine.report import build_report
 
     with open_database(db, readonly=True, create=False) as database, \
             database.session_scope() as s:

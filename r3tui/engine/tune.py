@@ -80,7 +80,7 @@ def _open_campaign(job: CampaignJob, database: Database) -> tuple[int, CampaignS
     from r3tui.domain import Campaign, CampaignStatus
     from r3tui.errors import R3Error
     from r3tui.record.bundle import Bundle
-    from r3tui.record.commands import recording_of
+    from r3tui.record.registration import recording_of
 
     with database.session_scope() as s:
         if job.resume_campaign is None:

@@ -25,7 +25,7 @@ import json
 import os
 import struct
 import sys
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -440,27 +440,15 @@ def capture(path: str | os.PathLike[str], *, kernels: Collection[str] | None = N
         session.finish(failed=failed)
 
 
-def main(argv: list[str] | None = None) -> int:
-    """``python -m r3tui.record.pycuda_capture --out DIR SCRIPT [ARGS...]``."""
-    import argparse
+def record_script(out: Path, script: Path, args: Sequence[str],
+                  kernels: Collection[str] | None = None) -> CaptureSession:
+    """Run the PyCUDA program ``script``, unchanged, with ``args`` as its command line and
+    :func:`capture` installed, into ``out`` (``r3 record pycuda``); the finished session holds
+    the bundles it wrote and its warnings."""
     import runpy
 
-    parser = argparse.ArgumentParser(prog="python -m r3tui.record.pycuda_capture")
-    parser.add_argument("--out", required=True, type=Path)
-    parser.add_argument("--kernel", action="append", default=None)
-    parser.add_argument("script", type=Path)
-    parser.add_argument("args", nargs=argparse.REMAINDER)
-    ns = parser.parse_args(argv)
-    sys.argv = [str(ns.script), *ns.args]
-    sys.path.insert(0, str(ns.script.resolve().parent))
-    with capture(ns.out, kernels=ns.kernel) as session:
-        runpy.run_path(str(ns.script), run_name="__main__")
-    for bundle in session.bundles:
-        print(f"recorded {bundle.manifest.kernel.name} -> {bundle.path} ({bundle.sha256[:12]})")
-    for warning in session.warnings:
-        print(f"warning: {warning}", file=sys.stderr)
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+    sys.argv = [str(script), *args]
+    sys.path.insert(0, str(script.resolve().parent))
+    with capture(out, kernels=kernels) as session:
+        runpy.run_path(str(script), run_name="__main__")
+    return session

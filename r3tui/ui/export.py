@@ -1,8 +1,8 @@
 """Exporting a variant: the TUI's ``e`` is ``r3 export``, in a child process.
 
 One format for both: the TUI runs ``python -m r3tui export CAMPAIGN --variant ID --out
-DIR/variant-ID`` (``r3tui.report.export_variant``, which needs the search and engine layers
-the UI must not import), so the folder holds what ``r3 export`` writes: ``KERNEL.cu``,
+DIR/variant-ID`` (``r3tui.engine.report.export_variant``, which needs the search and engine
+layers the UI must not import), so the folder holds what ``r3 export`` writes: ``KERNEL.cu``,
 ``options.txt``, ``launch.json``, ``KERNEL.patch`` (against the original) and, for a kernel
 of an application's unit, ``application.patch`` (docs/tui.md).
 """

@@ -432,7 +432,7 @@ def test_data_version_changes_on_commit_elsewhere(database: Database) -> None:
 
 
 def test_the_gpu_is_named_alike_from_either_form_of_provenance(database: Database) -> None:
-    from r3tui.report import build_report, render
+    from r3tui.engine.report import build_report, render
 
     assert repo.gpu_name({"gpu": "NVIDIA H200"}) == repo.gpu_name(
         {"gpu": {"name": "NVIDIA H200", "arch": "sm_90"}}) == "NVIDIA H200"

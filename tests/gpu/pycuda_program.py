@@ -1,7 +1,7 @@
 """An ordinary PyCUDA program, with no R³ code in it: what the capture test records.
 
-Run on its own it checks its own result; under ``python -m r3tui.record.pycuda_capture`` the
-same lines run with the capture installed.
+Run on its own it checks its own result; under ``r3 record pycuda`` the same lines run
+with the capture installed.
 """
 
 import numpy as np

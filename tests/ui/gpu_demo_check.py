@@ -14,7 +14,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from r3tui.demo import demo_request, gpu_available, record_example
+from r3tui.cli.demo import demo_request, gpu_available, record_example
 from r3tui.ui.app import R3App
 from r3tui.ui.screens.campaign import CampaignScreen
 from tests.ui.conftest import text_of, visible_variants

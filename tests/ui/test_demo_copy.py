@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from r3tui import demo
+from r3tui.cli import demo
 
 
 def test_the_demo_folder_is_copied_whole_without_side_files(
@@ -25,7 +25,7 @@ def test_the_demo_folder_is_copied_whole_without_side_files(
         assert db.name == "r3-demo.sqlite" and db.parent != shipped
         return 0
 
-    monkeypatch.setattr("r3tui.ui.commands.run_tui", fake_tui)
+    monkeypatch.setattr("r3tui.cli.tui.run_tui", fake_tui)
     assert demo.open_shipped_demo(shipped / "r3-demo.sqlite") == 0
     assert seen == [["bundles", "bundles/stencil7.r3b", "bundles/stencil7.r3b/manifest.json",
                      "r3-demo.sqlite"]]

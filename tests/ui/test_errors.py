@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from r3tui import cli
-from r3tui.demo import DemoUnavailable, gpu_available, open_shipped_demo
+from r3tui.cli.demo import DemoUnavailable, gpu_available, open_shipped_demo
 from r3tui.ui.screens.campaign_list import CampaignListScreen
 from r3tui.ui.screens.database_error import DatabaseErrorScreen
 from tests.ui.conftest import make_app, text_of, until

@@ -1,4 +1,5 @@
-"""The UI imports without the GPU, the model or the optimizer (and none of their layers)."""
+"""The UI and `r3 tui`'s command module import without the GPU, the model or the optimizer
+(and none of their layers)."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ LAYERS = (
 def test_ui_imports_in_a_fresh_interpreter_without_heavy_modules() -> None:
     code = (
         "import sys\n"
-        "import r3tui.ui, r3tui.ui.app, r3tui.ui.commands\n"
+        "import r3tui.ui, r3tui.ui.app, r3tui.cli.tui\n"
         f"heavy = [m for m in sys.modules if m.split('.')[0] in {HEAVY!r}]\n"
         f"layers = [m for m in sys.modules if m.startswith({LAYERS!r})]\n"
         "print(heavy, layers)\n"

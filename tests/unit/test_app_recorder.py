@@ -510,7 +510,7 @@ def _graph_dump(root: Path, *, configs: bool = True) -> None:
 
 def test_graph_launches_are_reported_not_recorded(tmp_path: Path,
                                                   capsys: pytest.CaptureFixture[str]) -> None:
-    from r3tui.record.app_commands import print_profile
+    from r3tui.cli.record import print_profile
 
     _graph_dump(tmp_path)
     data = _build(tmp_path)

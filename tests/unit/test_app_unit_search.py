@@ -102,7 +102,7 @@ def test_a_tuned_unroll_factor_is_written_into_the_kernels_own_define(tmp_path: 
 
 
 def test_export_patches_the_file_that_defines_the_kernel(tmp_path: Path) -> None:
-    from r3tui.report import application_patch
+    from r3tui.engine.report import application_patch
 
     bundle = app_bundle(tmp_path / "b")
     original = seed_unit(bundle).source.text

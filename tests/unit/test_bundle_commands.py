@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from r3tui.record.commands import register
+from r3tui.record.registration import register
 from tests.unit.test_bundle import write_bundle
 
 REPO = Path(__file__).resolve().parents[2]

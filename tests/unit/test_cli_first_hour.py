@@ -15,10 +15,10 @@ import pytest
 
 from db import repository as repo
 from db.session import open_database
+from r3tui.cli.tune import inner_summary_lines
 from r3tui.domain import TrialConfig, Variant, VariantOrigin, VariantStatus
 from r3tui.engine.app_run import AppRun, MeasureOptions, TreeComparison, measure
 from r3tui.engine.apply import SUMMARY_FILE, tree_ignore
-from r3tui.engine.commands import inner_summary_lines
 from r3tui.engine.inner import InnerResult
 from r3tui.search.winner import Finalist, Winner
 from tests.db.factories import ok, seed_campaign

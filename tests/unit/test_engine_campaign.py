@@ -26,9 +26,9 @@ from r3tui.engine import InnerSettings, KernelSource
 from r3tui.engine.campaign import CampaignRun, CampaignSettings, StepReport
 from r3tui.engine.control import CampaignControl
 from r3tui.engine.replay_llm import replay_tree
+from r3tui.engine.report import build_report, export_variant, render
 from r3tui.engine.tune import make_mutator_from
 from r3tui.record.manifest import LaunchInfo
-from r3tui.report import build_report, export_variant, render
 from r3tui.search import DeviceLimits
 from tests.unit.campaign_fakes import CompiledCostEvaluator
 
@@ -418,7 +418,7 @@ def test_a_repair_that_fails_again_is_not_repaired_and_the_setting_turns_it_off(
 def test_the_campaign_tries_first_what_has_gained_and_reports_each_operator(
         finished: tuple[Path, int, CampaignRun]) -> None:
 
-    from r3tui.report import render
+    from r3tui.engine.report import render
 
     db, cid, run = finished
     with open_database(db, readonly=True) as database, database.session_scope() as s:

@@ -20,9 +20,9 @@ from r3tui.domain import Measurement, MeasurementStatus, TrialConfig, VariantSta
 from r3tui.engine import KernelSource
 from r3tui.engine.campaign import CampaignRun
 from r3tui.engine.ledger import STREAK_LIMIT
+from r3tui.engine.report import build_report
 from r3tui.engine.tune import make_mutator_from
 from r3tui.engine.unit_source import OriginalUnusable, preflight
-from r3tui.report import build_report
 from r3tui.search import DeviceLimits
 from tests.unit.campaign_fakes import CompiledCostEvaluator
 from tests.unit.test_engine_campaign import LAUNCH, SETTINGS, SOURCE, new_campaign

@@ -1,4 +1,5 @@
-"""``r3 report CAMPAIGN`` and ``r3 export CAMPAIGN``: what a campaign found, read from the DB.
+"""What a campaign found, read from the DB (``r3 report CAMPAIGN``), and a variant written
+out as files (``r3 export CAMPAIGN``).
 
 The report splits the best variant's speedup over the original into what each level of the
 search contributed, as a product of ratios of measured medians:
@@ -11,7 +12,6 @@ search contributed, as a product of ratios of measured medians:
 
 from __future__ import annotations
 
-import argparse
 import difflib
 import json
 from collections import Counter
@@ -311,19 +311,6 @@ _SKIPPED_WHY = {"declined": "declined (no rule applies to the parent)",
                 "duplicate": "duplicate(s) of a variant the campaign has"}
 
 
-def _cmd_report(args: argparse.Namespace) -> int:
-    from db.session import open_database
-
-    with (
-        open_database(args.db, readonly=True, create=False, one_shot=True) as database,
-        database.session_scope() as s,
-    ):
-        report = build_report(s, args.campaign)
-    for line in render(report):
-        print(line)
-    return 0
-
-
 def export_variant(
     s: Session,
     campaign_id: int,
@@ -428,29 +415,3 @@ def application_patch(bundle_path: Path, original: str, variant: str, kernel: st
     return "".join(difflib.unified_diff(text.splitlines(keepends=True),
                                         spliced.splitlines(keepends=True),
                                         fromfile=f"a/{file}", tofile=f"b/{file}"))
-
-
-def _cmd_export(args: argparse.Namespace) -> int:
-    from db.session import open_database
-
-    out = args.out or Path(f"r3-export-{args.campaign}")
-    if out.exists() and not out.is_dir():  # before the database: bad input costs nothing
-        prepare_export_dir(out)
-    with (
-        open_database(args.db, readonly=True, create=False, one_shot=True) as database,
-        database.session_scope() as s,
-    ):
-        for path in export_variant(s, args.campaign, args.variant, out):
-            print(path)
-    return 0
-
-
-def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    report = sub.add_parser("report", help="what a campaign found and where its time went")
-    report.add_argument("campaign", type=int)
-    report.set_defaults(handler=_cmd_report)
-    export = sub.add_parser("export", help="write a variant's source, options, launch and patch")
-    export.add_argument("campaign", type=int)
-    export.add_argument("--variant", type=int, help="variant id (default: the campaign's best)")
-    export.add_argument("--out", type=Path, help="directory (default: r3-export-CAMPAIGN)")
-    export.set_defaults(handler=_cmd_export)

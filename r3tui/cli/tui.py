@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from r3tui.errors import DatabaseMissing, R3Error
 
+if TYPE_CHECKING:
+    from r3tui.cli import Subcommands
 
-def add_commands(subparsers: argparse._SubParsersAction) -> None:
+
+def add_commands(subparsers: Subcommands) -> None:
     tui = subparsers.add_parser(
         "tui",
         help="terminal UI: campaigns, the evolutionary tree, trials, plots, live",

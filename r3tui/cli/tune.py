@@ -8,28 +8,20 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from r3tui.cli.campaign_options import (
+    add_campaign_options,
+    backend_spec,
+    campaign_settings,
+    inner_settings,
+    parse_budget,
+)
 from r3tui.errors import R3Error
 
 if TYPE_CHECKING:
+    from r3tui.cli import Subcommands
     from r3tui.engine.campaign import StepReport
     from r3tui.engine.inner import InnerResult
-    from r3tui.remix.backends import BackendSpec
     from r3tui.search import InnerSearch
-
-
-def parse_budget(text: str) -> tuple[int | None, float | None]:
-    """``50`` (a count) or ``90s`` / ``10m`` / ``1h`` (wall time)."""
-    units = {"s": 1.0, "m": 60.0, "h": 3600.0}
-    try:
-        if text and text[-1] in units:
-            seconds = float(text[:-1]) * units[text[-1]]
-            if seconds > 0:
-                return None, seconds
-        elif int(text) > 0:
-            return int(text), None
-    except ValueError:
-        pass
-    raise R3Error(f"bad --budget {text!r}: give a count (50) or a time (90s, 10m, 1h)")
 
 
 @contextmanager
@@ -48,40 +40,6 @@ def _bar(total: int | None, description: str) -> Iterator[tuple[Any, Any]]:
         yield bar, bar.add_task(description, total=total, note="")
 
 
-def _table(args: argparse.Namespace, cls: type, section: str) -> dict[str, Any]:
-    """The ``r3.toml`` section ``section`` for the settings ``cls``, checked."""
-    from r3tui.engine.options import check_table
-
-    settings = getattr(args, "settings", None)
-    if settings is None:
-        return {}
-    table, origin = settings.table(section)
-    check_table(cls, section, table, origin)
-    return table
-
-
-def _seed(args: argparse.Namespace) -> int:
-    from r3tui.engine.campaign import CampaignSettings
-    from r3tui.engine.options import resolve
-
-    return int(resolve(CampaignSettings, args, _table(args, CampaignSettings, "campaign"))["seed"])
-
-
-def _inner_settings(args: argparse.Namespace, seed: int | None = None) -> Any:
-    """The search's settings; ``seed``: the campaign's, where the caller resolved it."""
-    from r3tui.engine import InnerSettings
-    from r3tui.engine.inner import bayes_settings
-    from r3tui.engine.options import resolve
-
-    settings = InnerSettings(
-        **resolve(InnerSettings, args, _table(args, InnerSettings, "search")),
-        seed=_seed(args) if seed is None else seed,
-        toolchain=args.toolchain or args.settings.compile.toolchain,
-    )
-    bayes_settings(settings)  # a bad --bo fails here, in one line, before any work
-    return settings
-
-
 def _tune_inner_only(args: argparse.Namespace) -> int:
     from rich.console import Console
 
@@ -97,7 +55,7 @@ def _tune_inner_only(args: argparse.Namespace) -> int:
         args.db,
         trials,
         seconds,
-        _inner_settings(args),
+        inner_settings(args),
         resume_campaign=args.resume,
         name=args.name,
     )
@@ -140,32 +98,6 @@ def inner_summary_lines(result: InnerResult) -> list[str]:
     return lines
 
 
-def backend_spec(args: argparse.Namespace) -> BackendSpec | None:
-    """The model the campaign talks to, or None for rule mutations only."""
-    from r3tui.remix.backends import BackendSpec
-    from r3tui.remix.models import resolve_model
-
-    if args.rules_only:
-        return None
-    if args.llm_url:
-        return BackendSpec(kind="http", base_url=args.llm_url, model_name=args.llm_model_name)
-    location = resolve_model(args.model, args.settings.model.path)
-    return BackendSpec(kind="llama_cpp", model_path=location.path, n_ctx=args.n_ctx)
-
-
-def _campaign_settings(
-    args: argparse.Namespace, variants: int | None, seconds: float | None
-) -> Any:
-    from r3tui.engine.campaign import CampaignSettings
-    from r3tui.engine.options import resolve
-
-    values = resolve(CampaignSettings, args, _table(args, CampaignSettings, "campaign"))
-    if args.rules_only:
-        values["llm_share"] = 0.0
-    return CampaignSettings(variants=variants, seconds=seconds, **values,
-                            inner=_inner_settings(args, values["seed"]))
-
-
 def _show_steps(bar: Any, task: Any) -> Any:
     best: list[float] = []
 
@@ -206,7 +138,7 @@ def _cmd_tune(args: argparse.Namespace) -> int:
         from r3tui.record.bundle import Bundle
 
         Bundle.open(args.bundle)
-    settings = _campaign_settings(args, variants, seconds)
+    settings = campaign_settings(args, variants, seconds)
     if args.resume is not None and _stored_llm_share(args.db, args.resume) == 0:
         args.rules_only = True  # a rules-only campaign resumes without a model
     job = CampaignJob(
@@ -286,37 +218,7 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_campaign_options(parser: argparse.ArgumentParser) -> None:
-    """The options of a campaign (model, mix, archive, inner search, toolchain), shared by
-    ``r3 tune`` and ``r3 tune-app``; the settings' flags come from their dataclasses
-    (engine.options), where r3.toml's [campaign] and [search] sections are checked too."""
-    from r3tui.engine.campaign import CampaignSettings
-    from r3tui.engine.inner import InnerSettings
-    from r3tui.engine.options import add_options
-
-    parser.add_argument(
-        "--model",
-        type=Path,
-        help="GGUF model file (default: R3_MODEL, config, then the bundled SmolLM2)",
-    )
-    parser.add_argument("--llm-url", help="OpenAI-compatible server instead of a local model")
-    parser.add_argument("--llm-model-name", help="model id on that server")
-    parser.add_argument("--n-ctx", type=int, default=4096, help="llama.cpp context length")
-    parser.add_argument(
-        "--rules-only",
-        action="store_true",
-        help="deterministic rule mutations only, no language model",
-    )
-    add_options(parser, CampaignSettings)
-    add_options(parser, InnerSettings)
-    parser.add_argument(
-        "--toolchain",
-        choices=("nvrtc", "nvcc", "llvm"),
-        help="compiler (default: [compile] toolchain, nvrtc)",
-    )
-
-
-def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def add_commands(sub: Subcommands) -> None:
     tune = sub.add_parser("tune", help="remix and tune a recorded kernel (or --inner-only)")
     tune.add_argument("bundle", type=Path, nargs="?", help="recording bundle directory")
     tune.add_argument(

@@ -21,9 +21,10 @@ from typing import TYPE_CHECKING
 from r3tui.errors import R3Error
 
 if TYPE_CHECKING:
+    from r3tui.cli import Subcommands
     from r3tui.ui.launcher import LaunchRequest
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES_DIR = REPO_ROOT / "examples"
 DEMO_DB = EXAMPLES_DIR / "demo" / "r3-demo.sqlite"
 DEMO_EXAMPLE = "stencil7"
@@ -35,7 +36,7 @@ class DemoUnavailable(R3Error):
     """What the demo needs is not in this installation."""
 
 
-def add_commands(subparsers: argparse._SubParsersAction) -> None:
+def add_commands(subparsers: Subcommands) -> None:
     demo = subparsers.add_parser(
         "demo",
         help="on a GPU: record an example and tune it live in the TUI; else open the demo DB",
@@ -71,7 +72,7 @@ def gpu_available() -> bool:
 
 
 def open_shipped_demo(db: Path = DEMO_DB) -> int:
-    from r3tui.ui.commands import run_tui
+    from r3tui.cli.tui import run_tui
 
     if not db.is_file():
         raise DemoUnavailable(
@@ -144,7 +145,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
         return open_shipped_demo()
-    from r3tui.ui.commands import run_tui
+    from r3tui.cli.tui import run_tui
 
     with tempfile.TemporaryDirectory(prefix="r3-demo-") as tmp:
         folder = Path(tmp)

@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from r3tui.domain import Dim3, Measurement, MeasurementStatus
 from r3tui.errors import ConfigError, R3Error
 
+if TYPE_CHECKING:
+    from r3tui.cli import Subcommands
 
-def add_commands(subparsers: argparse._SubParsersAction) -> None:
+
+def add_commands(subparsers: Subcommands) -> None:
     replay = subparsers.add_parser("replay", help="compile a candidate and replay it on the GPU")
     replay.add_argument("bundle", type=Path, help="recording bundle directory")
     replay.add_argument("--source", type=Path, default=None,
