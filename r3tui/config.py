@@ -43,14 +43,15 @@ class Settings:
     compile: CompileSettings = field(default_factory=CompileSettings)
     model: ModelSettings = field(default_factory=ModelSettings)
     sources: tuple[Path, ...] = ()  # config files that were read, for `r3 doctor`
-    # [campaign] and [search]: defaults for the flags of r3 tune and r3 tune-app, keyed by
-    # the fields of CampaignSettings and InnerSettings (checked there: engine.options), each
-    # with the file it came from
+    # [campaign], [search] and [runner]: defaults for the flags of r3 tune and r3 tune-app,
+    # keyed by the fields of CampaignSettings, InnerSettings and RunnerSettings (checked
+    # there: engine.options; [runner] also takes dask-jobqueue's keys), each with the file it
+    # came from
     tables: tuple[tuple[str, str, object, Path], ...] = ()
 
     def table(self, section: str) -> tuple[dict[str, object], Path | None]:
-        """A ``[campaign]`` or ``[search]`` section, later files over earlier ones, and the
-        last file that set any of it."""
+        """A ``[campaign]``, ``[search]`` or ``[runner]`` section, later files over earlier
+        ones, and the last file that set any of it."""
         values: dict[str, object] = {}
         origin = None
         for name, key, value, path in self.tables:
@@ -61,7 +62,7 @@ class Settings:
 
 
 # sections of r3.toml whose keys the engine checks against its settings dataclasses
-FLAG_TABLES = ("campaign", "search")
+FLAG_TABLES = ("campaign", "search", "runner")
 
 
 def user_config_path() -> Path:

@@ -13,6 +13,7 @@ from r3tui.errors import R3Error
 
 if TYPE_CHECKING:
     from r3tui.engine.campaign import CampaignSettings
+    from r3tui.engine.gpu import RunnerSettings
     from r3tui.engine.inner import InnerSettings
     from r3tui.remix.backends import BackendSpec
 
@@ -66,6 +67,26 @@ def inner_settings(args: argparse.Namespace, seed: int | None = None) -> InnerSe
     return settings
 
 
+def runner_settings(args: argparse.Namespace) -> RunnerSettings:
+    """Where candidates run: the flags, else ``r3.toml``'s ``[runner]`` section, whose keys
+    other than the flags' are dask-jobqueue's (allowed with ``jobqueue``)."""
+    from r3tui.engine.gpu import RunnerSettings
+    from r3tui.engine.options import check_table, resolve, user_fields
+
+    settings = getattr(args, "settings", None)
+    table, origin = settings.table("runner") if settings is not None else ({}, None)
+    known = {f.name for f, _ in user_fields(RunnerSettings)}
+    mine = {k: v for k, v in table.items() if k in known}
+    rest = {k: v for k, v in table.items() if k not in known}
+    if rest and "jobqueue" not in rest:
+        check_table(RunnerSettings, "runner", table, origin)  # names the unknown key
+    check_table(RunnerSettings, "runner", mine, origin)
+    values = resolve(RunnerSettings, args, mine)
+    if values["scheduler"] and values["runner"] != "dask":
+        raise R3Error("--scheduler needs --runner dask")
+    return RunnerSettings(**values, jobqueue=rest)
+
+
 def backend_spec(args: argparse.Namespace) -> BackendSpec | None:
     """The model the campaign talks to, or None for rule mutations only."""
     from r3tui.remix.backends import BackendSpec
@@ -92,6 +113,14 @@ def campaign_settings(
                             inner=inner_settings(args, values["seed"]))
 
 
+def add_runner_options(parser: argparse.ArgumentParser) -> None:
+    """--runner, --workers, --gpus, --scheduler (RunnerSettings; docs/runners.md)."""
+    from r3tui.engine.gpu import RunnerSettings
+    from r3tui.engine.options import add_options
+
+    add_options(parser, RunnerSettings)
+
+
 def add_campaign_options(parser: argparse.ArgumentParser) -> None:
     """The options of a campaign (model, mix, archive, inner search, toolchain), shared by
     ``r3 tune`` and ``r3 tune-app``; the settings' flags come from their dataclasses
@@ -100,6 +129,7 @@ def add_campaign_options(parser: argparse.ArgumentParser) -> None:
     from r3tui.engine.inner import InnerSettings
     from r3tui.engine.options import add_options
 
+    add_runner_options(parser)
     parser.add_argument(
         "--model",
         type=Path,

@@ -10,10 +10,12 @@ from typing import TYPE_CHECKING, Any
 
 from r3tui.cli.campaign_options import (
     add_campaign_options,
+    add_runner_options,
     backend_spec,
     campaign_settings,
     inner_settings,
     parse_budget,
+    runner_settings,
 )
 from r3tui.errors import R3Error
 
@@ -58,6 +60,7 @@ def _tune_inner_only(args: argparse.Namespace) -> int:
         inner_settings(args),
         resume_campaign=args.resume,
         name=args.name,
+        runner=runner_settings(args),
     )
     with _bar(trials, "tuning") as (bar, task):
 
@@ -124,7 +127,8 @@ def _cmd_tune(args: argparse.Namespace) -> int:
 
         with _bar(None, "re-running") as (bar, task):
             outcome = replay_campaign(
-                args.db, args.replay_llm, args.bundle, progress=_show_steps(bar, task)
+                args.db, args.replay_llm, args.bundle, progress=_show_steps(bar, task),
+                runner_settings=runner_settings(args),
             )
         Console(highlight=False).print(
             f"campaign {outcome.campaign_id}: {outcome.proposals} variants re-run from "
@@ -148,6 +152,7 @@ def _cmd_tune(args: argparse.Namespace) -> int:
         backend_spec(args),
         resume_campaign=args.resume,
         name=args.name,
+        runner=runner_settings(args),
     )
     generate = variants if args.generate_only else None
     if args.generate_only and variants is None:
@@ -209,7 +214,8 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
         pending = [
             v for v in repo.campaign_variants(s, args.campaign) if v.status is VariantStatus.PENDING
         ]
-    job = CampaignJob(args.bundle, args.db, CampaignSettings(), None, resume_campaign=args.campaign)
+    job = CampaignJob(args.bundle, args.db, CampaignSettings(), None, resume_campaign=args.campaign,
+                      runner=runner_settings(args))
     with _bar(len(pending), "evaluating") as (bar, task):
         outcome = run_campaign(job, _show_steps(bar, task), evaluate_only=True)
     Console(highlight=False).print(
@@ -257,4 +263,5 @@ def add_commands(sub: Subcommands) -> None:
     evaluate.add_argument(
         "--bundle", type=Path, help="the recording on this node (default: the stored path)"
     )
+    add_runner_options(evaluate)
     evaluate.set_defaults(handler=_cmd_evaluate)

@@ -13,6 +13,7 @@ from r3tui.cli.campaign_options import (
     campaign_settings,
     inner_settings,
     parse_budget,
+    runner_settings,
 )
 from r3tui.errors import R3Error
 
@@ -44,11 +45,12 @@ def _cmd_tune_app(args: argparse.Namespace) -> int:
         return 0
     count, seconds = parse_budget(args.budget)
     if args.inner_only:
-        tuner = inner_tuner(Path(args.db), count, seconds, lambda: inner_settings(args))
+        tuner = inner_tuner(Path(args.db), count, seconds, lambda: inner_settings(args),
+                            runner_settings(args))
     else:
         tuner = campaign_tuner(Path(args.db), count, seconds,
                                lambda: campaign_settings(args, count, seconds),
-                               backend_spec(args))
+                               backend_spec(args), runner_settings(args))
     from r3tui.engine.transfer import GpuChecker
 
     checker = GpuChecker(Path(args.db), recording.path) if args.check_configs else None

@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from sqlalchemy.orm import Session
 
     from r3tui.engine.campaign import CampaignSettings
+    from r3tui.engine.gpu import RunnerSettings
     from r3tui.engine.inner import InnerSettings
     from r3tui.remix.backends import BackendSpec
 
@@ -516,7 +517,8 @@ def write_plan(directory: Path, result: AppTuneResult) -> Path:
 
 
 def inner_tuner(db: Path, trials: int | None, seconds: float | None,
-                settings: Callable[[], InnerSettings]) -> Tuner:
+                settings: Callable[[], InnerSettings],
+                runner: RunnerSettings | None = None) -> Tuner:
     """Each bundle tuned by the engine's inner loop alone (BO over options, block shape and
     launch bounds), as ``r3 tune BUNDLE --inner-only`` would, with a budget of ``trials`` or
     ``seconds``.  ``settings`` gives the search's settings; it is called as each campaign
@@ -526,7 +528,8 @@ def inner_tuner(db: Path, trials: int | None, seconds: float | None,
     def tune(bundle: Path, name: str) -> tuple[int, float | None, tuple[float, float] | None]:
         campaign_name = f"app:{name}:{time.time_ns()}"
         outcome = run_inner_campaign(
-            InnerCampaign(bundle, db, trials, seconds, settings(), name=campaign_name)
+            InnerCampaign(bundle, db, trials, seconds, settings(), name=campaign_name,
+                          runner=runner)
         )
         campaign_id = _campaign_named(db, campaign_name)
         winner = outcome.winner
@@ -538,8 +541,8 @@ def inner_tuner(db: Path, trials: int | None, seconds: float | None,
 
 
 def campaign_tuner(db: Path, variants: int | None, seconds: float | None,
-                   settings: Callable[[], CampaignSettings], backend: BackendSpec | None
-                   ) -> Tuner:
+                   settings: Callable[[], CampaignSettings], backend: BackendSpec | None,
+                   runner: RunnerSettings | None = None) -> Tuner:
     """Each bundle tuned by a whole R³ campaign -- source (rules and ``backend``, the model),
     options and launch settings -- as ``r3 tune BUNDLE`` with the same options would, with a
     budget of ``variants`` or ``seconds``; ``settings`` gives the campaign's settings as each
@@ -549,7 +552,7 @@ def campaign_tuner(db: Path, variants: int | None, seconds: float | None,
 
     def tune(bundle: Path, name: str) -> tuple[int, float | None, tuple[float, float] | None]:
         campaign_name = f"app:{name}:{time.time_ns()}"
-        job = CampaignJob(bundle, db, settings(), backend, name=campaign_name)
+        job = CampaignJob(bundle, db, settings(), backend, name=campaign_name, runner=runner)
         outcome = run_campaign(job)
         for note in outcome.notes:
             print(f"{name}: {note}")

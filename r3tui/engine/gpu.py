@@ -124,8 +124,10 @@ def open_runner(bundle_path: Path, timeout_s: float,
 def report_load(database: Database, campaign_id: int, runner: Runner | None,
                 every_s: float = 2.0) -> Iterator[None]:
     """While the run inside goes on, the runner's load is written to the campaign's row
-    every ``every_s`` (the TUI's status line shows it); cleared when the run ends.  ``runner``
-    None (a generate-only run): nothing is written."""
+    every ``every_s`` (the TUI's status line shows it); cleared when the run ends, with a
+    ``runner`` event saying what the runner did (jobs, and any resubmitted or lost with
+    their worker).  ``runner`` None (a generate-only run): nothing is written."""
+    import dataclasses
     import logging
     import threading
     from datetime import UTC, datetime
@@ -154,5 +156,11 @@ def report_load(database: Database, campaign_id: int, runner: Runner | None,
     finally:
         stop.set()
         thread.join()
+        done = active.stats()
+        text = (f"{active.name} runner: {done.compiles} compiles, {done.replays} replays"
+                + (f", {done.resubmitted} resubmitted after their worker was lost"
+                   if done.resubmitted else "")
+                + (f", {done.lost} lost twice" if done.lost else ""))
         with database.session_scope() as s:
             repo.set_campaign_workers(s, campaign_id, None)
+            repo.add_event(s, campaign_id, "runner", text, dataclasses.asdict(done))

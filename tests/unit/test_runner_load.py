@@ -56,4 +56,6 @@ def test_the_status_line_shows_the_runners_load_while_the_run_goes_on(tmp_path: 
     with database.session_scope() as s:
         header = campaign_header(s, cid)
         assert header is not None and header.workers is None  # the run is over
+        (event,) = [e for e in repo.events(s, cid) if e.kind == "runner"]
+        assert event.message == "local runner: 0 compiles, 4 replays"
     database.close()

@@ -76,3 +76,35 @@ def test_a_bad_r3_toml_setting_is_one_line_naming_the_file(
     (line,) = result.stderr.strip().splitlines()
     assert message in line and "r3.toml" in line, line
     assert not db.exists()
+
+
+def test_where_candidates_run_comes_from_flags_then_the_runner_section(tmp_path: Path) -> None:
+    from r3tui.cli.campaign_options import runner_settings
+    from r3tui.engine.gpu import RunnerSettings
+    from r3tui.errors import R3Error
+
+    assert runner_settings(_tune_args([], tmp_path)) == RunnerSettings()
+    (tmp_path / "r3.toml").write_text(
+        "[runner]\nrunner = \"dask\"\nworkers = 6\njobqueue = \"slurm\"\nqueue = \"gpu\"\n"
+        "walltime = \"01:00:00\"\n")
+    from_file = runner_settings(_tune_args([], tmp_path))
+    assert (from_file.runner, from_file.workers, from_file.scheduler) == ("dask", 6, "")
+    # keys that are not flags are dask-jobqueue's, with jobqueue
+    assert from_file.jobqueue == {"jobqueue": "slurm", "queue": "gpu", "walltime": "01:00:00"}
+    flagged = runner_settings(_tune_args(["--workers", "2", "--scheduler", "tcp://h:8786"],
+                                         tmp_path))
+    assert (flagged.runner, flagged.workers, flagged.scheduler) == ("dask", 2, "tcp://h:8786")
+    (tmp_path / "r3.toml").write_text("[runner]\nqueue = \"gpu\"\n")
+    with pytest.raises(R3Error, match=r"unknown key runner.queue .*r3.toml|r3.toml.*runner.queue"):
+        runner_settings(_tune_args([], tmp_path))
+    (tmp_path / "r3.toml").write_text("")
+    with pytest.raises(R3Error, match="--scheduler needs --runner dask"):
+        runner_settings(_tune_args(["--scheduler", "tcp://h:8786"], tmp_path))
+
+
+@pytest.mark.parametrize("command", [["tune", "b"], ["tune-app", "rec"], ["evaluate"]])
+def test_every_campaign_command_takes_the_runner_flags(command: list[str]) -> None:
+    args = build_parser().parse_args([*command, "--runner", "dask", "--workers", "3",
+                                      "--gpus", "2", "--scheduler", "tcp://h:8786"])
+    assert (args.runner, args.workers, args.gpus, args.scheduler) == (
+        "dask", 3, 2, "tcp://h:8786")
