@@ -225,7 +225,7 @@ def retime(bundle_path: Path, text: str | None, config: TrialConfig, *, rounds: 
     """``text`` at ``config`` against the bundle's original at its recorded configuration,
     interleaved: (speedup, ci, failed, skipped).  ``text`` None: the bundle's original itself
     (what ``config``'s options alone do to it)."""
-    from r3tui.engine.gpu import open_runner
+    from r3tui.engine.gpu import RunnerSettings, open_runner
     from r3tui.engine.inner import (
         InnerSettings,
         ReplayEvaluator,
@@ -245,7 +245,8 @@ def retime(bundle_path: Path, text: str | None, config: TrialConfig, *, rounds: 
         seed = seed_unit(bundle)
         launch, _ = searched_launch(bundle, seed)
         settings = with_app_limits(InnerSettings(toolchain=config.toolchain), bundle_path)
-        with open_runner(bundle_path, timeout_s) as runner:
+        # two candidates re-timed on one GPU: no replay worker on the others
+        with open_runner(bundle_path, timeout_s, RunnerSettings(gpus=1)) as runner:
             space = build_space(launch, seed.source, settings, device_limits(runner.info))
             baseline = replace(space.baseline_config(), toolchain=config.toolchain)
             original = ReplayEvaluator(seed.source, runner)
