@@ -275,6 +275,7 @@ class BayesSearch(InnerSearch):
         self.fallbacks = 0  # model asks that repeated a known point, filled at random by us
         self.model_repeats = 0  # proposals skopt itself replaced by a random point
         self.design_fallback = False  # the generator failed; the design is uniform random
+        self.model_fits = 0  # surrogate fits (every tell to skopt's Optimizer fits one)
 
     def set_prior(self, groups: Iterable[Iterable[TrialRecord]]) -> int:
         usable = super().set_prior(groups)
@@ -446,6 +447,7 @@ class BayesSearch(InnerSearch):
             warnings.simplefilter("always")
             opt = self._optimizer()
             opt.tell(points, values)
+            self.model_fits += 1
             attempts = 0
             while len(out) < n and attempts < 4 * n + 8:
                 attempts += 1
@@ -458,6 +460,7 @@ class BayesSearch(InnerSearch):
                         self.space.violations(point))))
                     self._points[config_key(config)] = point
                     opt.tell(point, penalty)
+                    self.model_fits += 1
                     continue
                 if self.in_force.local_candidates:
                     local = self._best_local(opt, point, taken)
@@ -471,6 +474,7 @@ class BayesSearch(InnerSearch):
                 taken.add(key)
                 if len(out) < n:
                     opt.tell(point, lie)
+                    self.model_fits += 1
         self.model_repeats += sum("has been evaluated at point" in str(w.message)
                                   for w in caught)
         return out
