@@ -120,6 +120,7 @@ BATCH_STRATEGIES = ("cl_min", "cl_mean", "cl_max")
 
 
 TRANSFORMS = ("log", "rank", "power", "cap", "mixed")
+FIT_PER = ("point", "batch")
 
 
 def normal_scores(values: Sequence[float]) -> list[float]:
@@ -181,6 +182,21 @@ class BayesSettings:
     local_candidates: int = field(
         default=3, metadata={"help": "the best N told points' valid neighbours (one step in one "
                              "or two dimensions) join the acquisition candidates; 0: off"})
+    fit_per: str = field(
+        default="point", metadata={"help": "point: skopt's Optimizer, its GP refitted with a "
+                                 "hyperparameter search for every point of a batch; batch: one "
+                                 "hyperparameter search per batch, the batch's later points "
+                                 "told their lie with the hyperparameters fixed "
+                                 "(r3tui.search.surrogate); RF, ET and constrain_sampling=false "
+                                 "always run point"})
+    gp_restarts: int = field(
+        default=2, metadata={"help": "fit_per=batch: random restarts of the GP's hyperparameter "
+                             "search (skopt's GP: 2)"})
+    gp_search_growth: float = field(
+        default=1.5, metadata={"help": "fit_per=batch: the GP's hyperparameters are searched "
+                               "again once the history has grown by this factor (1: at every "
+                               "ask); in between they are held and only the posterior is "
+                               "recomputed"})
     prior_acq_func: str = field(
         default="EI", metadata={"help": "acq_func of a search told a prior (a campaign "
                                 "child told its ancestors' trials)"})
@@ -208,6 +224,12 @@ class BayesSettings:
                             ("prior_transform", self.prior_transform)):
             if value not in TRANSFORMS:
                 raise ConfigError(f"{name} {value!r} is not one of {', '.join(TRANSFORMS)}")
+        if self.fit_per not in FIT_PER:
+            raise ConfigError(f"fit_per {self.fit_per!r} is not one of {', '.join(FIT_PER)}")
+        if self.gp_restarts < 0:
+            raise ConfigError("gp_restarts must be at least 0")
+        if not (math.isfinite(self.gp_search_growth) and self.gp_search_growth >= 1.0):
+            raise ConfigError("gp_search_growth must be at least 1")
         if self.local_candidates < 0 or self.prior_local_candidates < 0:
             raise ConfigError("local_candidates and prior_local_candidates must be at least 0")
         if not self.penalty_factor >= 1.0:
@@ -275,7 +297,11 @@ class BayesSearch(InnerSearch):
         self.fallbacks = 0  # model asks that repeated a known point, filled at random by us
         self.model_repeats = 0  # proposals skopt itself replaced by a random point
         self.design_fallback = False  # the generator failed; the design is uniform random
-        self.model_fits = 0  # surrogate fits (every tell to skopt's Optimizer fits one)
+        self.model_fits = 0  # hyperparameter searches (every tell to skopt's Optimizer is one)
+        self.lies_told = 0  # fit_per=batch: lies told by extending the posterior (no fit)
+        self._hyper: dict[int, tuple[Any, float]] = {}  # fit_per=batch: checkpoint -> kernel
+        self._encoded: Any = None  # fit_per=batch: the space's EncodedSpace, built once
+        self._nearby: dict[tuple[int, ...], Any] = {}  # index row -> its neighbours' rows
 
     def set_prior(self, groups: Iterable[Iterable[TrialRecord]]) -> int:
         usable = super().set_prior(groups)
@@ -365,8 +391,10 @@ class BayesSearch(InnerSearch):
         penalty = self._penalty(math.log(r.time_s) for r in records if r.ok and r.time_s)
         return [math.log(r.time_s) if r.ok and r.time_s else penalty for r in records]
 
-    def _told(self) -> tuple[list[list[Any]], list[float], float]:
-        """Every point the model is told, its value, and the failure penalty used.
+    def _told(self, upto: int | None = None) -> tuple[list[list[Any]], list[float], float]:
+        """Every point the model is told, its value, and the failure penalty used; with
+        ``upto``, as if only the first ``upto`` trials of the history were finished and none
+        pending (what ``fit_per=batch`` searches hyperparameters on, the same after a resume).
 
         Own trials first; then the prior's (see :meth:`InnerSearch.set_prior`) that this search
         has not evaluated itself.  Each prior group is moved onto this search's scale by the
@@ -374,10 +402,11 @@ class BayesSearch(InnerSearch):
         (own trials, then nearer groups), or left as it is when it shares none; so a child's
         model sees its parent's landscape at the level the child measured at the parent's best.
         Prior failures are told the penalty, like own ones."""
-        own = [(p, r) for r in self.history if (p := self._point_of(r.config)) is not None]
+        history = self.history if upto is None else self.history[:upto]
+        own = [(p, r) for r in history if (p := self._point_of(r.config)) is not None]
         scale = {r.key: math.log(r.time_s) for _, r in own if r.ok and r.time_s}
         extra: list[tuple[list[Any], float | None]] = []
-        taken = {r.key for _, r in own} | set(self._pending)
+        taken = {r.key for _, r in own} | (set(self._pending) if upto is None else set())
         for group in self.prior:
             logs = {r.key: math.log(r.time_s) for r in group if r.ok and r.time_s}
             shared = [scale[k] - v for k, v in logs.items() if k in scale]
@@ -425,7 +454,10 @@ class BayesSearch(InnerSearch):
 
         # The model's matrices are tiny: BLAS threads only contend with the compile pool
         # (a Gaussian-process fit took 10x longer with both cores busy).
+        s = self.in_force
         with threadpool_limits(limits=1):
+            if s.fit_per == "batch" and s.estimator == "GP" and s.constrain_sampling:
+                return self._ask_batch(n, taken)
             return self._ask_model(n, taken)
 
     def _ask_model(self, n: int, taken: set[str]) -> list[TrialConfig]:
@@ -433,9 +465,7 @@ class BayesSearch(InnerSearch):
         values = transformed(values, self.in_force.transform)
         if not points or not self.space.dims:
             return []
-        strategy = self.settings.batch_strategy
-        lie = min(values) if strategy == "cl_min" else (
-            max(values) if strategy == "cl_max" else sum(values) / len(values))
+        lie = self._lie(values)
         for config in [*self._pending.values()]:
             point = self._point_of(config)
             if point is not None:
@@ -478,6 +508,145 @@ class BayesSearch(InnerSearch):
         self.model_repeats += sum("has been evaluated at point" in str(w.message)
                                   for w in caught)
         return out
+
+    def _lie(self, values: Sequence[float]) -> float:
+        """What a pending point or an earlier point of the batch is told (constant liar)."""
+        strategy = self.settings.batch_strategy
+        return min(values) if strategy == "cl_min" else (
+            max(values) if strategy == "cl_max" else sum(values) / len(values))
+
+    def _ask_batch(self, n: int, taken: set[str]) -> list[TrialConfig]:
+        """``fit_per=batch``: the GP's hyperparameters from :meth:`_hyperparameters`, its
+        posterior on every told point (pending ones told the lie); each point of the batch is
+        the best new one of ``n_candidates`` valid points drawn uniformly (and the local
+        candidates), then told the lie by extending the posterior (no new fit)."""
+        import numpy as np
+
+        from r3tui.search import surrogate
+
+        s = self.in_force
+        points, values, _ = self._told()
+        values = transformed(values, s.transform)
+        if not points or not self.space.dims:
+            return []
+        lie = self._lie(values)
+        points += [p for c in self._pending.values() if (p := self._point_of(c)) is not None]
+        values += [lie] * (len(points) - len(values))
+        if self._encoded is None:
+            self._encoded = surrogate.EncodedSpace(self.space)
+        space = self._encoded
+        rows = [space.row(p) for p in points]
+        kernel, noise = self._hyperparameters()
+        posterior = surrogate.Posterior(kernel, noise, space.encode(np.asarray(rows)), values)
+        step = (len(self.history), len(self._pending))
+        drawn = space.sample(derive_seed(self.seed, "candidates", *step), s.n_candidates)
+        # Repeats and told points could never be asked: scored once, in order of first draw,
+        # they leave the ranking of the rest as it was.
+        told = set(rows)
+        first = np.unique(drawn, axis=0, return_index=True)[1]
+        drawn = drawn[[i for i in sorted(first) if tuple(drawn[i].tolist()) not in told]]
+        watched = posterior.watch(space.encode(drawn))
+        hedge = random.Random(derive_seed(self.seed, "hedge", *step))
+        out: list[TrialConfig] = []
+        while len(out) < n:
+            name = hedge.choice(surrogate.ACQUISITIONS) if s.acq_func == "gp_hedge" \
+                else s.acq_func
+            scores = surrogate.acquisition(name, *posterior.mean_std(watched), min(values),
+                                           s.xi, s.kappa)
+            ranked = (tuple(drawn[i].tolist()) for i in np.argsort(scores, kind="stable"))
+            proposal = self._first_new(ranked, told, taken)
+            if s.local_candidates:
+                proposal = self._best_nearby(posterior, proposal, rows, values, told, taken)
+            if proposal is None:
+                self.fallbacks += 1
+                break  # every candidate is known; the caller fills at random
+            config = self.space.to_config(self.space.from_indices(proposal))
+            out.append(config)
+            taken.add(config_key(config))
+            told.add(proposal)
+            if len(out) < n:
+                rows.append(proposal)
+                values.append(lie)
+                posterior.tell(space.encode(np.asarray([proposal])), lie)
+                self.lies_told += 1
+        return out
+
+    def _hyperparameters(self) -> tuple[Any, float]:
+        """The GP kernel and noise level for an ask (``fit_per=batch``): searched by skopt's
+        GP on the told points as they were at the last checkpoint, that is the first ``c``
+        trials of the history for the largest ``c`` of ``n_initial_points * gp_search_growth
+        ** k`` (rounded up, at least one more each step) not above the history's length; so
+        a search happens when the history has grown by that factor, and a resumed search
+        finds the same hyperparameters.  Before the first checkpoint (a search told a prior)
+        the current told points are used."""
+        from r3tui.search import surrogate
+
+        s = self.in_force
+        checkpoint = s.n_initial_points
+        if len(self.history) >= checkpoint:
+            while True:
+                following = max(checkpoint + 1, math.ceil(checkpoint * s.gp_search_growth))
+                if following > len(self.history):
+                    break
+                checkpoint = following
+        else:
+            checkpoint = len(self.history)
+        if checkpoint not in self._hyper:
+            points, values, _ = self._told(upto=checkpoint)
+            values = transformed(values, s.transform)
+            rows = [self._encoded.row(p) for p in points]
+            import numpy as np
+
+            model = surrogate.fit_gp(self._encoded, self._encoded.encode(np.asarray(rows)),
+                                     values, derive_seed(self.seed, "model", checkpoint),
+                                     s.gp_restarts)
+            self.model_fits += 1
+            self._hyper = {checkpoint: surrogate.hyperparameters(model)}
+        return self._hyper[checkpoint]
+
+    def _first_new(self, ranked: Iterable[tuple[int, ...]], told: set[tuple[int, ...]],
+                   taken: set[str]) -> tuple[int, ...] | None:
+        """The first of ``ranked`` (index rows) that is neither told nor known nor taken."""
+        checked = set(told)
+        for row in ranked:
+            if row in checked:
+                continue
+            checked.add(row)
+            key = self.space.key(self.space.from_indices(row))
+            if not self._known(key) and key not in taken:
+                return row
+        return None
+
+    def _best_nearby(self, posterior: Any, proposal: tuple[int, ...] | None,
+                     rows: Sequence[tuple[int, ...]], values: Sequence[float],
+                     told: set[tuple[int, ...]], taken: set[str]) -> tuple[int, ...] | None:
+        """:meth:`_best_local` for ``fit_per=batch``: the best new point by the acquisition
+        function (EI for ``gp_hedge``) among ``proposal`` and the neighbours of the best
+        ``local_candidates`` told points (lies included); ties to ``proposal``, then to the
+        neighbours' fixed order."""
+        import numpy as np
+
+        from r3tui.search import surrogate
+
+        s = self.in_force
+        order = sorted(range(len(values)), key=lambda i: (values[i], i))
+        candidates = [] if proposal is None else [proposal]
+        seen = set(told) | set(candidates)
+        for i in order[:s.local_candidates]:
+            if rows[i] not in self._nearby:
+                self._nearby[rows[i]] = [self._encoded.row(p) for p in neighbours(
+                    self.space, self.space.from_indices(rows[i]))]
+            for move in self._nearby[rows[i]]:
+                if move not in seen:
+                    seen.add(move)
+                    candidates.append(move)
+        if not candidates:
+            return None
+        name = "EI" if s.acq_func == "gp_hedge" else s.acq_func
+        mean, std = posterior.predict(self._encoded.encode(np.asarray(candidates)))
+        scores = surrogate.acquisition(name, mean, std, min(values), s.xi, s.kappa)
+        return self._first_new((candidates[int(i)] for i in np.argsort(scores, kind="stable")),
+                               told, taken)
 
     def _best_local(self, opt: Any, proposal: list[Any], taken: set[str]) -> list[Any] | None:
         """The candidate with the best acquisition value among skopt's ``proposal`` (its best
