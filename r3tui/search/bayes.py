@@ -297,11 +297,19 @@ class BayesSearch(InnerSearch):
         self.fallbacks = 0  # model asks that repeated a known point, filled at random by us
         self.model_repeats = 0  # proposals skopt itself replaced by a random point
         self.design_fallback = False  # the generator failed; the design is uniform random
-        self.model_fits = 0  # hyperparameter searches (every tell to skopt's Optimizer is one)
-        self.lies_told = 0  # fit_per=batch: lies told by extending the posterior (no fit)
-        self._hyper: dict[int, tuple[Any, float]] = {}  # fit_per=batch: checkpoint -> kernel
-        self._encoded: Any = None  # fit_per=batch: the space's EncodedSpace, built once
-        self._nearby: dict[tuple[int, ...], Any] = {}  # index row -> its neighbours' rows
+        self._optimizer_fits = 0  # tells to skopt's Optimizer (each searches hyperparameters)
+        self._batch: Any = None  # fit_per=batch: its surrogate.BatchProposer, built once
+
+    @property
+    def model_fits(self) -> int:
+        """Hyperparameter searches of the model so far (every tell to skopt's Optimizer is
+        one; ``fit_per=batch``: at most one per ask)."""
+        return self._optimizer_fits + (self._batch.searches if self._batch else 0)
+
+    @property
+    def lies_told(self) -> int:
+        """``fit_per=batch``: lies told to a posterior (without a fit) so far."""
+        return self._batch.lies_told if self._batch else 0
 
     def set_prior(self, groups: Iterable[Iterable[TrialRecord]]) -> int:
         usable = super().set_prior(groups)
@@ -477,7 +485,7 @@ class BayesSearch(InnerSearch):
             warnings.simplefilter("always")
             opt = self._optimizer()
             opt.tell(points, values)
-            self.model_fits += 1
+            self._optimizer_fits += 1
             attempts = 0
             while len(out) < n and attempts < 4 * n + 8:
                 attempts += 1
@@ -490,7 +498,7 @@ class BayesSearch(InnerSearch):
                         self.space.violations(point))))
                     self._points[config_key(config)] = point
                     opt.tell(point, penalty)
-                    self.model_fits += 1
+                    self._optimizer_fits += 1
                     continue
                 if self.in_force.local_candidates:
                     local = self._best_local(opt, point, taken)
@@ -504,7 +512,7 @@ class BayesSearch(InnerSearch):
                 taken.add(key)
                 if len(out) < n:
                     opt.tell(point, lie)
-                    self.model_fits += 1
+                    self._optimizer_fits += 1
         self.model_repeats += sum("has been evaluated at point" in str(w.message)
                                   for w in caught)
         return out
@@ -516,12 +524,7 @@ class BayesSearch(InnerSearch):
             max(values) if strategy == "cl_max" else sum(values) / len(values))
 
     def _ask_batch(self, n: int, taken: set[str]) -> list[TrialConfig]:
-        """``fit_per=batch``: the GP's hyperparameters from :meth:`_hyperparameters`, its
-        posterior on every told point (pending ones told the lie); each point of the batch is
-        the best new one of ``n_candidates`` valid points drawn uniformly (and the local
-        candidates), then told the lie by extending the posterior (no new fit)."""
-        import numpy as np
-
+        """``fit_per=batch``: see :class:`~r3tui.search.surrogate.BatchProposer`."""
         from r3tui.search import surrogate
 
         s = self.in_force
@@ -529,124 +532,40 @@ class BayesSearch(InnerSearch):
         values = transformed(values, s.transform)
         if not points or not self.space.dims:
             return []
+        if self._batch is None:
+            self._batch = surrogate.BatchProposer(self.space, neighbours)
+        checkpoint = surrogate.checkpoint(len(self.history), s.n_initial_points,
+                                          s.gp_search_growth)
+
+        def told_at_checkpoint() -> tuple[list[list[Any]], list[float]]:
+            at, told, _ = self._told(upto=checkpoint)
+            return at, transformed(told, s.transform)
+
+        hyper = self._batch.hyperparameters(checkpoint, told_at_checkpoint,
+                                            derive_seed(self.seed, "model", checkpoint),
+                                            s.gp_restarts)
         lie = self._lie(values)
-        points += [p for c in self._pending.values() if (p := self._point_of(c)) is not None]
-        values += [lie] * (len(points) - len(values))
-        if self._encoded is None:
-            self._encoded = surrogate.EncodedSpace(self.space)
-        space = self._encoded
-        rows = [space.row(p) for p in points]
-        kernel, noise = self._hyperparameters()
-        posterior = surrogate.Posterior(kernel, noise, space.encode(np.asarray(rows)), values)
+        pending = [p for c in self._pending.values() if (p := self._point_of(c)) is not None]
         step = (len(self.history), len(self._pending))
-        drawn = space.sample(derive_seed(self.seed, "candidates", *step), s.n_candidates)
-        # Repeats and told points could never be asked: scored once, in order of first draw,
-        # they leave the ranking of the rest as it was.
-        told = set(rows)
-        first = np.unique(drawn, axis=0, return_index=True)[1]
-        drawn = drawn[[i for i in sorted(first) if tuple(drawn[i].tolist()) not in told]]
-        watched = posterior.watch(space.encode(drawn))
-        hedge = random.Random(derive_seed(self.seed, "hedge", *step))
+        plan = surrogate.Plan(s.acq_func, s.xi, s.kappa, s.n_candidates, s.local_candidates,
+                              derive_seed(self.seed, "candidates", *step),
+                              derive_seed(self.seed, "hedge", *step))
+
+        def is_new(point: list[Any]) -> bool:
+            key = self.space.key(point)
+            return not self._known(key) and key not in taken
+
         out: list[TrialConfig] = []
-        while len(out) < n:
-            name = hedge.choice(surrogate.ACQUISITIONS) if s.acq_func == "gp_hedge" \
-                else s.acq_func
-            scores = surrogate.acquisition(name, *posterior.mean_std(watched), min(values),
-                                           s.xi, s.kappa)
-            ranked = (tuple(drawn[i].tolist()) for i in np.argsort(scores, kind="stable"))
-            proposal = self._first_new(ranked, told, taken)
-            if s.local_candidates:
-                proposal = self._best_nearby(posterior, proposal, rows, values, told, taken)
-            if proposal is None:
-                self.fallbacks += 1
-                break  # every candidate is known; the caller fills at random
-            config = self.space.to_config(self.space.from_indices(proposal))
+        for point in self._batch.propose(points + pending, values + [lie] * len(pending), lie,
+                                         hyper, plan, is_new):
+            config = self.space.to_config(point)
             out.append(config)
             taken.add(config_key(config))
-            told.add(proposal)
-            if len(out) < n:
-                rows.append(proposal)
-                values.append(lie)
-                posterior.tell(space.encode(np.asarray([proposal])), lie)
-                self.lies_told += 1
+            if len(out) == n:
+                break
+        if len(out) < n:
+            self.fallbacks += 1  # every candidate is known; the caller fills at random
         return out
-
-    def _hyperparameters(self) -> tuple[Any, float]:
-        """The GP kernel and noise level for an ask (``fit_per=batch``): searched by skopt's
-        GP on the told points as they were at the last checkpoint, that is the first ``c``
-        trials of the history for the largest ``c`` of ``n_initial_points * gp_search_growth
-        ** k`` (rounded up, at least one more each step) not above the history's length; so
-        a search happens when the history has grown by that factor, and a resumed search
-        finds the same hyperparameters.  Before the first checkpoint (a search told a prior)
-        the current told points are used."""
-        from r3tui.search import surrogate
-
-        s = self.in_force
-        checkpoint = s.n_initial_points
-        if len(self.history) >= checkpoint:
-            while True:
-                following = max(checkpoint + 1, math.ceil(checkpoint * s.gp_search_growth))
-                if following > len(self.history):
-                    break
-                checkpoint = following
-        else:
-            checkpoint = len(self.history)
-        if checkpoint not in self._hyper:
-            points, values, _ = self._told(upto=checkpoint)
-            values = transformed(values, s.transform)
-            rows = [self._encoded.row(p) for p in points]
-            import numpy as np
-
-            model = surrogate.fit_gp(self._encoded, self._encoded.encode(np.asarray(rows)),
-                                     values, derive_seed(self.seed, "model", checkpoint),
-                                     s.gp_restarts)
-            self.model_fits += 1
-            self._hyper = {checkpoint: surrogate.hyperparameters(model)}
-        return self._hyper[checkpoint]
-
-    def _first_new(self, ranked: Iterable[tuple[int, ...]], told: set[tuple[int, ...]],
-                   taken: set[str]) -> tuple[int, ...] | None:
-        """The first of ``ranked`` (index rows) that is neither told nor known nor taken."""
-        checked = set(told)
-        for row in ranked:
-            if row in checked:
-                continue
-            checked.add(row)
-            key = self.space.key(self.space.from_indices(row))
-            if not self._known(key) and key not in taken:
-                return row
-        return None
-
-    def _best_nearby(self, posterior: Any, proposal: tuple[int, ...] | None,
-                     rows: Sequence[tuple[int, ...]], values: Sequence[float],
-                     told: set[tuple[int, ...]], taken: set[str]) -> tuple[int, ...] | None:
-        """:meth:`_best_local` for ``fit_per=batch``: the best new point by the acquisition
-        function (EI for ``gp_hedge``) among ``proposal`` and the neighbours of the best
-        ``local_candidates`` told points (lies included); ties to ``proposal``, then to the
-        neighbours' fixed order."""
-        import numpy as np
-
-        from r3tui.search import surrogate
-
-        s = self.in_force
-        order = sorted(range(len(values)), key=lambda i: (values[i], i))
-        candidates = [] if proposal is None else [proposal]
-        seen = set(told) | set(candidates)
-        for i in order[:s.local_candidates]:
-            if rows[i] not in self._nearby:
-                self._nearby[rows[i]] = [self._encoded.row(p) for p in neighbours(
-                    self.space, self.space.from_indices(rows[i]))]
-            for move in self._nearby[rows[i]]:
-                if move not in seen:
-                    seen.add(move)
-                    candidates.append(move)
-        if not candidates:
-            return None
-        name = "EI" if s.acq_func == "gp_hedge" else s.acq_func
-        mean, std = posterior.predict(self._encoded.encode(np.asarray(candidates)))
-        scores = surrogate.acquisition(name, mean, std, min(values), s.xi, s.kappa)
-        return self._first_new((candidates[int(i)] for i in np.argsort(scores, kind="stable")),
-                               told, taken)
 
     def _best_local(self, opt: Any, proposal: list[Any], taken: set[str]) -> list[Any] | None:
         """The candidate with the best acquisition value among skopt's ``proposal`` (its best

@@ -24,9 +24,11 @@ parts of scikit-optimize are driven directly, through its public API only:
 
 from __future__ import annotations
 
+import math
 import random
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -196,3 +198,135 @@ def acquisition(name: str, mean: np.ndarray, std: np.ndarray, y_best: float, xi:
         density = np.exp(-0.5 * scaled**2) / np.sqrt(2 * np.pi)  # norm.pdf
         values[mask] = improve * ndtr(scaled) + std[mask] * density
     return -values
+
+
+def checkpoint(history: int, first: int, growth: float) -> int:
+    """How many of the first trials the hyperparameters are searched on, with ``history``
+    trials finished: the largest of ``first``, then each step ``growth`` times the last
+    (rounded up, at least one more), that is not above ``history``; ``history`` itself while
+    it is below ``first`` (a search told a prior asks the model before its design is done)."""
+    if history < first:
+        return history
+    at = first
+    while (following := max(at + 1, math.ceil(at * growth))) <= history:
+        at = following
+    return at
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What one batch is asked with (from ``BayesSettings``, seeds derived per ask)."""
+
+    acq_func: str  # gp_hedge, EI, LCB or PI
+    xi: float
+    kappa: float
+    n_candidates: int
+    local_candidates: int
+    candidate_seed: int
+    hedge_seed: int
+
+
+class BatchProposer:
+    """``fit_per=batch`` for one search: what it keeps between asks (the encoded space, the
+    hyperparameters of the last checkpoint, the told points' neighbours) and its proposals.
+
+    Each point of a batch is the best new one by the acquisition function among
+    ``n_candidates`` valid points drawn uniformly and, with ``local_candidates``, the
+    neighbours of the best told points (lies included), compared as ``BayesSearch`` compares
+    them on skopt's proposal; then it is told the lie by extending the posterior."""
+
+    def __init__(self, space: SearchSpace,
+                 neighbours: Callable[[SearchSpace, Sequence[Any]], list[list[Any]]]) -> None:
+        self.space = space
+        self.encoded = EncodedSpace(space)
+        self.neighbours = neighbours
+        self.searches = 0  # hyperparameter searches run
+        self.lies_told = 0
+        self._hyper: dict[int, tuple[Any, float]] = {}
+        self._nearby: dict[tuple[int, ...], list[tuple[int, ...]]] = {}
+
+    def hyperparameters(self, at: int,
+                        told: Callable[[], tuple[list[list[Any]], list[float]]],
+                        seed: int, restarts: int) -> tuple[Any, float]:
+        """The kernel and noise level searched on ``told()`` (the points and values as of
+        checkpoint ``at``), searched once per checkpoint."""
+        if at not in self._hyper:
+            points, values = told()
+            x = self.encoded.encode(np.asarray([self.encoded.row(p) for p in points]))
+            self._hyper = {at: hyperparameters(fit_gp(self.encoded, x, values, seed, restarts))}
+            self.searches += 1
+        return self._hyper[at]
+
+    def propose(self, points: Sequence[Sequence[Any]], values: Sequence[float], lie: float,
+                hyper: tuple[Any, float], plan: Plan,
+                is_new: Callable[[list[Any]], bool]) -> Iterator[list[Any]]:
+        """The batch's points, best first, for as long as the caller asks: ``points`` and
+        ``values`` are what the model is told (pending points at the lie); ``is_new`` says
+        whether a point is neither known nor taken by the caller, who marks each yielded
+        point taken before asking for the next.  Ends when no candidate is new."""
+        rows = [self.encoded.row(p) for p in points]
+        values = list(values)
+        posterior = Posterior(*hyper, self.encoded.encode(np.asarray(rows)), values)
+        drawn = self.encoded.sample(plan.candidate_seed, plan.n_candidates)
+        # Repeats and told points could never be asked: scored once, in order of first draw,
+        # they leave the ranking of the rest as it was.
+        told = set(rows)
+        first = np.unique(drawn, axis=0, return_index=True)[1]
+        drawn = drawn[[i for i in sorted(first) if tuple(drawn[i].tolist()) not in told]]
+        watched = posterior.watch(self.encoded.encode(drawn))
+        hedge = random.Random(plan.hedge_seed)
+        while True:
+            name = hedge.choice(ACQUISITIONS) if plan.acq_func == "gp_hedge" else plan.acq_func
+            scores = acquisition(name, *posterior.mean_std(watched), min(values), plan.xi,
+                                 plan.kappa)
+            ranked = (tuple(drawn[i].tolist()) for i in np.argsort(scores, kind="stable"))
+            proposal = self._first_new(ranked, told, is_new)
+            if plan.local_candidates:
+                proposal = self._best_nearby(posterior, proposal, rows, values, told, plan,
+                                             is_new)
+            if proposal is None:
+                return
+            yield self.space.from_indices(proposal)
+            told.add(proposal)
+            rows.append(proposal)
+            values.append(lie)
+            posterior.tell(self.encoded.encode(np.asarray([proposal])), lie)
+            self.lies_told += 1
+
+    def _first_new(self, ranked: Iterable[tuple[int, ...]], told: set[tuple[int, ...]],
+                   is_new: Callable[[list[Any]], bool]) -> tuple[int, ...] | None:
+        """The first of ``ranked`` (index rows) that is neither told nor known nor taken."""
+        checked = set(told)
+        for row in ranked:
+            if row not in checked:
+                checked.add(row)
+                if is_new(self.space.from_indices(row)):
+                    return row
+        return None
+
+    def _best_nearby(self, posterior: Posterior, proposal: tuple[int, ...] | None,
+                     rows: Sequence[tuple[int, ...]], values: Sequence[float],
+                     told: set[tuple[int, ...]], plan: Plan,
+                     is_new: Callable[[list[Any]], bool]) -> tuple[int, ...] | None:
+        """The best new point by the acquisition function (EI for ``gp_hedge``, as
+        ``BayesSearch._best_local`` scores skopt's proposal) among ``proposal`` and the
+        neighbours of the best ``local_candidates`` told points (lies included); ties go to
+        ``proposal``, then to the neighbours' fixed order."""
+        order = sorted(range(len(values)), key=lambda i: (values[i], i))
+        candidates = [] if proposal is None else [proposal]
+        seen = told | set(candidates)
+        for i in order[:plan.local_candidates]:
+            if rows[i] not in self._nearby:
+                self._nearby[rows[i]] = [self.encoded.row(p) for p in self.neighbours(
+                    self.space, self.space.from_indices(rows[i]))]
+            for move in self._nearby[rows[i]]:
+                if move not in seen:
+                    seen.add(move)
+                    candidates.append(move)
+        if not candidates:
+            return None
+        name = "EI" if plan.acq_func == "gp_hedge" else plan.acq_func
+        mean, std = posterior.predict(self.encoded.encode(np.asarray(candidates)))
+        scores = acquisition(name, mean, std, min(values), plan.xi, plan.kappa)
+        return self._first_new((candidates[int(i)] for i in np.argsort(scores, kind="stable")),
+                               told, is_new)
