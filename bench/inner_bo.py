@@ -21,7 +21,8 @@ log(best / optimum); ``--first-seed`` picks a fresh range of seeds to confirm a 
 
 ``--from-raw FILE ...`` prints the sweep report of runs saved with ``--raw`` (several files
 join, paired by seed), over the seeds ``--first-seed`` .. ``--first-seed + --seeds - 1``, without
-running anything: one long run, reported per range of seeds.
+running anything: one long run, reported per range of seeds.  Only rows of the ``--batch``
+given are read (rows written before it was recorded asked one config at a time).
 
     python bench/inner_bo.py --from-raw a.json b.json --first-seed 10 --seeds 10
 """
@@ -147,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
         args.raw.write_text(json.dumps([
             {"table": label_of(path, recorded[path].example), "strategy": strategy,
              "settings": spec, "budget": n, "optimum_s": s.optimum_s, "best_s": list(s.best_s),
-             "seeds": seeds,
+             "seeds": seeds, "batch": args.batch,
              **({"bayes": dataclasses.asdict(BayesSettings.parse(spec))}
                 if strategy == "bayes" else {})}
             for (path, strategy, spec), (scores, _) in results.items()
@@ -169,6 +170,10 @@ RawRuns = dict[tuple[str, str, str, int], tuple[dict[int, float], float]]
 # (through 2026-12-03 session 15, except at 270e2a9): a "defaults" there is EI on log time.
 # Rows written since carry every field ("bayes").
 LEGACY_DEFAULTS = {"acq_func": "EI", "transform": "log", "local_candidates": 0}
+# BayesSettings fields added since rows were written, and what those rows ran (through
+# 2026-12-04 every Bayesian ask went through skopt's Optimizer).  Rows without "batch" asked
+# one config at a time (the --batch default).
+ADDED_FIELDS = {"fit_per": "point"}
 
 
 def settings_label(row: dict[str, Any]) -> str:
@@ -176,8 +181,8 @@ def settings_label(row: dict[str, Any]) -> str:
     if row["strategy"] != "bayes":
         return str(row["settings"])
     if "bayes" in row:
-        return BayesSettings(**row["bayes"]).changed()
-    return BayesSettings.parse(row["settings"], **LEGACY_DEFAULTS).changed()
+        return BayesSettings(**{**ADDED_FIELDS, **row["bayes"]}).changed()
+    return BayesSettings.parse(row["settings"], **LEGACY_DEFAULTS, **ADDED_FIELDS).changed()
 
 
 def join_raw(rows: Iterable[dict[str, Any]], seeds: range) -> RawRuns:
@@ -211,7 +216,8 @@ def raw_report(files: list[Path], args: argparse.Namespace, argv: list[str] | No
         print(f"error: cannot read the raw runs: {exc}")
         return 2
     try:
-        joined = join_raw((row for row in rows if row["table"] in by_label), seeds)
+        joined = join_raw((row for row in rows if row["table"] in by_label
+                           and row.get("batch", 1) == args.batch), seeds)
     except ValueError as exc:
         print(f"error: {exc}")
         return 2

@@ -120,6 +120,7 @@ BATCH_STRATEGIES = ("cl_min", "cl_mean", "cl_max")
 
 
 TRANSFORMS = ("log", "rank", "power", "cap", "mixed")
+FIT_PER = ("point", "batch")
 
 
 def normal_scores(values: Sequence[float]) -> list[float]:
@@ -181,6 +182,21 @@ class BayesSettings:
     local_candidates: int = field(
         default=3, metadata={"help": "the best N told points' valid neighbours (one step in one "
                              "or two dimensions) join the acquisition candidates; 0: off"})
+    fit_per: str = field(
+        default="point", metadata={"help": "point: skopt's Optimizer, its GP refitted with a "
+                                 "hyperparameter search for every point of a batch; batch: one "
+                                 "hyperparameter search per batch, the batch's later points "
+                                 "told their lie with the hyperparameters fixed "
+                                 "(r3tui.search.surrogate); RF, ET and constrain_sampling=false "
+                                 "always run point"})
+    gp_restarts: int = field(
+        default=2, metadata={"help": "fit_per=batch: random restarts of the GP's hyperparameter "
+                             "search (skopt's GP: 2)"})
+    gp_search_growth: float = field(
+        default=1.5, metadata={"help": "fit_per=batch: the GP's hyperparameters are searched "
+                               "again once the history has grown by this factor (1: at every "
+                               "ask); in between they are held and only the posterior is "
+                               "recomputed"})
     prior_acq_func: str = field(
         default="EI", metadata={"help": "acq_func of a search told a prior (a campaign "
                                 "child told its ancestors' trials)"})
@@ -208,6 +224,12 @@ class BayesSettings:
                             ("prior_transform", self.prior_transform)):
             if value not in TRANSFORMS:
                 raise ConfigError(f"{name} {value!r} is not one of {', '.join(TRANSFORMS)}")
+        if self.fit_per not in FIT_PER:
+            raise ConfigError(f"fit_per {self.fit_per!r} is not one of {', '.join(FIT_PER)}")
+        if self.gp_restarts < 0:
+            raise ConfigError("gp_restarts must be at least 0")
+        if not (math.isfinite(self.gp_search_growth) and self.gp_search_growth >= 1.0):
+            raise ConfigError("gp_search_growth must be at least 1")
         if self.local_candidates < 0 or self.prior_local_candidates < 0:
             raise ConfigError("local_candidates and prior_local_candidates must be at least 0")
         if not self.penalty_factor >= 1.0:
@@ -275,6 +297,19 @@ class BayesSearch(InnerSearch):
         self.fallbacks = 0  # model asks that repeated a known point, filled at random by us
         self.model_repeats = 0  # proposals skopt itself replaced by a random point
         self.design_fallback = False  # the generator failed; the design is uniform random
+        self._optimizer_fits = 0  # tells to skopt's Optimizer (each searches hyperparameters)
+        self._batch: Any = None  # fit_per=batch: its surrogate.BatchProposer, built once
+
+    @property
+    def model_fits(self) -> int:
+        """Hyperparameter searches of the model so far (every tell to skopt's Optimizer is
+        one; ``fit_per=batch``: at most one per ask)."""
+        return self._optimizer_fits + (self._batch.searches if self._batch else 0)
+
+    @property
+    def lies_told(self) -> int:
+        """``fit_per=batch``: lies told to a posterior (without a fit) so far."""
+        return self._batch.lies_told if self._batch else 0
 
     def set_prior(self, groups: Iterable[Iterable[TrialRecord]]) -> int:
         usable = super().set_prior(groups)
@@ -364,8 +399,10 @@ class BayesSearch(InnerSearch):
         penalty = self._penalty(math.log(r.time_s) for r in records if r.ok and r.time_s)
         return [math.log(r.time_s) if r.ok and r.time_s else penalty for r in records]
 
-    def _told(self) -> tuple[list[list[Any]], list[float], float]:
-        """Every point the model is told, its value, and the failure penalty used.
+    def _told(self, upto: int | None = None) -> tuple[list[list[Any]], list[float], float]:
+        """Every point the model is told, its value, and the failure penalty used; with
+        ``upto``, as if only the first ``upto`` trials of the history were finished and none
+        pending (what ``fit_per=batch`` searches hyperparameters on, the same after a resume).
 
         Own trials first; then the prior's (see :meth:`InnerSearch.set_prior`) that this search
         has not evaluated itself.  Each prior group is moved onto this search's scale by the
@@ -373,10 +410,11 @@ class BayesSearch(InnerSearch):
         (own trials, then nearer groups), or left as it is when it shares none; so a child's
         model sees its parent's landscape at the level the child measured at the parent's best.
         Prior failures are told the penalty, like own ones."""
-        own = [(p, r) for r in self.history if (p := self._point_of(r.config)) is not None]
+        history = self.history if upto is None else self.history[:upto]
+        own = [(p, r) for r in history if (p := self._point_of(r.config)) is not None]
         scale = {r.key: math.log(r.time_s) for _, r in own if r.ok and r.time_s}
         extra: list[tuple[list[Any], float | None]] = []
-        taken = {r.key for _, r in own} | set(self._pending)
+        taken = {r.key for _, r in own} | (set(self._pending) if upto is None else set())
         for group in self.prior:
             logs = {r.key: math.log(r.time_s) for r in group if r.ok and r.time_s}
             shared = [scale[k] - v for k, v in logs.items() if k in scale]
@@ -424,7 +462,10 @@ class BayesSearch(InnerSearch):
 
         # The model's matrices are tiny: BLAS threads only contend with the compile pool
         # (a Gaussian-process fit took 10x longer with both cores busy).
+        s = self.in_force
         with threadpool_limits(limits=1):
+            if s.fit_per == "batch" and s.estimator == "GP" and s.constrain_sampling:
+                return self._ask_batch(n, taken)
             return self._ask_model(n, taken)
 
     def _ask_model(self, n: int, taken: set[str]) -> list[TrialConfig]:
@@ -432,9 +473,7 @@ class BayesSearch(InnerSearch):
         values = transformed(values, self.in_force.transform)
         if not points or not self.space.dims:
             return []
-        strategy = self.settings.batch_strategy
-        lie = min(values) if strategy == "cl_min" else (
-            max(values) if strategy == "cl_max" else sum(values) / len(values))
+        lie = self._lie(values)
         for config in [*self._pending.values()]:
             point = self._point_of(config)
             if point is not None:
@@ -446,6 +485,7 @@ class BayesSearch(InnerSearch):
             warnings.simplefilter("always")
             opt = self._optimizer()
             opt.tell(points, values)
+            self._optimizer_fits += 1
             attempts = 0
             while len(out) < n and attempts < 4 * n + 8:
                 attempts += 1
@@ -458,6 +498,7 @@ class BayesSearch(InnerSearch):
                         self.space.violations(point))))
                     self._points[config_key(config)] = point
                     opt.tell(point, penalty)
+                    self._optimizer_fits += 1
                     continue
                 if self.in_force.local_candidates:
                     local = self._best_local(opt, point, taken)
@@ -471,8 +512,59 @@ class BayesSearch(InnerSearch):
                 taken.add(key)
                 if len(out) < n:
                     opt.tell(point, lie)
+                    self._optimizer_fits += 1
         self.model_repeats += sum("has been evaluated at point" in str(w.message)
                                   for w in caught)
+        return out
+
+    def _lie(self, values: Sequence[float]) -> float:
+        """What a pending point or an earlier point of the batch is told (constant liar)."""
+        strategy = self.settings.batch_strategy
+        return min(values) if strategy == "cl_min" else (
+            max(values) if strategy == "cl_max" else sum(values) / len(values))
+
+    def _ask_batch(self, n: int, taken: set[str]) -> list[TrialConfig]:
+        """``fit_per=batch``: see :class:`~r3tui.search.surrogate.BatchProposer`."""
+        from r3tui.search import surrogate
+
+        s = self.in_force
+        points, values, _ = self._told()
+        values = transformed(values, s.transform)
+        if not points or not self.space.dims:
+            return []
+        if self._batch is None:
+            self._batch = surrogate.BatchProposer(self.space, neighbours)
+        checkpoint = surrogate.checkpoint(len(self.history), s.n_initial_points,
+                                          s.gp_search_growth)
+
+        def told_at_checkpoint() -> tuple[list[list[Any]], list[float]]:
+            at, told, _ = self._told(upto=checkpoint)
+            return at, transformed(told, s.transform)
+
+        hyper = self._batch.hyperparameters(checkpoint, told_at_checkpoint,
+                                            derive_seed(self.seed, "model", checkpoint),
+                                            s.gp_restarts)
+        lie = self._lie(values)
+        pending = [p for c in self._pending.values() if (p := self._point_of(c)) is not None]
+        step = (len(self.history), len(self._pending))
+        plan = surrogate.Plan(s.acq_func, s.xi, s.kappa, s.n_candidates, s.local_candidates,
+                              derive_seed(self.seed, "candidates", *step),
+                              derive_seed(self.seed, "hedge", *step))
+
+        def is_new(point: list[Any]) -> bool:
+            key = self.space.key(point)
+            return not self._known(key) and key not in taken
+
+        out: list[TrialConfig] = []
+        for point in self._batch.propose(points + pending, values + [lie] * len(pending), lie,
+                                         hyper, plan, is_new):
+            config = self.space.to_config(point)
+            out.append(config)
+            taken.add(config_key(config))
+            if len(out) == n:
+                break
+        if len(out) < n:
+            self.fallbacks += 1  # every candidate is known; the caller fills at random
         return out
 
     def _best_local(self, opt: Any, proposal: list[Any], taken: set[str]) -> list[Any] | None:

@@ -243,6 +243,14 @@ class SearchSpace:
                 out.append(found)
         return tuple(out)
 
+    def indices(self, point: Sequence[Any]) -> tuple[int, ...] | None:
+        """``point`` as one choice index per dimension, or None when it is not a point."""
+        return self._indices(point)
+
+    def from_indices(self, indices: Sequence[int]) -> list[Any]:
+        """The point whose choice indices are ``indices`` (valid or not)."""
+        return self._point([int(i) for i in indices])
+
     def normalize(self, point: Sequence[Any]) -> list[Any] | None:
         """``point`` with plain Python values (skopt hands out numpy scalars), or None when it
         is not a point of this space."""
@@ -448,6 +456,18 @@ class SearchSpace:
                     found.append(combo)
             self._group_points[g] = found
         return self._group_points[g]
+
+    def valid_groups(self, limit: int = 200_000
+                     ) -> list[tuple[tuple[int, ...], list[tuple[int, ...]]]] | None:
+        """The groups of dimensions that constraints tie together, each with its valid index
+        combinations: a point is valid exactly when each group's combination is, so drawing
+        one combination per group uniformly draws a valid point uniformly.  None when a group
+        has more than ``limit`` raw combinations to check."""
+        groups = self._group_list()
+        if any(math.prod(len(self.dims[i].choices) for i in members) > limit
+               for members in groups):
+            return None
+        return [(members, self._valid_in_group(g)) for g, members in enumerate(groups)]
 
     def size(self) -> int:
         """How many valid points the space has."""
