@@ -106,12 +106,12 @@ class ReplayEvaluator:
 
     def candidate(self, config: TrialConfig, compiled: CompiledKernel) -> Candidate:
         from r3tui.replay.candidate import Candidate
-        from r3tui.search.source import work_divisor
+        from r3tui.search.source import work_divisors
 
         return Candidate.from_compiled(compiled, block=config.block,
                                        shared_mem_bytes=config.shared_mem_bytes,
                                        label=str(config.options),
-                                       work_divisor=work_divisor(self.source.text,
+                                       work_divisor=work_divisors(self.source.text,
                                                                  config.tunables))
 
     def submit(self, config: TrialConfig) -> Future[tuple[Measurement, ReplayJob | None]]:
@@ -270,15 +270,15 @@ def build_space(
 
     specs = [s for s in accepted_options(settings.toolchain) if s.name != "passes"]
     tunables = parse_tunables(source.text)
-    per_thread = parse_work_per_thread(source.text)
+    per_thread = set(parse_work_per_thread(source.text).values())
     fixed = None
     app = source.confined or settings.grid_fixed
-    if per_thread is not None and (app or launch.work is None):
+    if per_thread and (app or launch.work is None):
         # an application's host code computes its grid: r3 apply cannot divide it
-        fixed = (f"{per_thread} fixed at 1: "
+        fixed = (f"{', '.join(sorted(per_thread))} fixed at 1: "
                  + ("the application's host code computes the grid" if app
                     else "no work size recorded to derive a smaller grid from"))
-        tunables = tuple(Tunable(t.name, (1,), 1) if t.name == per_thread else t
+        tunables = tuple(Tunable(t.name, (1,), 1) if t.name in per_thread else t
                          for t in tunables)
     space = SearchSpace.from_parts(
         option_dims(specs),

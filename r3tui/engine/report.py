@@ -321,7 +321,7 @@ def export_variant(
     """Write the variant's source, options, launch and a patch against the original; the
     configuration is ``config`` (e.g. the re-timed winner) or the variant's fastest trial's."""
     from db import repository as repo
-    from r3tui.search.source import work_divisor
+    from r3tui.search.source import work_divisors
     from r3tui.search.space import config_key
 
     report = build_report(s, campaign_id)
@@ -346,9 +346,10 @@ def export_variant(
                 "block": list(config.block.as_tuple()) if config.block else None,
                 "launch_bounds": list(config.launch_bounds) if config.launch_bounds else None,
                 "tunables": dict(config.tunables),
-                # elements each thread covers along x: launch ceil(work / (block x this))
-                # blocks along x instead of one thread an element
-                "work_per_thread": work_divisor(variant.source, config.tunables),
+                # elements each thread covers along x, y and z: launch
+                # ceil(work[a] / (block[a] * this[a])) blocks along each axis a instead of
+                # one thread an element
+                "work_per_thread": list(work_divisors(variant.source, config.tunables)),
                 "toolchain": config.toolchain,
                 "pipeline": config.pipeline,
                 "variant_id": variant.id,

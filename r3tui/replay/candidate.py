@@ -31,9 +31,10 @@ class Candidate:
     compile_time_s: float | None = None
     compile_log: str | None = None
     label: str | None = None  # for logs only
-    # elements each thread covers along x (`// r3: work_per_thread`): the grid derived from
-    # the work size has its x extent divided by it (1: one element a thread, as recorded)
-    work_divisor: int = 1
+    # elements each thread covers along x, y and z (`// r3: work_per_thread`): the grid derived
+    # from the work size has each extent divided by it (1: one element a thread, as recorded;
+    # a single number is along x)
+    work_divisor: int | tuple[int, int, int] = 1
     # The compiler's code hash (r3tui.compile ignores ptxas's command-line note), so binaries
     # that differ only in how they were asked for are measured once.
     code_sha256: str | None = None
@@ -57,7 +58,7 @@ class Candidate:
         block = self.block or rec.block
         if self.grid is not None:
             grid = self.grid
-        elif (self.block is not None or self.work_divisor > 1) and rec.work is not None:
+        elif (self.block is not None or self.divides) and rec.work is not None:
             grid = block.grid_for(self._covered(rec.work))
         else:
             grid = rec.grid
@@ -76,20 +77,33 @@ class Candidate:
             return None
         block = self.block or rec.block
         grid = (block.grid_for(self._covered(rec.work))
-                if (self.block or self.grid or self.work_divisor > 1) and rec.work else rec.grid)
+                if (self.block or self.grid or self.divides) and rec.work else rec.grid)
         shm = rec.shared_mem_bytes if self.shared_mem_bytes is None else self.shared_mem_bytes
         return grid, block, shm, check.arg_bytes()
 
+    @property
+    def divisors(self) -> tuple[int, int, int]:
+        """:attr:`work_divisor` along x, y and z."""
+        if isinstance(self.work_divisor, int):
+            return (self.work_divisor, 1, 1)
+        return self.work_divisor
+
+    @property
+    def divides(self) -> bool:
+        return any(d > 1 for d in self.divisors)
+
     def _covered(self, work: Dim3) -> Dim3:
-        """The threads ``work`` needs when each covers ``work_divisor`` elements along x."""
-        if self.work_divisor <= 1:
+        """The threads ``work`` needs when each covers ``work_divisor`` elements."""
+        if not self.divides:
             return work
-        return Dim3(-(-work.x // self.work_divisor), work.y, work.z)
+        x, y, z = self.divisors
+        return Dim3(-(-work.x // x), -(-work.y // y), -(-work.z // z))
 
     @classmethod
     def from_compiled(cls, compiled: CompiledKernel, *, block: Dim3 | None = None,
                       grid: Dim3 | None = None, shared_mem_bytes: int | None = None,
-                      label: str | None = None, work_divisor: int = 1) -> Candidate:
+                      label: str | None = None,
+                      work_divisor: int | tuple[int, int, int] = 1) -> Candidate:
         if not compiled.ok or compiled.binary is None or compiled.lowered_name is None:
             raise ValueError("a candidate needs a kernel that compiled")
         return cls(

@@ -139,7 +139,7 @@ def parse_tunables(source: str) -> tuple[Tunable, ...]:
             raise DeclarationError(
                 f"line {line}: unknown declaration '// r3: {verb}'",
                 hint="known: '// r3: tune NAME v1 v2 ...', '// r3: require EXPR', "
-                "'// r3: shared EXPR', '// r3: work_per_thread NAME'",
+                "'// r3: shared EXPR', '// r3: work_per_thread NAME [x|y|z]'",
             )
         parts = rest.replace(",", " ").split()
         if len(parts) < 2:
@@ -200,43 +200,65 @@ def parse_shared(source: str) -> Relation | None:
     return found
 
 
+AXES = ("x", "y", "z")
+
+
 @functools.lru_cache(maxsize=64)  # asked once per candidate of a variant
-def parse_work_per_thread(source: str) -> str | None:
-    """The tunable named by ``// r3: work_per_thread NAME`` (None without one): each thread
-    covers NAME elements along x, so a launch divides its grid's x extent by NAME's value
-    (the kernel strides over the elements, e.g. in a grid-stride loop).  NAME must be a
-    declared tunable whose values are positive integers; :class:`DeclarationError` otherwise,
-    or when the line is given twice."""
-    found: str | None = None
+def parse_work_per_thread(source: str) -> dict[str, str]:
+    """The tunables named by ``// r3: work_per_thread NAME [AXIS]``, axis -> NAME (empty
+    without any): each thread covers NAME elements along AXIS (x when not given), so a launch
+    divides its grid's extent along that axis by NAME's value (the kernel strides over the
+    elements, e.g. in a grid-stride loop, or holds them in registers).  NAME must be a declared
+    tunable whose values are positive integers; :class:`DeclarationError` otherwise, or when
+    an axis is given twice."""
+    found: dict[str, str] = {}
     for line, verb, rest in _directives(source):
         if verb != "work_per_thread":
             continue
-        if found is not None:
-            raise DeclarationError(f"line {line}: '// r3: work_per_thread' is declared twice")
-        name = rest.strip()
+        words = rest.split()
+        if len(words) not in (1, 2) or (len(words) == 2 and words[1] not in AXES):
+            raise DeclarationError(
+                f"line {line}: '// r3: work_per_thread {rest.strip()}' is not NAME [x|y|z]")
+        name, axis = words[0], (words[1] if len(words) == 2 else "x")
+        if axis in found:
+            raise DeclarationError(
+                f"line {line}: '// r3: work_per_thread' is declared twice for axis {axis}")
         tunable = next((t for t in parse_tunables(source) if t.name == name), None)
         if tunable is None or not all(isinstance(v, int) and v >= 1 for v in tunable.values):
             raise DeclarationError(
                 f"line {line}: '// r3: work_per_thread {name}' names no tunable of positive "
                 "integers", hint="declare it with '// r3: tune NAME 1 2 4 ...'")
-        found = name
+        found[axis] = name
     return found
 
 
-def work_divisor(source: str, tunables: Mapping[str, TunableValue]) -> int:
-    """The grid divisor a configuration's ``tunables`` give ``source``: 1 without a
-    ``work_per_thread`` line, or where the declarations do not parse (no search could have
-    divided the grid of such a source: building its space fails first)."""
+def work_divisors(source: str, tunables: Mapping[str, TunableValue]) -> tuple[int, int, int]:
+    """The grid divisors along x, y and z a configuration's ``tunables`` give ``source``:
+    1 along an axis without a ``work_per_thread`` line, and everywhere where the declarations
+    do not parse (no search could have divided the grid of such a source: building its space
+    fails first)."""
     try:
-        name = parse_work_per_thread(source)
+        names = parse_work_per_thread(source)
     except DeclarationError:
-        return 1
-    if name is None:
-        return 1
-    value = tunables.get(name, _source_default(source, name))
-    if isinstance(value, str) and value.strip().isdigit():  # as a -D value
-        value = int(value)
-    return value if isinstance(value, int) and value >= 1 else 1
+        return (1, 1, 1)
+
+    def divisor(axis: str) -> int:
+        if axis not in names:
+            return 1
+        value = tunables.get(names[axis], _source_default(source, names[axis]))
+        if isinstance(value, str) and value.strip().isdigit():  # as a -D value
+            value = int(value)
+        return value if isinstance(value, int) and value >= 1 else 1
+
+    x, y, z = (divisor(axis) for axis in AXES)
+    return (x, y, z)
+
+
+def work_divisor(source: str, tunables: Mapping[str, TunableValue]) -> int:
+    """The elements each thread covers under ``tunables``: the product of
+    :func:`work_divisors` (1 without a ``work_per_thread`` line)."""
+    x, y, z = work_divisors(source, tunables)
+    return x * y * z
 
 
 def guard_defines(source: str, names: set[str] | frozenset[str]) -> str:

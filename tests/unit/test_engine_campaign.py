@@ -287,7 +287,10 @@ def test_report_and_export_describe_the_best_variant(
     names = {p.name for p in files}
     assert {"stencil7.cu", "options.txt", "launch.json", "stencil7.patch"} <= names
     launch = json.loads(next(p for p in files if p.name == "launch.json").read_text())
-    assert launch["work_per_thread"] == 1  # grid_stride does not apply to stencil7
+    from r3tui.search.source import work_divisors
+
+    source = next(p for p in files if p.name == "stencil7.cu").read_text()
+    assert launch["work_per_thread"] == list(work_divisors(source, launch["tunables"]))
 
 
 def test_a_wall_time_budget_leaves_the_source_search_most_of_it(tmp_path: Path) -> None:

@@ -310,7 +310,7 @@ def test_elements_per_thread_reach_the_launch_and_stay_1_for_an_applications_ker
     with cast(Any, fake_runner(pool, worker)) as runner:
         ReplayEvaluator(KernelSource(varied, "nbody"), runner).evaluate(
             [TrialConfig(tunables={"R3_WPT_15": 4}), TrialConfig()])
-    assert sorted(cast(Any, c).work_divisor for c in worker.candidates) == [1, 4]
+    assert sorted(cast(Any, c).divisors for c in worker.candidates) == [(1, 1, 1), (4, 1, 1)]
     app = build_space(launch, KernelSource(varied, "nbody", confined=True), InnerSettings(),
                       DeviceLimits())
     assert name not in app.names
