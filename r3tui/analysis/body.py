@@ -44,8 +44,9 @@ class ForLoop:
     in_block: bool = True
 
 
-def _body(source: str, kernel: str) -> tuple[ts.Node, Parsed] | None:
-    """The body of the first definition of ``kernel`` (its unqualified name)."""
+def kernel_body(source: str, kernel: str) -> tuple[ts.Node, Parsed] | None:
+    """The body of the first definition of ``kernel`` (its unqualified name) in the parse of
+    ``source``, with that parse's text (None: no definition)."""
     found, parsed = declared_kernels(source, kernel)
     for node, declaration in found:
         body = node.child_by_field_name("body")
@@ -66,7 +67,7 @@ def _descendants(node: ts.Node, kind: str) -> list[ts.Node]:
 
 def pointer_uses(source: str, kernel: str, name: str) -> list[PointerUse]:
     """Every use of the identifier ``name`` in the body of ``kernel``, in source order."""
-    found = _body(source, kernel)
+    found = kernel_body(source, kernel)
     if found is None:
         return []
     body, parsed = found
@@ -157,7 +158,7 @@ def _is_ldg_argument(address: ts.Node, parsed: Parsed) -> bool:
 
 def for_loops(source: str, kernel: str) -> list[ForLoop]:
     """The ``for`` loops of ``kernel``'s body, in source order."""
-    found = _body(source, kernel)
+    found = kernel_body(source, kernel)
     if found is None:
         return []
     body, parsed = found
@@ -184,7 +185,7 @@ def _under_unroll_pragma(loop: ts.Node, parsed: Parsed) -> bool:
 def body_identifiers(source: str, kernel: str) -> set[str]:
     """The identifiers ``kernel``'s body names (macros included, as the parser reads them):
     whether a ``#define`` reaches the kernel."""
-    found = _body(source, kernel)
+    found = kernel_body(source, kernel)
     if found is None:
         return set()
     body, parsed = found

@@ -127,6 +127,7 @@ CATALOGUE: tuple[Transformation, ...] = (
         "tiling",
         "Let each thread compute 2 or 4 neighbouring outputs instead of one, keeping the "
         "partial results in registers and reusing each loaded value for all of them.",
+        rule="coarsen",
         example=(
             "    for (int c = t; c < N; c += stride) {\n"
             "        float acc = 0.0f;\n"

@@ -28,6 +28,8 @@ from r3tui.analysis.body import (
 )
 from r3tui.analysis.text import mask
 from r3tui.errors import ConfigError
+from r3tui.remix.coarsen import Declined
+from r3tui.remix.coarsen import coarsen as coarsen_kernel
 from r3tui.remix.edits import KernelSpan, entry_point_problem, find_kernel
 
 
@@ -437,7 +439,7 @@ _SYNC = re.compile(r"__syncthreads|__syncwarp|\.sync\s*\(|__shared__|\bgrid_grou
                    r"__threadfence_block|\bthis_grid\b")
 WPT_FACTORS = (1, 2, 4, 8, 16)
 # rules whose variants pay only with a smaller grid (never offered for an application's kernel)
-GRID_RULES = frozenset({"grid_stride", "strided_accumulate"})
+GRID_RULES = frozenset({"grid_stride", "strided_accumulate", "coarsen"})
 
 
 def _kernel_body(source: str, kernel_name: str) -> tuple[KernelSpan, str, int, str] | RuleResult:
@@ -804,6 +806,16 @@ def _brace_depth(text: str, at: int) -> int:
 
 
 
+def coarsen(source: str, kernel_name: str, rng: random.Random) -> RuleResult:
+    """Thread coarsening with the loops jammed along one axis of the grid, its factor a
+    tunable that divides the grid along that axis (:mod:`r3tui.remix.coarsen`)."""
+    try:
+        out, detail = coarsen_kernel(source, kernel_name, rng)
+    except Declined as exc:
+        return _declined(str(exc))
+    return _finish(source, out, kernel_name, detail)
+
+
 RULES: dict[str, Rule] = {
     "restrict_const": restrict_const,
     "ldg_loads": ldg_loads,
@@ -813,6 +825,7 @@ RULES: dict[str, Rule] = {
     "grid_stride": grid_stride,
     "strided_accumulate": strided_accumulate,
     "vector_access": vector_access,
+    "coarsen": coarsen,
 }
 
 

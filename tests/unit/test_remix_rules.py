@@ -63,6 +63,8 @@ def test_rules_apply_to_the_kernels_they_are_for() -> None:
     assert {e for r, e in applies if r == "grid_stride"} == {"nbody", "spmv_csr"}
     assert {e for r, e in applies if r == "strided_accumulate"} == {"reduce_sum"}
     assert {e for r, e in applies if r == "vector_access"} == {"softmax"}
+    assert {e for r, e in applies if r == "coarsen"} == {
+        "nbody", "ptr_struct", "sgemm", "spmv_csr", "stencil7"}  # not the block reductions
 
 
 def test_read_only_analysis_on_real_kernels() -> None:
@@ -385,8 +387,8 @@ def test_grid_stride_makes_a_loop_whose_elements_per_thread_divide_the_grid(case
     result = _applied("grid_stride", source, "saxpy", applies)
     if result is None:
         return
-    name = parse_work_per_thread(result.source)
-    assert name == "R3_WPT_2"
+    assert parse_work_per_thread(result.source) == {"x": "R3_WPT_2"}
+    name = "R3_WPT_2"
     (tunable,) = parse_tunables(result.source)
     assert tunable.values == (1, 2, 4, 8, 16) and tunable.default == 1
     assert work_divisor(result.source, {name: 8}) == 8 and work_divisor(result.source, {}) == 1
@@ -438,8 +440,8 @@ def test_strided_accumulate_sums_several_elements_a_thread_before_the_tree(case:
     result = _applied("strided_accumulate", source, "total", applies)
     if result is None:
         return
-    name = parse_work_per_thread(result.source)
-    assert name is not None and name.startswith("R3_WPT_")
+    (name,) = parse_work_per_thread(result.source).values()
+    assert name.startswith("R3_WPT_")
     (tunable,) = parse_tunables(result.source)
     assert tunable.values == (1, 2, 4, 8, 16) and tunable.default == 1
     assert work_divisor(result.source, {name: 4}) == 4

@@ -1,0 +1,430 @@
+"""What a kernel's threads do alone, read from the parse: the indices a thread takes from its
+block and thread coordinates, which locals depend on them, and what each statement of the body
+is to one thread's elements.
+
+The facts :mod:`r3tui.remix.coarsen` rewrites by.  A kernel whose threads each work alone
+(no barrier, shared memory or warp operation) and that takes an index along an axis of the
+grid (``int row = blockIdx.y * blockDim.y + threadIdx.y;``) is read as: the locals that
+depend on the index (through their initializers, or by being assigned where the index is
+read), to a fixed point; and for each statement, whether it reads none of them (``plain``),
+declares one (``declaration``), holds statements that do while its own clauses do not
+(``kept``: a loop over ``k`` in sgemm), ends an element's work at the top of the body
+(``guard``: ``if (row >= M) return;``), or depends on them as a whole (``each``).  Where the
+body has what this reading cannot follow, :class:`Unsupported` says what.  Names are taken as
+names: a local declared twice is one name, so whatever is decided for it holds for both.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import tree_sitter as ts
+
+from r3tui.analysis.kernels import Parsed
+from r3tui.analysis.text import mask
+
+# what makes a block's threads work together, or a thread's work depend on time
+TOGETHER = re.compile(
+    r"\b(?:__syncthreads\w*|__syncwarp|__shfl\w*|__ballot\w*|__any_sync|__all_sync"
+    r"|__match\w*|__activemask|__reduce_\w+_sync|cooperative_groups|this_thread_block"
+    r"|this_grid|tiled_partition|__shared__|asm|goto|__nanosleep|clock|clock64"
+    r"|__globaltimer|setjmp)\b")
+_LOOPS = frozenset({"for_statement", "while_statement", "do_statement", "for_range_loop"})
+_INTEGER_TYPE = re.compile(
+    r"^(?:const\s+)?(?:(?:unsigned|signed)\s+)?(?:int|long|long\s+long|short|unsigned|size_t"
+    r"|ptrdiff_t|u?int(?:32|64)_t|Index_t|index_t)(?:\s+int)?$")
+# calls that neither write memory nor have effects a thread without work must not make
+_PURE_CALL = re.compile(
+    r"^(?:make_\w+|__(?!trap|brkpt|prof_trigger)\w+|(?:std::)?(?:min|max|abs|fabs\w*|sqrt\w*"
+    r"|rsqrt\w*|cbrt\w*|exp\w*|log\w*|pow\w*|sin\w*|cos\w*|tan\w*|atan2?\w*|fma\w*|floor\w*"
+    r"|ceil\w*|round\w*|trunc\w*|fmin\w*|fmax\w*|erf\w*|tanh\w*|copysign\w*|hypot\w*"
+    r"|static_cast|reinterpret_cast|const_cast)|float\d?|double\d?|int\d?|uint\d?)$")
+
+
+class Unsupported(Exception):
+    """What in a kernel's body this reading cannot follow (one line, for a rule's reason)."""
+
+
+@dataclass(frozen=True)
+class GridIndex:
+    """``int NAME = blockIdx.A * blockDim.A + threadIdx.A;`` at the top of a body."""
+
+    axis: str  # "x", "y" or "z"
+    node: ts.Node  # its declaration, a statement of the body
+    name: str
+    type: str  # the declared type, without const
+
+
+def check_alone(body: ts.Node, parsed: Parsed) -> None:
+    """:class:`Unsupported` where the body's threads work together or hold what this reading
+    cannot follow (a parse error, a lambda, a label, preprocessor lines with code)."""
+    together = TOGETHER.search(mask(parsed.text(body)))
+    if together is not None:
+        raise Unsupported(f"the body uses {together.group(0)}: its threads do not each work "
+                          "alone")
+    for node in walk(body):
+        if node.type == "ERROR" or node.is_missing:
+            raise Unsupported("the parser could not read part of the kernel's body")
+        if node.type == "lambda_expression":
+            raise Unsupported("the body defines a lambda")
+        if node.type.startswith("preproc") and not harmless_directive(node, parsed):
+            raise Unsupported("the body holds preprocessor lines other than #pragma and a "
+                              "tunable's #ifndef/#define")
+        if node.type == "labeled_statement":
+            raise Unsupported("the body has a label")
+
+
+def harmless_directive(node: ts.Node, parsed: Parsed) -> bool:
+    """A ``#pragma``, or a tunable's default (``#ifndef N`` / ``#define N v`` / ``#endif``,
+    as the rules write it): lines that hold no code."""
+    if node.type == "preproc_call":
+        return parsed.text(node).lstrip().startswith("#pragma")
+    if node.type in ("preproc_def", "preproc_arg", "preproc_directive"):
+        return True
+    if node.type == "preproc_ifdef":
+        return all(c.type in ("identifier", "preproc_def", "comment")
+                   for c in node.named_children)
+    return False
+
+
+def walk(node: ts.Node) -> list[ts.Node]:
+    out, stack = [], [node]
+    while stack:
+        current = stack.pop()
+        out.append(current)
+        stack.extend(reversed(current.children))
+    return out
+
+
+def statements(block: ts.Node) -> list[ts.Node]:
+    """A compound statement's children that are statements, declarations, pragmas or
+    comments (not its braces)."""
+    return [c for c in block.children if c.type not in ("{", "}")]
+
+
+_INDEX_FORMS = (
+    "blockIdx.{a}*blockDim.{a}+threadIdx.{a}", "blockDim.{a}*blockIdx.{a}+threadIdx.{a}",
+    "threadIdx.{a}+blockIdx.{a}*blockDim.{a}", "threadIdx.{a}+blockDim.{a}*blockIdx.{a}",
+)
+
+
+def grid_indices(body: ts.Node, parsed: Parsed) -> list[GridIndex]:
+    out = []
+    for node in statements(body):
+        if node.type != "declaration":
+            continue
+        declarators = node.children_by_field_name("declarator")
+        if len(declarators) != 1 or declarators[0].type != "init_declarator":
+            continue
+        name_node = declarators[0].child_by_field_name("declarator")
+        value = declarators[0].child_by_field_name("value")
+        if name_node is None or name_node.type != "identifier" or value is None:
+            continue
+        compact = re.sub(r"\s+", "", parsed.text(value))
+        while compact.startswith("(") and compact.endswith(")"):
+            compact = compact[1:-1]
+        kind = parsed.text(node)[:name_node.start_byte - node.start_byte].strip()
+        kind = re.sub(r"^const\s+|\s+const$", "", kind)
+        if not _INTEGER_TYPE.match(kind):
+            continue
+        for axis in "xyz":
+            if compact in (form.format(a=axis) for form in _INDEX_FORMS):
+                out.append(GridIndex(axis, node, parsed.text(name_node), kind))
+    return out
+
+
+def axis_alone(masked: str, axis: str) -> bool:
+    """Whether the body reads the axis's block index, thread index and block size once each
+    (in the index) and the grid's size not at all."""
+    def count(what: str) -> int:
+        return len(re.findall(rf"\b{what}\s*\.\s*{axis}\b", masked))
+
+    return (count("blockIdx"), count("threadIdx"), count("blockDim"), count("gridDim")) == (
+        1, 1, 1, 0)
+
+
+class IndexDependence:
+    """The body of one kernel read against the indices ``indices``: its locals, its top-level
+    statements (an ``if (i < n) { ... }`` closing the body flattened), and the locals that
+    depend on the indices (:attr:`dependent`)."""
+
+    def __init__(self, source: str, body: ts.Node, parsed: Parsed,
+                 indices: tuple[GridIndex, ...]) -> None:
+        self.source, self.body, self.parsed = source, body, parsed
+        self.indices = tuple(sorted(indices, key=lambda ix: ix.axis))
+        self.locals = self._locals()
+        self.top = self._top_level()
+        self.dependent = self._dependence()
+
+    # ---- analysis -------------------------------------------------------------------------
+
+    def text(self, node: ts.Node) -> str:
+        return self.parsed.text(node)
+
+    def _locals(self) -> dict[str, ts.Node]:
+        """Every local the body declares -> its (first) declarator's name node."""
+        found: dict[str, ts.Node] = {}
+        for node in walk(self.body):
+            if node.type not in ("declaration", "parameter_declaration"):
+                continue
+            for declarator in node.children_by_field_name("declarator"):
+                name = declared_name(declarator)
+                if name is None:
+                    continue
+                # a name declared twice (in two blocks, or the two copies of the code after
+                # a guard that an earlier coarsening wrote) is treated as one: every
+                # declaration of a dependent name becomes an array and every use is indexed
+                found.setdefault(self.text(name), name)
+        return found
+
+    def _top_level(self) -> list[ts.Node]:
+        """The body's statements, with an ``if (i < n) { ... }`` that closes the body
+        flattened: its statements follow it (it becomes a guard)."""
+        top = [n for n in statements(self.body) if n.type != "comment"]
+        last = top[-1] if top else None
+        if (last is not None and last.type == "if_statement"
+                and last.child_by_field_name("alternative") is None):
+            consequence = last.child_by_field_name("consequence")
+            condition = last.child_by_field_name("condition")
+            if (consequence is not None and consequence.type == "compound_statement"
+                    and condition is not None
+                    and not any(n.type == "return_statement" for n in walk(consequence))
+                    and self.bounds(condition, enclosing=True)):
+                return top + [n for n in statements(consequence) if n.type != "comment"]
+        return top
+
+    def bounds(self, condition: ts.Node, *, enclosing: bool, name: str | None = None
+                ) -> bool:
+        """Whether ``condition`` compares an index (``name``, or any) with an upper bound:
+        ``i >= n`` (or ``n <= i``, ``i > n``) ending the thread, or ``i < n`` around its
+        work."""
+        names = {name} if name is not None else {ix.name for ix in self.indices}
+        for node in walk(condition):
+            if node.type != "binary_expression":
+                continue
+            left, right = node.child_by_field_name("left"), node.child_by_field_name("right")
+            op = node.child_by_field_name("operator")
+            if left is None or right is None or op is None:
+                continue
+            operator = self.text(op)
+            if enclosing:
+                operator = {"<": ">=", "<=": ">", ">": "<=", ">=": "<"}.get(operator, "")
+            if ((self.text(left) in names and operator in (">=", ">"))
+                    or (self.text(right) in names and operator in ("<=", "<"))):
+                return True
+        return False
+
+    def mentions(self, node: ts.Node, names: set[str]) -> bool:
+        return any(n.type == "identifier" and self.text(n) in names for n in walk(node))
+
+    def header(self, node: ts.Node) -> list[ts.Node]:
+        """The parts of a kept statement that run once for all elements: a loop's or an
+        if's clauses (not their bodies)."""
+        bodies = {b.id for b in self.blocks(node)}
+        return [c for c in node.children if c.id not in bodies]
+
+    @staticmethod
+    def blocks(node: ts.Node) -> list[ts.Node]:
+        """The statements nested in ``node`` that the rewrite descends into."""
+        if node.type == "compound_statement":
+            return [node]
+        if node.type in ("for_statement", "while_statement", "for_range_loop",
+                         "do_statement"):
+            inner = node.child_by_field_name("body")
+            return [inner] if inner is not None else []
+        if node.type == "if_statement":
+            out = []
+            consequence = node.child_by_field_name("consequence")
+            if consequence is not None:
+                out.append(consequence)
+            alternative = node.child_by_field_name("alternative")
+            if alternative is not None:  # an else_clause
+                out.extend(c for c in alternative.named_children if c.type != "comment")
+            return out
+        return []
+
+    def kind(self, node: ts.Node, names: set[str], top: bool = False) -> str:
+        """``plain`` (runs once, reads no dependent local), ``declaration`` (declares a
+        dependent local), ``kept`` (runs once; what it holds is rewritten), ``guard`` (ends an
+        element's work: top level only) or ``each`` (runs once per element)."""
+        if node.type == "declaration":
+            declared = {self.text(n) for d in node.children_by_field_name("declarator")
+                        if (n := declared_name(d)) is not None}
+            return "declaration" if declared & names or self.mentions(node, names) else "plain"
+        if not self.mentions(node, names):
+            return "plain"
+        if top and node.type == "if_statement" and self.guard_parts(node, names) is not None:
+            return "guard"
+        if self.blocks(node) and not any(self.mentions(h, names) for h in self.header(node)):
+            return "kept"
+        return "each"
+
+    def guard_parts(self, node: ts.Node, names: set[str]) -> tuple[ts.Node, ts.Node] | None:
+        """An ``if (COND) return;`` or ``if (COND) { ...; return; }`` whose condition depends
+        on the index: (condition, consequence)."""
+        condition = node.child_by_field_name("condition")
+        consequence = node.child_by_field_name("consequence")
+        if (condition is None or consequence is None or not self.mentions(condition, names)
+                or node.child_by_field_name("alternative") is not None):
+            return None
+        if consequence.type == "return_statement":
+            return condition, consequence
+        if consequence.type != "compound_statement":
+            return None
+        inner = [n for n in statements(consequence) if n.type != "comment"]
+        returns = [n for n in walk(consequence) if n.type == "return_statement"]
+        if inner and inner[-1].type == "return_statement" and returns == [inner[-1]]:
+            return condition, consequence
+        return None
+
+    def _dependence(self) -> set[str]:
+        """The locals that hold one value per element: the index, those computed from it,
+        and those assigned where an element's work runs; to a fixed point."""
+        names = {ix.name for ix in self.indices}
+        while True:
+            before = set(names)
+            self._grow(self.top, names, top=True)
+            if names == before:
+                return names
+
+    def _grow(self, nodes: list[ts.Node], names: set[str], top: bool = False) -> None:
+        for node in nodes:
+            kind = self.kind(node, names, top)
+            if kind == "declaration":
+                names.update(self.text(n) for d in node.children_by_field_name("declarator")
+                             if (n := declared_name(d)) is not None)
+            elif kind == "kept":
+                for block in self.blocks(node):
+                    inner = (statements(block) if block.type == "compound_statement"
+                             else [block])
+                    self._grow([n for n in inner if n.type != "comment"], names)
+            elif kind in ("each", "guard"):
+                names.update(self.assigned(node))
+
+    def assigned(self, node: ts.Node) -> set[str]:
+        """The locals declared outside ``node`` that ``node`` assigns or takes the address
+        of."""
+        inside = {self.text(n) for d in walk(node) if d.type == "declaration"
+                  for decl in d.children_by_field_name("declarator")
+                  if (n := declared_name(decl)) is not None}
+        out = set()
+        for n in walk(node):
+            target = write_target(n)
+            if target is None and n.type == "pointer_expression" and self.text(n).lstrip(
+                    ).startswith("&"):
+                target = n.child_by_field_name("argument")
+            base = lvalue_base(target) if target is not None else None
+            if base is not None and self.text(base) in self.locals:
+                out.add(self.text(base))
+        return out - inside
+
+    # ---- checks ---------------------------------------------------------------------------
+
+    def check_each(self, node: ts.Node) -> None:
+        """A statement that runs once per element cannot leave the thread or a loop
+        outside it."""
+        for n in walk(node):
+            if n.type == "return_statement":
+                raise Unsupported(f"line {self.line(n)}: a return that depends on the index "
+                               "is not a guard at the top of the body")
+            if n.type in ("break_statement", "continue_statement"):
+                up = n.parent
+                while up is not None and up.id != node.id:
+                    if up.type in _LOOPS or (n.type == "break_statement"
+                                             and up.type == "switch_statement"):
+                        break
+                    up = up.parent
+                if up is None or up.id == node.id:
+                    raise Unsupported(f"line {self.line(n)}: a {self.text(n).rstrip(';')} "
+                                   "leaves a loop that does not depend on the index")
+
+    def touches_memory(self, node: ts.Node) -> bool:
+        """Whether ``node`` reads or writes memory, or calls what might."""
+        for n in walk(node):
+            if n.type == "subscript_expression":
+                base = lvalue_base(n)
+                if base is None or not self.local_array(self.text(base)):
+                    return True
+            if n.type == "pointer_expression" and self.text(n).lstrip().startswith("*"):
+                return True
+            if n.type == "field_expression" and "->" in self.text(n):
+                return True
+            if n.type == "call_expression" and not self.pure(n):
+                return True
+        return False
+
+    def writes_memory(self, node: ts.Node) -> bool:
+        """Whether ``node`` writes anything but a local, or calls what might."""
+        for n in walk(node):
+            target = write_target(n)
+            if target is not None:
+                base = lvalue_base(target)
+                if base is None or self.text(base) not in self.locals or (
+                        target.type != "identifier" and not self.local_array(self.text(base))):
+                    return True
+            if n.type == "call_expression" and not self.pure(n):
+                return True
+        return False
+
+    def local_array(self, name: str) -> bool:
+        declarator = self.locals.get(name)
+        parent = declarator.parent if declarator is not None else None
+        return parent is not None and parent.type == "array_declarator"
+
+    def pure(self, call: ts.Node) -> bool:
+        function = call.child_by_field_name("function")
+        name = self.text(function) if function is not None else ""
+        name = re.sub(r"<.*>$", "", name).strip()
+        return bool(_PURE_CALL.match(name)) and not name.startswith("atomic")
+
+    def line(self, node: ts.Node) -> int:
+        return self.source.count("\n", 0, self.parsed.char(node.start_byte)) + 1
+
+    def flattened(self) -> bool:
+        return len(self.top) > len([n for n in statements(self.body) if n.type != "comment"])
+
+    def closing_at(self) -> int:
+        """Where the flattened ``if (i < n) { ... }`` stands among the top statements."""
+        return len([n for n in statements(self.body) if n.type != "comment"]) - 1
+
+
+def declared_name(declarator: ts.Node) -> ts.Node | None:
+    """The identifier a declarator declares (through pointers, arrays, initializers)."""
+    node: ts.Node | None = declarator
+    while node is not None and node.type != "identifier":
+        if node.type in ("init_declarator", "pointer_declarator", "array_declarator",
+                         "reference_declarator", "parenthesized_declarator",
+                         "attributed_declarator"):
+            inner = node.child_by_field_name("declarator")
+            if inner is None:
+                inner = next((c for c in node.named_children if "declarator" in c.type
+                              or c.type == "identifier"), None)
+            node = inner
+        else:
+            return None
+    return node
+
+
+def lvalue_base(node: ts.Node) -> ts.Node | None:
+    """The variable an lvalue names: ``x``, ``x[i]``, ``x.f``, ``x[i].f`` -> ``x``."""
+    current: ts.Node | None = node
+    while current is not None:
+        if current.type == "identifier":
+            return current
+        if current.type in ("subscript_expression", "field_expression"):
+            current = current.child_by_field_name("argument")
+        elif current.type == "parenthesized_expression":
+            current = current.named_children[0] if current.named_children else None
+        else:
+            return None
+    return None
+
+
+def write_target(node: ts.Node) -> ts.Node | None:
+    """What an assignment or an increment writes (None: ``node`` is neither)."""
+    if node.type == "assignment_expression":
+        return node.child_by_field_name("left")
+    if node.type == "update_expression":
+        return node.child_by_field_name("argument")
+    return None
