@@ -17,6 +17,7 @@ of options or block shape.
 from __future__ import annotations
 
 import argparse
+import itertools
 import random
 import sys
 import tempfile
@@ -40,6 +41,13 @@ def variants(source: str, example: str) -> list[tuple[str, str, tuple[tuple[str,
         if not result.ok or result.source is None:
             continue
         made.append((rule, result.source))
+        if rule == "coarsen":  # each choice of axes the rule makes (one axis or two)
+            seen = {result.source}
+            for seed in range(1, 40):
+                other = apply_rule(rule, source, example, random.Random(seed))
+                if other.ok and other.source is not None and other.source not in seen:
+                    seen.add(other.source)
+                    made.append((rule, other.source))
         if rule == "vector_access":  # every loop, one more each time
             text, step = result.source, 1
             while True:
@@ -60,6 +68,12 @@ def variants(source: str, example: str) -> list[tuple[str, str, tuple[tuple[str,
         tunables = [t for t in parse_tunables(text) if t.name.startswith("R3_")]
         if not tunables:
             out.append((label, text, ()))
+        if label == "coarsen":  # a tile: every combination of the axes' factors
+            for values in itertools.product(*(t.values for t in tunables)):
+                defines = tuple((t.name, str(v)) for t, v in zip(tunables, values, strict=True))
+                out.append((f"{label} " + ",".join(f"{n}={v}" for n, v in defines), text,
+                            defines))
+            continue
         for t in tunables:
             out += [(f"{label} {t.name}={v}", text, ((t.name, str(v)),)) for v in t.values]
     return out
@@ -72,7 +86,7 @@ def run_example(example: str, scale: float, rounds: int, work: Path) -> list[str
     from r3tui.record.kernel_recorder import RecordKernelRequest, record_kernel
     from r3tui.replay.candidate import Candidate
     from r3tui.replay.worker import ReplayWorker
-    from r3tui.search.source import work_divisor
+    from r3tui.search.source import work_divisors
     from r3tui.search.winner import summarize
 
     ex = ROOT / "examples" / example
@@ -97,7 +111,7 @@ def run_example(example: str, scale: float, rounds: int, work: Path) -> list[str
                 lines.append(f"{example:10} {label:40} does not compile")
                 continue
             candidate = Candidate.from_compiled(compiled, block=block,
-                                                work_divisor=work_divisor(text, dict(defines)))
+                                                work_divisor=work_divisors(text, dict(defines)))
             measured = worker.evaluate(candidate, timed=False)
             if not measured.ok:
                 lines.append(f"{example:10} {label:40} {measured.status.value}: "

@@ -31,7 +31,7 @@ def test_every_rule_variant_replays_to_the_recorded_epilogue(example: str,
     from r3tui.remix.rules import RULES, apply_rule
     from r3tui.replay.candidate import Candidate
     from r3tui.replay.worker import ReplayWorker
-    from r3tui.search.source import parse_tunables, work_divisor
+    from r3tui.search.source import parse_tunables, work_divisors
 
     ex = REPO / "examples" / example
     source = (ex / "kernel.cu").read_text()
@@ -51,11 +51,14 @@ def test_every_rule_variant_replays_to_the_recorded_epilogue(example: str,
             settings: list[tuple[tuple[str, str], ...]] = [()]
             for t in tunables:
                 settings += [((t.name, str(v)),) for v in (t.values[0], t.values[-1])]
+            if len(tunables) > 1:  # a coarsened tile: every axis at its largest factor
+                settings.append(tuple((t.name, str(t.values[-1])) for t in tunables))
             for defines in settings:
                 compiled = nvrtc.compile(CompileRequest(made.source, example, defines=defines))
                 assert compiled.ok, (rule, defines, compiled.log[:400])
-                # a grid-stride variant launches a grid divided by its elements per thread
-                divisor = work_divisor(made.source, dict(defines))
+                # a grid-stride or coarsened variant launches a grid divided by its
+                # elements per thread (along each axis it declares)
+                divisor = work_divisors(made.source, dict(defines))
                 measured = worker.evaluate(Candidate.from_compiled(compiled, block=block,
                                                                    work_divisor=divisor),
                                            timed=False)
@@ -73,10 +76,12 @@ def test_every_rule_variant_replays_to_the_recorded_epilogue(example: str,
             measured = worker.evaluate(Candidate.from_compiled(compiled, block=block),
                                        timed=False)
             assert measured.status is MeasurementStatus.OK, measured.error_text
-            ran.append(("vector_access x3", (), 1))
+            ran.append(("vector_access x3", (), (1, 1, 1)))
     print(f"{example}: {len(ran)} variants replayed: {ran}")
     assert ran  # every example has at least one rule that applies
     if example in ("spmv_csr", "nbody"):  # a grid 16 times smaller covers every element
-        assert any(rule == "grid_stride" and divisor == 16 for rule, _d, divisor in ran)
+        assert any(rule == "grid_stride" and divisor == (16, 1, 1) for rule, _d, divisor in ran)
+    if example in ("sgemm", "stencil7", "spmv_csr", "nbody"):  # 8 elements a thread, jammed
+        assert any(rule == "coarsen" and 8 in divisor for rule, _d, divisor in ran)
     if example == "reduce_sum":  # 16 elements summed a thread, the same total
         assert any(rule == "strided_accumulate" and divisor == 16 for rule, _d, divisor in ran)
