@@ -13,6 +13,7 @@ part on a login node), from the archive as it was before the current evaluation.
 from __future__ import annotations
 
 import random
+import re
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -199,6 +200,7 @@ class CampaignRun:
         self.timing = Timing()
         self.state = self._load_state()
         self.ledger = ProposalLedger()  # proposals counted instead of stored; streaks
+        self._codes: dict[str, int] | None = None  # _code_index, built at first use
         # code_key of every stored variant up to id _keyed_upto (sources are compared up to
         # comments and layout); the rows after it are read and keyed when next asked
         self._code_keys: set[str] = set()
@@ -419,10 +421,18 @@ class CampaignRun:
             if ok and proposal.source is not None and self._known_in(s, proposal.source):
                 self._skip("duplicate", proposal.operator)
                 return None
+            code = None
             if ok and proposal.source is not None:
                 refusal = unsafe_reason(self.seed_source.text, proposal.source)
                 if refusal is not None:  # never compiled, never run
                     ok, reason, failed = False, refusal, VariantStatus.UNSAFE
+            if ok and proposal.source is not None:
+                # a new text whose compiled code and search are a stored variant's (a `const`
+                # the compiler had inferred, a renamed local) would measure the same
+                code = self._code_of(proposal.source)
+                if code is not None and code in self._code_index(s):
+                    self._skip("same_code", proposal.operator)
+                    return None
             vid = repo.add_variant(
                 s,
                 Variant(
@@ -446,10 +456,13 @@ class CampaignRun:
                         **({"preference": list(request.preference)}
                            if request.preference is not None else {}),
                         **({"repair": request.repair} if request.repair is not None else {}),
+                        **({"code": code} if code is not None else {}),
                     },
                     llm_call_id=call_id,
                 ),
             )
+            if code is not None and self._codes is not None:
+                self._codes[code] = vid
             if not ok:
                 repo.add_event(
                     s,
@@ -462,6 +475,57 @@ class CampaignRun:
             variant = repo.get_variant(s, vid)
         assert variant is not None
         return variant
+
+    # variants whose sources are not what they compile (their parent's, stored for the record)
+    _NOT_COMPILED = (VariantStatus.APPLY_FAILED, VariantStatus.UNSAFE)
+
+    def _code_of(self, source: str) -> str | None:
+        """What two sources share when they are the same candidate: the compiler's code hash
+        at the baseline configuration, with the source's ``// r3:`` lines (the search it
+        declares).  None where it cannot be told: an evaluator that does not compile, a space
+        that does not build, a compile that fails (the evaluation then says why)."""
+        import hashlib
+
+        from r3tui.errors import R3Error
+
+        if self.evaluator_for is None:
+            return None
+        variant_source = replace(self.seed_source, text=source)
+        code_hash = getattr(self.evaluator_for(variant_source), "code_hash", None)
+        if code_hash is None:
+            return None
+        try:
+            config = build_space(self.launch, variant_source, self.settings.inner,
+                                 self.limits).baseline_config()
+        except (R3Error, ValueError):
+            return None
+        digest = code_hash(config)
+        if digest is None:
+            return None
+        declared = [line.strip() for line in source.splitlines()
+                    if re.match(r"\s*//\s*r3\s*:", line)]
+        return hashlib.sha256("\n".join([digest, *declared]).encode()).hexdigest()[:32]
+
+    def _code_index(self, s: Any) -> dict[str, int]:
+        """Code (:meth:`_code_of`) -> variant, for the campaign's compiled variants: read from
+        their features, computed once for those stored without it (the seed, a campaign
+        resumed from before the check)."""
+        from db import repository as repo
+
+        if self._codes is None:
+            self._codes = {}
+            for variant in repo.campaign_variants(s, self.campaign_id):
+                if variant.status in self._NOT_COMPILED or variant.id is None:
+                    continue
+                code = variant.features.get("code")
+                if not isinstance(code, str):
+                    code = self._code_of(variant.source)
+                    if code is None:
+                        continue
+                    repo.update_variant(s, variant.id,
+                                        features={**variant.features, "code": code})
+                self._codes.setdefault(code, variant.id)
+        return self._codes
 
     def _skip(self, why: str, operator: str) -> None:
         self.ledger.skip(why, operator)

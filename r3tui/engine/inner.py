@@ -148,6 +148,13 @@ class ReplayEvaluator:
 
         replaying.add_done_callback(replayed)
 
+    def code_hash(self, config: TrialConfig) -> str | None:
+        """The compiler's code hash of ``config`` (None where it does not compile): the compile
+        the evaluation of ``config`` makes, which the compile cache then answers."""
+        compiled = self.runner.compile(config.toolchain,
+                                       compile_request(self.source, config, self.arch)).result()
+        return compiled.binary_sha256 if compiled.ok else None
+
     def start(self, configs: Sequence[TrialConfig]) -> Callable[[], list[Measurement]]:
         """Submit ``configs``; the returned call waits for their measurements (request order)."""
         from r3tui.search import config_key

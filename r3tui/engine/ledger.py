@@ -43,8 +43,8 @@ class ProposalLedger:
             repo.add_event(
                 s, campaign_id, "skipped",
                 ", ".join(f"{n} {why}" for why, n in sorted(self.skipped.items()))
-                + " proposal(s) not stored (a rule that does not apply, or a source the "
-                "campaign has)",
+                + " proposal(s) not stored (a rule that does not apply, or a source or "
+                "compiled code the campaign has)",
                 {"counts": dict(self.skipped), "by_operator": dict(self.skipped_by_operator)})
         self.skipped.clear()
         self.skipped_by_operator.clear()

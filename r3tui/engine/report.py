@@ -308,7 +308,9 @@ def render(report: CampaignReport) -> list[str]:
 
 
 _SKIPPED_WHY = {"declined": "declined (no rule applies to the parent)",
-                "duplicate": "duplicate(s) of a variant the campaign has"}
+                "duplicate": "duplicate(s) of a variant the campaign has",
+                "same_code": "with the same compiled code and search as a variant the campaign "
+                             "has"}
 
 
 def export_variant(

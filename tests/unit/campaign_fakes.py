@@ -62,6 +62,12 @@ class CompiledCostEvaluator:
             )
         return out
 
+    def code_hash(self, config: TrialConfig) -> str | None:
+        """Real: the compiler's code hash, as ReplayEvaluator.code_hash gives it."""
+        compiled = self.toolchain.compile(compile_request(self.source, config, "sm_90"))
+        self.compiles += 1
+        return compiled.binary_sha256 if compiled.ok else None
+
     def retime(self, configs: Sequence[TrialConfig], rounds: int) -> list[list[float]]:
         measured = self.evaluate(configs)
         times = [m.time.median_s if m.time else 1.0 for m in measured]

@@ -328,8 +328,14 @@ def test_a_budget_the_original_spends_alone_still_searches_one_source_variant(
     with database.session_scope() as s:
         variants = repo.campaign_variants(s, cid)
         trials = repo.finished_trials(s, cid)
-    (child,) = [v for v in variants if v.origin is not VariantOrigin.SEED]
-    assert any(t.variant_id == child.id for t in trials), child.status_reason
+        events = repo.events(s, cid)
+    children = [v for v in variants if v.origin is not VariantOrigin.SEED]
+    if not children:  # the one proposal compiled to the original's code: counted, not stored
+        (skipped,) = [e for e in events if e.kind == "skipped"]
+        assert skipped.data is not None and skipped.data["counts"] == {"same_code": 1}
+    else:
+        (child,) = children
+        assert any(t.variant_id == child.id for t in trials), child.status_reason
     assert run.timing.wall_s() > settings.seconds
     database.close()
 
@@ -358,7 +364,9 @@ class ScriptedBackend:
 
 BROKEN = ("<<<<<<< SEARCH\n    long long sy = nx;\n=======\n    long long sy = nx_wrong;\n"
           ">>>>>>> REPLACE\n")
-FIXED = ("<<<<<<< SEARCH\n    long long sy = nx_wrong;\n=======\n    const long long sy = nx;\n"
+# a repair whose code differs from the original's (a `const` alone would compile to the same
+# code, which the campaign does not store again)
+FIXED = ("<<<<<<< SEARCH\n    long long sy = nx_wrong;\n=======\n    volatile long long sy = nx;\n"
          ">>>>>>> REPLACE\n")
 
 
@@ -385,7 +393,7 @@ def test_a_change_that_does_not_compile_goes_back_to_the_model_once(tmp_path: Pa
     assert broken.status is VariantStatus.COMPILE_FAILED
     assert repaired.parent_id == broken.id and repaired.operator == broken.operator
     assert repaired.status in (VariantStatus.VERIFIED, VariantStatus.IMPROVED)
-    assert "const long long sy = nx;" in repaired.source
+    assert "volatile long long sy = nx;" in repaired.source
     # the repair prompt shows the failed change and the compiler's complaint about it
     first, second = model.prompts
     assert "nx_wrong" not in first and "long long sy = nx_wrong;" in second
@@ -401,7 +409,7 @@ def test_a_repair_that_fails_again_is_not_repaired_and_the_setting_turns_it_off(
     settings = model_settings(3)
     database = open_database(tmp_path / "c.sqlite")
     cid = new_campaign(database, settings)
-    again = FIXED.replace("const long long sy = nx;", "long long sy = nx_still_wrong;")
+    again = FIXED.replace("volatile long long sy = nx;", "long long sy = nx_still_wrong;")
     other = BROKEN.replace("nx_wrong", "nx_other")  # not the first change again (a duplicate)
     model = ScriptedBackend([BROKEN, again, other, again])
     make_run(database, cid, settings, backend=model).run()
@@ -453,14 +461,14 @@ def test_a_change_of_comments_or_layout_only_is_a_duplicate_not_a_variant(
     cid = new_campaign(database, settings)
     comment_only = ("<<<<<<< SEARCH\n    long long sy = nx;\n=======\n"
                     "    long long sy = nx;  // the row stride\n\n>>>>>>> REPLACE\n")
-    real = ("<<<<<<< SEARCH\n    long long sy = nx;\n=======\n    const long long sy = nx;\n"
+    real = ("<<<<<<< SEARCH\n    long long sy = nx;\n=======\n    volatile long long sy = nx;\n"
             ">>>>>>> REPLACE\n")
     make_run(database, cid, settings, backend=ScriptedBackend([comment_only, real])).run()
     with database.session_scope() as s:
         variants = repo.campaign_variants(s, cid)
         events = repo.events(s, cid)
     assert [v.origin for v in variants] == [VariantOrigin.SEED, VariantOrigin.LLM]
-    assert "const long long sy" in variants[1].source
+    assert "volatile long long sy" in variants[1].source
     counted = [e.data for e in events if e.kind == "skipped" and e.data]
     assert sum(d["counts"].get("duplicate", 0) for d in counted) == 1
     database.close()
