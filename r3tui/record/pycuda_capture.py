@@ -34,6 +34,7 @@ from typing import Any
 from r3tui import __version__
 from r3tui.cuda.arena import DEFAULT_RESERVE, Arena, ArenaBlock
 from r3tui.domain import Dim3, Tolerance
+from r3tui.errors import RecordingError
 from r3tui.record.bundle import Bundle, BundleWriter
 from r3tui.record.layout import device_global_names, layout_from_buffer, params_from_bytes
 from r3tui.record.manifest import (
@@ -132,7 +133,13 @@ class CaptureSession:
 
     def install(self) -> None:
         global _PROCESS_ARENA
-        import pycuda.driver as drv
+        try:
+            import pycuda.driver as drv
+        except ImportError as exc:  # a user's environment, not a bug: one line, exit 2
+            raise RecordingError(
+                f"r3 record pycuda needs pycuda, which this Python cannot import ({exc})",
+                hint="pip install pycuda where the CUDA toolkit is, or record the "
+                     "program's launches with `r3 record -- ./app`") from None
 
         from r3tui.cuda import driver as cu
 

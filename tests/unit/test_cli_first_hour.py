@@ -310,3 +310,17 @@ def test_doctor_gives_readmes_install_command_once(tmp_path: Path) -> None:
     assert "r3tui[" not in run.stdout
     fixes = [ln.split("→", 1)[1].strip() for ln in run.stdout.splitlines() if "→" in ln]
     assert len(fixes) == len(set(fixes))
+
+
+def test_record_pycuda_without_pycuda_says_so_in_one_line(tmp_path: Path) -> None:
+    """It ended in a ModuleNotFoundError traceback on a machine without pycuda."""
+    import importlib.util
+
+    if importlib.util.find_spec("pycuda") is not None:
+        pytest.skip("pycuda is installed here")
+    script = tmp_path / "prog.py"
+    script.write_text("print('never run')\n")
+    done = r3("record", "pycuda", "--out", str(tmp_path / "out"), str(script), cwd=tmp_path)
+    assert_one_line_error(done, "needs pycuda")
+    assert "never run" not in done.stdout
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
