@@ -25,6 +25,8 @@ R³ starts one on this machine (:func:`local_cluster`) or, with ``[runner] jobqu
 from __future__ import annotations
 
 import contextlib
+import functools
+import hashlib
 import io
 import os
 import shutil
@@ -187,6 +189,35 @@ def release_task(token: str) -> int:
 
 
 # -- the engine's side ---------------------------------------------------------------------
+@functools.cache
+def code_fingerprint() -> str:
+    """R³'s version and a hash of its package's Python files: what a worker must share with
+    the campaign for its compiles and measurements to be the campaign's."""
+    from r3tui import __version__
+
+    root = Path(__file__).resolve().parents[1]
+    digest = hashlib.sha256()
+    for path in sorted(root.rglob("*.py")):
+        digest.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes())
+    return f"{__version__}+{digest.hexdigest()[:12]}"
+
+
+def check_versions(client: Any) -> None:
+    """:class:`ConfigError` where a worker of the cluster runs another R³ (another version,
+    or the same version with other code): its compiles and measurements would not be
+    comparable with the campaign's, and its task functions may not match."""
+    mine = code_fingerprint()
+    found: dict[str, str] = client.run(code_fingerprint)
+    other = {worker: v for worker, v in found.items() if v != mine}
+    if other:
+        worker, version = sorted(other.items())[0]
+        raise ConfigError(
+            f"{len(other)} of the cluster's {len(found)} worker(s) run another R³ than this "
+            f"campaign ({mine}), e.g. {worker} runs {version}",
+            hint="install the same r3tui on every worker (pip install of one wheel or one "
+                 "checkout shared by all)")
+
+
 def _is_lost(exc: BaseException) -> bool:
     """Whether ``exc`` says the worker (not the job) failed."""
     from distributed.comm.core import CommClosedError
@@ -211,6 +242,7 @@ class DaskRunner(Runner):
         self._lock = threading.Lock()
         self._stats = {"compiles": 0, "replays": 0, "resubmitted": 0, "lost": 0}
         self._closed = False
+        check_versions(client)
         gpus = self.gpu_workers()
         if not gpus:
             raise GpuUnavailable("no worker of the Dask cluster offers a GPU",

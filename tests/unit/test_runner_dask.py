@@ -28,6 +28,7 @@ from r3tui.domain import (
     VariantOrigin,
 )
 from r3tui.engine import InnerSettings, make_strategy, run_inner
+from r3tui.errors import ConfigError
 from r3tui.engine.inner import KernelSource, ReplayEvaluator
 from r3tui.runners.dask_runner import (
     DaskRunner,
@@ -121,6 +122,34 @@ def test_a_campaigns_compiles_and_replays_run_on_the_cluster(
     assert sum(w.kind == "gpu" for w in loads.workers) == 2
     # the bundle went to the GPU workers once, into their machine's content-addressed cache
     assert (bundle_cache_dir() / digest / "manifest.json").is_file()
+
+
+def _pretend_version(version: str | None) -> str:
+    """Run on a worker: make its R³ report ``version`` (None: its own again)."""
+    import r3tui
+    from r3tui.runners import dask_runner
+
+    saved = getattr(r3tui, "_real_version", r3tui.__version__)
+    r3tui._real_version = saved  # type: ignore[attr-defined]
+    r3tui.__version__ = version if version is not None else saved
+    dask_runner.code_fingerprint.cache_clear()
+    return dask_runner.code_fingerprint()
+
+
+def test_a_worker_running_another_r3_is_refused_before_any_job(
+        cluster: Any, tmp_path: Path, space_file: Any) -> None:
+    worker = sorted(cluster.scheduler_info(n_workers=-1)["workers"])[0]
+    cluster.run(_pretend_version, "0.0.0-other", workers=[worker])
+    try:
+        with pytest.raises(ConfigError, match="run another R³") as caught:
+            _runner(cluster, tmp_path, space_file, 0.0)
+        assert "0.0.0-other" in str(caught.value)
+    finally:
+        cluster.run(_pretend_version, None, workers=[worker])
+    again = tmp_path / "again"
+    again.mkdir()
+    with _runner(cluster, again, space_file, 0.0) as runner:  # all alike again
+        assert runner.stats().compiles == 0
 
 
 def test_a_killed_worker_loses_nothing_and_counts_nothing_twice(
