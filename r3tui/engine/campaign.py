@@ -13,8 +13,6 @@ part on a login node), from the archive as it was before the current evaluation.
 from __future__ import annotations
 
 import random
-import re
-import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -44,6 +42,7 @@ from r3tui.engine.lineage import (
     rebuild_archive,
     store_elites,
 )
+from r3tui.engine.novelty import Novelty, compiled_code
 from r3tui.engine.options import option
 from r3tui.search.strategy import derive_seed
 
@@ -200,12 +199,8 @@ class CampaignRun:
         self.timing = Timing()
         self.state = self._load_state()
         self.ledger = ProposalLedger()  # proposals counted instead of stored; streaks
-        self._codes: dict[str, int] | None = None  # _code_index, built at first use
-        # code_key of every stored variant up to id _keyed_upto (sources are compared up to
-        # comments and layout); the rows after it are read and keyed when next asked
-        self._code_keys: set[str] = set()
-        self._keyed_upto = 0
-        self._keys_lock = threading.Lock()
+        self.novelty = Novelty(campaign_id, self._code_of)
+        self.stored = 0  # proposals of this run stored as variants
 
     # -- state from the database ---------------------------------------------------------
     def _variants(self) -> list[Variant]:
@@ -383,21 +378,11 @@ class CampaignRun:
         return proposal, time.monotonic() - started
 
     def has_source(self, source: str) -> bool:
-        """Whether a variant of this campaign has ``source`` up to comments and layout
-        (:func:`r3tui.analysis.text.code_key`; any thread).  Proposals are generated after
-        the previous one is stored, so the answer is the same in a re-run."""
+        """Whether a variant of this campaign has ``source`` up to comments and layout (any
+        thread).  Proposals are generated after the previous one is stored, so the answer is
+        the same in a re-run."""
         with self.database.session_scope() as s:
-            return self._known_in(s, source)
-
-    def _known_in(self, s: Any, source: str) -> bool:
-        from db import repository as repo
-        from r3tui.analysis.text import code_key
-
-        with self._keys_lock:  # the model's thread asks too
-            for vid, text in repo.variant_sources_after(s, self.campaign_id, self._keyed_upto):
-                self._code_keys.add(code_key(text))
-                self._keyed_upto = vid
-            return code_key(source) in self._code_keys
+            return self.novelty.has_source(s, source)
 
     def store_proposal(self, request: _Request, proposal: Proposal) -> Variant | None:
         """The proposal as a variant row (pending, or apply_failed/unsafe with the reason); None
@@ -418,7 +403,7 @@ class CampaignRun:
                 self._skip("declined", proposal.operator)
                 return None
             # the same source twice would cost a second inner loop and say nothing new
-            if ok and proposal.source is not None and self._known_in(s, proposal.source):
+            if ok and proposal.source is not None and self.novelty.has_source(s, proposal.source):
                 self._skip("duplicate", proposal.operator)
                 return None
             code = None
@@ -430,7 +415,7 @@ class CampaignRun:
                 # a new text whose compiled code and search are a stored variant's (a `const`
                 # the compiler had inferred, a renamed local) would measure the same
                 code = self._code_of(proposal.source)
-                if code is not None and code in self._code_index(s):
+                if code is not None and self.novelty.has_code(s, code):
                     self._skip("same_code", proposal.operator)
                     return None
             vid = repo.add_variant(
@@ -461,8 +446,8 @@ class CampaignRun:
                     llm_call_id=call_id,
                 ),
             )
-            if code is not None and self._codes is not None:
-                self._codes[code] = vid
+            if code is not None:
+                self.novelty.add_code(code, vid)
             if not ok:
                 repo.add_event(
                     s,
@@ -476,56 +461,9 @@ class CampaignRun:
         assert variant is not None
         return variant
 
-    # variants whose sources are not what they compile (their parent's, stored for the record)
-    _NOT_COMPILED = (VariantStatus.APPLY_FAILED, VariantStatus.UNSAFE)
-
     def _code_of(self, source: str) -> str | None:
-        """What two sources share when they are the same candidate: the compiler's code hash
-        at the baseline configuration, with the source's ``// r3:`` lines (the search it
-        declares).  None where it cannot be told: an evaluator that does not compile, a space
-        that does not build, a compile that fails (the evaluation then says why)."""
-        import hashlib
-
-        from r3tui.errors import R3Error
-
-        if self.evaluator_for is None:
-            return None
-        variant_source = replace(self.seed_source, text=source)
-        code_hash = getattr(self.evaluator_for(variant_source), "code_hash", None)
-        if code_hash is None:
-            return None
-        try:
-            config = build_space(self.launch, variant_source, self.settings.inner,
-                                 self.limits).baseline_config()
-        except (R3Error, ValueError):
-            return None
-        digest = code_hash(config)
-        if digest is None:
-            return None
-        declared = [line.strip() for line in source.splitlines()
-                    if re.match(r"\s*//\s*r3\s*:", line)]
-        return hashlib.sha256("\n".join([digest, *declared]).encode()).hexdigest()[:32]
-
-    def _code_index(self, s: Any) -> dict[str, int]:
-        """Code (:meth:`_code_of`) -> variant, for the campaign's compiled variants: read from
-        their features, computed once for those stored without it (the seed, a campaign
-        resumed from before the check)."""
-        from db import repository as repo
-
-        if self._codes is None:
-            self._codes = {}
-            for variant in repo.campaign_variants(s, self.campaign_id):
-                if variant.status in self._NOT_COMPILED or variant.id is None:
-                    continue
-                code = variant.features.get("code")
-                if not isinstance(code, str):
-                    code = self._code_of(variant.source)
-                    if code is None:
-                        continue
-                    repo.update_variant(s, variant.id,
-                                        features={**variant.features, "code": code})
-                self._codes.setdefault(code, variant.id)
-        return self._codes
+        return compiled_code(self.evaluator_for, self.seed_source, source, self.launch,
+                             self.settings.inner, self.limits)
 
     def _skip(self, why: str, operator: str) -> None:
         self.ledger.skip(why, operator)
@@ -674,13 +612,16 @@ class CampaignRun:
         always proposed: the original's evaluation (its check, its inner search, its
         finalists' re-timing) may spend a short budget alone where a replay is slow (gelu on
         the H200: 8 s, no source variant at all), and a campaign that searched no source
-        is no three-level search; that variant's own inner search gets a second at least."""
+        is no three-level search; that variant's own inner search gets a second at least.
+        A proposal counted and not stored (declined, a duplicate, the same compiled code) is
+        no source searched, so proposals go on until one is stored (or the ledger's streak
+        of unproductive proposals ends the campaign)."""
         if self.control.stop_requested:
             return False
         if self.settings.variants is not None and made >= self.settings.variants:
             return False
         seconds = self.settings.seconds
-        return seconds is None or self.timing.wall_s() < seconds or made == 0
+        return seconds is None or self.timing.wall_s() < seconds or self.stored == 0
 
     def _checkpoint(self) -> None:
         from db import repository as repo
@@ -738,6 +679,7 @@ class CampaignRun:
             self.evaluate(seed)
         self.evaluate_pending()
         made = self.n_children()
+        self.stored = made  # a resumed campaign's stored children count
         if self.mutator is None:
             return made
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="r3-remix") as llm:
@@ -756,6 +698,7 @@ class CampaignRun:
                 self.timing.llm_s += llm_s
                 variant = self.store_proposal(request, proposal)
                 made += 1
+                self.stored += variant is not None
                 ahead = None
                 if self._unproductive(variant):
                     break
