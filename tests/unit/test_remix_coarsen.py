@@ -338,3 +338,62 @@ def test_it_declines_with_the_reason(case: str) -> None:
         coarsen(source, "k", random.Random(0))
     result = apply_rule("coarsen", source, "k", random.Random(0))
     assert not result.ok and result.reason and re.search(reason, result.reason)
+
+
+MIXED = r"""
+__device__ float weight(float v, int k) { return v * (float)(k % 3 + 1); }
+
+__global__ void mixed(const float* a, float* out, int nx, int ny, int m)
+{
+    int x = blockIdx.x * blockDim.x + threadIdx.x;
+    int y = blockIdx.y * blockDim.y + threadIdx.y;
+    if (x < nx && y < ny) {
+        float acc[3];
+        for (int q = 0; q < 3; ++q) {
+            acc[q] = 0.0f;
+        }
+        for (int k = 0; k < m; ++k) {
+            float v = a[(k * ny + y) * nx + x];
+            acc[k % 3] += v > 0.5f ? weight(v, k) : -v;
+        }
+        int t = x + y;
+        while (t > 7) {
+            t -= 7;
+        }
+        const float scale = t == 0 ? 1.0f : 1.0f / t;
+        out[y * nx + x] = (acc[0] + 2.0f * acc[1] + 3.0f * acc[2]) * scale;
+    }
+}
+"""
+
+MIXED_DRIVER = _DIVISORS + r"""
+int main() {
+    const int nx = 21, ny = 10, m = 5;
+    std::vector<float> a(nx * ny * m), out(nx * ny, -2.0f);
+    for (size_t i = 0; i < a.size(); ++i) a[i] = (float)((i * 29) % 17) / 16.0f;
+    dim3 block(BX, BY, 1);
+    dim3 grid(r3_cover(nx, DX, BX), r3_cover(ny, DY, BY), 1);
+    launch(grid, block, [&] { mixed(a.data(), out.data(), nx, ny, m); });
+    for (float v : out) printf("%a\n", v);
+}
+"""
+
+
+def test_local_arrays_device_calls_and_loops_that_depend_on_the_index(tmp_path: Path) -> None:
+    """A local array accumulated per element, a call, a ternary, a while loop whose test
+    depends on the index, a const local, and the bound as an `if` closing the body."""
+    prelude = "#define BX 8\n#define BY 4\n"
+    expected = cpu_grid.run(prelude + MIXED, MIXED_DRIVER, tmp_path, name="original")
+    for chosen in ("x", "y", "x, y"):
+        variant = along(MIXED, "mixed", chosen)
+        assert "float acc[r3_cf][3];" in variant
+        names = {a: f"R3_CF_{a.upper()}" for a in chosen.split(", ")}
+        for factor in (2, 4, 8):
+            defines = {**{f"D{a.upper()}": factor for a in names},
+                       **dict.fromkeys(names.values(), factor)}
+            got = cpu_grid.run(prelude + variant, MIXED_DRIVER, tmp_path, defines,
+                               f"{chosen.replace(', ', '')}{factor}")
+            assert got == expected, f"{chosen} x{factor}:\n{variant}"
+        compiled = get_toolchain("nvrtc").compile(CompileRequest(
+            variant, "mixed", arch="sm_90", defines=tuple((n, "4") for n in names.values())))
+        assert compiled.ok, compiled.log
