@@ -120,7 +120,7 @@ BATCH_STRATEGIES = ("cl_min", "cl_mean", "cl_max")
 
 
 TRANSFORMS = ("log", "rank", "power", "cap", "mixed")
-FIT_PER = ("point", "batch")
+FIT_PER = ("point", "batch", "auto")
 
 
 def normal_scores(values: Sequence[float]) -> list[float]:
@@ -187,8 +187,12 @@ class BayesSettings:
                                  "hyperparameter search for every point of a batch; batch: one "
                                  "hyperparameter search per batch, the batch's later points "
                                  "told their lie with the hyperparameters fixed "
-                                 "(r3tui.search.surrogate); RF, ET and constrain_sampling=false "
-                                 "always run point"})
+                                 "(r3tui.search.surrogate); auto: point until the model is told "
+                                 "batch_after points, batch from then on; RF, ET and "
+                                 "constrain_sampling=false always run point"})
+    batch_after: int = field(
+        default=24, metadata={"help": "fit_per=auto: the points told the model (own trials and "
+                              "a prior's) from which a batch costs one hyperparameter search"})
     gp_restarts: int = field(
         default=2, metadata={"help": "fit_per=batch: random restarts of the GP's hyperparameter "
                              "search (skopt's GP: 2)"})
@@ -226,6 +230,8 @@ class BayesSettings:
                 raise ConfigError(f"{name} {value!r} is not one of {', '.join(TRANSFORMS)}")
         if self.fit_per not in FIT_PER:
             raise ConfigError(f"fit_per {self.fit_per!r} is not one of {', '.join(FIT_PER)}")
+        if self.batch_after < 1:
+            raise ConfigError("batch_after must be at least 1")
         if self.gp_restarts < 0:
             raise ConfigError("gp_restarts must be at least 0")
         if not (math.isfinite(self.gp_search_growth) and self.gp_search_growth >= 1.0):
@@ -464,7 +470,9 @@ class BayesSearch(InnerSearch):
         # (a Gaussian-process fit took 10x longer with both cores busy).
         s = self.in_force
         with threadpool_limits(limits=1):
-            if s.fit_per == "batch" and s.estimator == "GP" and s.constrain_sampling:
+            told = self.n_evaluated + self.n_prior_points()
+            batch = s.fit_per == "batch" or (s.fit_per == "auto" and told >= s.batch_after)
+            if batch and s.estimator == "GP" and s.constrain_sampling:
                 return self._ask_batch(n, taken)
             return self._ask_model(n, taken)
 

@@ -126,6 +126,25 @@ def test_skopts_optimizer_refits_at_every_point_of_a_batch() -> None:
     assert (search.model_fits, search.lies_told) == (4, 0)
 
 
+def test_auto_asks_what_point_asks_until_the_model_is_told_enough_then_batches() -> None:
+    """``fit_per=auto``: skopt's Optimizer while the model is told fewer than batch_after
+    points (where it searched better at 20 evaluations on the hard tables), then one
+    hyperparameter search a batch (where the Optimizer's cost grows with every point)."""
+    space = make_space()
+    after = FAST["n_initial_points"] + 8
+    point = BayesSearch(space, seed=6, settings=BayesSettings(fit_per="point", **FAST))
+    auto = BayesSearch(space, seed=6, settings=BayesSettings(fit_per="auto",
+                                                             batch_after=after, **FAST))
+    assert drive(auto, after, batch=4) == drive(point, after, batch=4)
+    assert auto.lies_told == 0 and auto.model_fits == point.model_fits > 0
+    fits = auto.model_fits
+    asked = auto.ask(4)  # told `after` points: one search for the batch, lies for the rest
+    assert auto.model_fits - fits <= 1 and auto.lies_told == 3
+    assert len({config_key(c) for c in asked}) == 4
+    with pytest.raises(ConfigError, match="batch_after"):
+        BayesSettings(fit_per="auto", batch_after=0)
+
+
 def test_batch_asks_are_seeded_and_resume_asks_what_the_uninterrupted_search_does() -> None:
     space = make_space()
     settings = BayesSettings(**BATCH)
