@@ -28,8 +28,8 @@ from r3tui.domain import (
     VariantOrigin,
 )
 from r3tui.engine import InnerSettings, make_strategy, run_inner
-from r3tui.errors import ConfigError
 from r3tui.engine.inner import KernelSource, ReplayEvaluator
+from r3tui.errors import ConfigError
 from r3tui.runners.dask_runner import (
     DaskRunner,
     SimulatedBackend,
