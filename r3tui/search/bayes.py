@@ -45,6 +45,16 @@ How the optimizer is used, and why (scikit-optimize 0.10.2, scikit-learn 1.9, nu
   told a lie (``cl_min``: the best value so far; ``cl_mean``, ``cl_max``) before the next point
   is asked, as ``Optimizer.ask(n_points=..., strategy=...)`` does, so a batch holds distinct
   points and the compile pool stays busy.
+- **One hyperparameter search a batch, past 40 points** (``fit_per=auto``, the default since
+  session 24).  skopt's ``Optimizer`` searches the GP's hyperparameters at every point it is
+  told, lies included: 7.6 searches a batch of 8, 389 ms of CPU an evaluation at 100
+  evaluations on these tables, more than a GPU needs to replay a candidate.  ``fit_per=batch``
+  (:mod:`r3tui.search.surrogate`) searches them once a batch and tells the batch's later
+  points their lies with the hyperparameters held.  Over five seeds on the nine tables its
+  loss was within noise of the Optimizer's at 30 and at 100 evaluations, at 0.06x the CPU at
+  100, but with it the BO-beats-random test at 20 evaluations failed on hard sgemm; so
+  ``auto`` asks what ``point`` asks until the model is told ``batch_after`` points (own and
+  prior) and batches from there (bench/results/2026-12-05-search-cost-cpu.txt).
 - **Output transforms** (``transform``).  ``log`` tells the model log(time); ``rank`` the
   normal scores of the told values' ranks (:func:`normal_scores`); ``power`` a Yeo-Johnson
   transform of the log-times fitted at each ask (scikit-learn's ``PowerTransformer``), so the
@@ -183,7 +193,7 @@ class BayesSettings:
         default=3, metadata={"help": "the best N told points' valid neighbours (one step in one "
                              "or two dimensions) join the acquisition candidates; 0: off"})
     fit_per: str = field(
-        default="point", metadata={"help": "point: skopt's Optimizer, its GP refitted with a "
+        default="auto", metadata={"help": "point: skopt's Optimizer, its GP refitted with a "
                                  "hyperparameter search for every point of a batch; batch: one "
                                  "hyperparameter search per batch, the batch's later points "
                                  "told their lie with the hyperparameters fixed "
@@ -191,7 +201,7 @@ class BayesSettings:
                                  "batch_after points, batch from then on; RF, ET and "
                                  "constrain_sampling=false always run point"})
     batch_after: int = field(
-        default=24, metadata={"help": "fit_per=auto: the points told the model (own trials and "
+        default=40, metadata={"help": "fit_per=auto: the points told the model (own trials and "
                               "a prior's) from which a batch costs one hyperparameter search"})
     gp_restarts: int = field(
         default=2, metadata={"help": "fit_per=batch: random restarts of the GP's hyperparameter "
