@@ -19,6 +19,8 @@ from r3tui.search import BayesSettings  # noqa: E402
 
 COLD = "acq_func=gp_hedge,transform=power,local_candidates=3"
 OLD = "acq_func=EI,transform=log,local_candidates=0"
+# rows written before fit_per existed ran skopt's Optimizer: fit_per=point, today's "auto" not
+OLD_POINT = OLD + ",fit_per=point"
 
 
 def row(settings: str, seeds: list[int], best: list[float], **extra: object) -> dict:
@@ -28,10 +30,10 @@ def row(settings: str, seeds: list[int], best: list[float], **extra: object) -> 
 
 def test_legacy_rows_are_named_relative_to_the_defaults_they_were_written_under() -> None:
     assert BayesSettings.parse(OLD).changed() == OLD  # today's defaults are not the legacy ones
-    assert settings_label(row("defaults", [0], [1.0])) == OLD
-    assert settings_label(row(COLD, [0], [1.0])) == "defaults"
+    assert settings_label(row("defaults", [0], [1.0])) == OLD_POINT
+    assert settings_label(row(COLD, [0], [1.0])) == "fit_per=point"
     assert settings_label(row("xi=0.1", [0], [1.0])) == (
-        "acq_func=EI,xi=0.1,transform=log,local_candidates=0")
+        "acq_func=EI,xi=0.1,transform=log,local_candidates=0,fit_per=point")
     new = BayesSettings.parse("defaults")
     assert settings_label(row("defaults", [0], [1.0], bayes=dataclasses.asdict(new))) == "defaults"
     assert LEGACY_DEFAULTS == {"acq_func": "EI", "transform": "log", "local_candidates": 0}
@@ -40,12 +42,12 @@ def test_legacy_rows_are_named_relative_to_the_defaults_they_were_written_under(
 
 
 def test_legacy_and_new_rows_of_one_setting_join_by_seed_and_disagreements_raise() -> None:
-    old_now = dataclasses.asdict(BayesSettings.parse(OLD))
+    old_now = dataclasses.asdict(BayesSettings.parse(OLD_POINT))
     rows = [row("defaults", [0, 1], [1.5, 1.2]),                 # legacy: EI on log time
-            row(OLD, [2], [1.1], bayes=old_now),                 # new, same setting
+            row(OLD_POINT, [2], [1.1], bayes=old_now),           # new, same setting
             row("defaults", [2], [1.0], bayes=dataclasses.asdict(BayesSettings()))]
     joined = join_raw(rows, range(3))
-    assert joined[("nbody*", "bayes", OLD, 20)] == ({0: 1.5, 1: 1.2, 2: 1.1}, 1.0)
+    assert joined[("nbody*", "bayes", OLD_POINT, 20)] == ({0: 1.5, 1: 1.2, 2: 1.1}, 1.0)
     assert joined[("nbody*", "bayes", "defaults", 20)] == ({2: 1.0}, 1.0)
     with pytest.raises(ValueError, match="seed 2: two different results"):
         join_raw([*rows, row("defaults", [2], [1.3])], range(3))  # legacy EI, seed 2 again
