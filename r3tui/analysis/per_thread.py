@@ -249,8 +249,7 @@ class IndexDependence:
         dependent local), ``kept`` (runs once; what it holds is rewritten), ``guard`` (ends an
         element's work: top level only) or ``each`` (runs once per element)."""
         if node.type == "declaration":
-            declared = {self.text(n) for d in node.children_by_field_name("declarator")
-                        if (n := declared_name(d)) is not None}
+            declared = self.declared_by(node)
             return "declaration" if declared & names or self.mentions(node, names) else "plain"
         if not self.mentions(node, names):
             return "plain"
@@ -292,8 +291,7 @@ class IndexDependence:
         for node in nodes:
             kind = self.kind(node, names, top)
             if kind == "declaration":
-                names.update(self.text(n) for d in node.children_by_field_name("declarator")
-                             if (n := declared_name(d)) is not None)
+                names.update(self.declared_by(node))
             elif kind == "kept":
                 for block in self.blocks(node):
                     inner = (statements(block) if block.type == "compound_statement"
@@ -302,12 +300,20 @@ class IndexDependence:
             elif kind in ("each", "guard"):
                 names.update(self.assigned(node))
 
+    def declared_by(self, declaration: ts.Node) -> set[str]:
+        """The names a declaration declares."""
+        return {self.text(n) for d in declaration.children_by_field_name("declarator")
+                if (n := declared_name(d)) is not None}
+
+    def declared_within(self, node: ts.Node) -> set[str]:
+        """The names the declarations in ``node`` (itself included) declare."""
+        return {name for d in walk(node) if d.type == "declaration"
+                for name in self.declared_by(d)}
+
     def assigned(self, node: ts.Node) -> set[str]:
         """The locals declared outside ``node`` that ``node`` assigns or takes the address
         of."""
-        inside = {self.text(n) for d in walk(node) if d.type == "declaration"
-                  for decl in d.children_by_field_name("declarator")
-                  if (n := declared_name(decl)) is not None}
+        inside = self.declared_within(node)
         out = set()
         for n in walk(node):
             target = write_target(n)

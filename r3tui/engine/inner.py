@@ -117,10 +117,12 @@ class ReplayEvaluator:
     def submit(self, config: TrialConfig) -> Future[tuple[Measurement, ReplayJob | None]]:
         """``config`` compiled, then replayed: its measurement and what it ran as."""
         out: Future[tuple[Measurement, ReplayJob | None]] = Future()
-        compiling = self.runner.compile(config.toolchain,
-                                        compile_request(self.source, config, self.arch))
-        compiling.add_done_callback(partial(self._compiled, config, out))
+        self._compile(config).add_done_callback(partial(self._compiled, config, out))
         return out
+
+    def _compile(self, config: TrialConfig) -> Future[CompiledKernel]:
+        return self.runner.compile(config.toolchain,
+                                   compile_request(self.source, config, self.arch))
 
     def _compiled(self, config: TrialConfig, out: Future[tuple[Measurement, ReplayJob | None]],
                   compiling: Future[CompiledKernel]) -> None:
@@ -151,8 +153,7 @@ class ReplayEvaluator:
     def code_hash(self, config: TrialConfig) -> str | None:
         """The compiler's code hash of ``config`` (None where it does not compile): the compile
         the evaluation of ``config`` makes, which the compile cache then answers."""
-        compiled = self.runner.compile(config.toolchain,
-                                       compile_request(self.source, config, self.arch)).result()
+        compiled = self._compile(config).result()
         return compiled.binary_sha256 if compiled.ok else None
 
     def start(self, configs: Sequence[TrialConfig]) -> Callable[[], list[Measurement]]:

@@ -243,9 +243,7 @@ class _Coarsening(IndexDependence):
     def _each(self, node: ts.Node, replace: dict[int, str] | None = None) -> str:
         """``node``'s text with each dependent local read as its element ``[r3_c]``."""
         held = self.dependent
-        inside = {self.text(n) for d in walk(node) if d.type == "declaration"
-                  for decl in d.children_by_field_name("declarator")
-                  if (n := declared_name(decl)) is not None}
+        inside = self.declared_within(node)
         edits: list[tuple[int, int, str]] = []
         replace = replace or {}
         stack = [node]
