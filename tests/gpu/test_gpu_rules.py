@@ -51,8 +51,10 @@ def test_every_rule_variant_replays_to_the_recorded_epilogue(example: str,
             settings: list[tuple[tuple[str, str], ...]] = [()]
             for t in tunables:
                 settings += [((t.name, str(v)),) for v in (t.values[0], t.values[-1])]
-            if len(tunables) > 1:  # a coarsened tile: every axis at its largest factor
-                settings.append(tuple((t.name, str(t.values[-1])) for t in tunables))
+            if len(tunables) > 1:  # a coarsened tile: every axis divided at once, by 2 (8 x 8
+                # at stencil7's recorded 8x8x8 block asks 210 registers a thread: too many to
+                # launch, which the search meets as a launch error like any other)
+                settings.append(tuple((t.name, str(t.values[1])) for t in tunables))
             for defines in settings:
                 compiled = nvrtc.compile(CompileRequest(made.source, example, defines=defines))
                 assert compiled.ok, (rule, defines, compiled.log[:400])
@@ -84,4 +86,5 @@ def test_every_rule_variant_replays_to_the_recorded_epilogue(example: str,
     if example in ("sgemm", "stencil7", "spmv_csr", "nbody"):  # 8 elements a thread, jammed
         assert any(rule == "coarsen" and 8 in divisor for rule, _d, divisor in ran)
     if example == "reduce_sum":  # 16 elements summed a thread, the same total
-        assert any(rule == "strided_accumulate" and divisor == 16 for rule, _d, divisor in ran)
+        assert any(rule == "strided_accumulate" and divisor == (16, 1, 1)
+                   for rule, _d, divisor in ran)
