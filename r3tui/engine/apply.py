@@ -301,13 +301,17 @@ def apply_campaign(
             return outcome
         block_flag = (found[0], x)
         max_threads = x  # every launch of the kernel takes its block from that macro
-    from r3tui.search.source import work_divisor
+    from r3tui.search.source import work_divisor, work_multipliers
 
     per_thread = work_divisor(best.source, best.tunables)
-    if per_thread > 1:
+    sharing = work_multipliers(best.source, best.tunables)
+    if per_thread > 1 or max(sharing) > 1:
+        what = (f"covers {per_thread} elements a thread with a grid {per_thread} times smaller"
+                if per_thread > 1 else
+                f"shares each element among {sharing[0] * sharing[1] * sharing[2]} threads "
+                "with a grid that many times larger")
         outcome.not_applied.append(
-            f"nothing: its winner covers {per_thread} elements a thread with a grid "
-            f"{per_thread} times smaller, and the application's host code computes the grid")
+            f"nothing: its winner {what}, and the application's host code computes the grid")
         return outcome
     if best.launch_bounds is not None and max_threads and best.launch_bounds[0] < max_threads:
         outcome.not_applied.append(

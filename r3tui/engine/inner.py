@@ -106,13 +106,13 @@ class ReplayEvaluator:
 
     def candidate(self, config: TrialConfig, compiled: CompiledKernel) -> Candidate:
         from r3tui.replay.candidate import Candidate
-        from r3tui.search.source import work_divisors
+        from r3tui.search.source import grid_scaling
 
+        divisor, multiplier = grid_scaling(self.source.text, config.tunables)
         return Candidate.from_compiled(compiled, block=config.block,
                                        shared_mem_bytes=config.shared_mem_bytes,
-                                       label=str(config.options),
-                                       work_divisor=work_divisors(self.source.text,
-                                                                 config.tunables))
+                                       label=str(config.options), work_divisor=divisor,
+                                       work_multiplier=multiplier)
 
     def submit(self, config: TrialConfig) -> Future[tuple[Measurement, ReplayJob | None]]:
         """``config`` compiled, then replayed: its measurement and what it ran as."""
@@ -274,11 +274,11 @@ def build_space(
         parse_shared,
         parse_tunables,
     )
-    from r3tui.search.source import Tunable, parse_work_per_thread
+    from r3tui.search.source import Tunable, grid_tunables
 
     specs = [s for s in accepted_options(settings.toolchain) if s.name != "passes"]
     tunables = parse_tunables(source.text)
-    per_thread = set(parse_work_per_thread(source.text).values())
+    per_thread = grid_tunables(source.text)
     fixed = None
     app = source.confined or settings.grid_fixed
     if per_thread and (app or launch.work is None):

@@ -134,11 +134,13 @@ def features_for(fitness: VariantFitness, family: str, source: str = "") -> dict
     many elements a thread handles (``source``'s vector width, the trial's work per thread)."""
     from r3tui.analysis.text import vector_width
     from r3tui.search.elites import describe
-    from r3tui.search.source import work_divisor
+    from r3tui.search.source import work_divisor, work_multipliers
 
     per_thread = work_divisor(source, fitness.config.tunables) if source else 1
+    x, y, z = work_multipliers(source, fitness.config.tunables) if source else (1, 1, 1)
     return describe(fitness.registers, fitness.shared_mem_bytes, fitness.occupancy, family,
-                    vector_width=vector_width(source), work_per_thread=per_thread)
+                    vector_width=vector_width(source), work_per_thread=per_thread,
+                    threads_per_item=x * y * z)
 
 
 def migration_rng(seed: int, n_evaluated: int) -> random.Random:

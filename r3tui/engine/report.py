@@ -323,7 +323,7 @@ def export_variant(
     """Write the variant's source, options, launch and a patch against the original; the
     configuration is ``config`` (e.g. the re-timed winner) or the variant's fastest trial's."""
     from db import repository as repo
-    from r3tui.search.source import work_divisors
+    from r3tui.search.source import work_divisors, work_multipliers
     from r3tui.search.space import config_key
 
     report = build_report(s, campaign_id)
@@ -352,6 +352,9 @@ def export_variant(
                 # ceil(work[a] / (block[a] * this[a])) blocks along each axis a instead of
                 # one thread an element
                 "work_per_thread": list(work_divisors(variant.source, config.tunables)),
+                # threads that share each element along x, y and z: that many times more
+                # blocks along each axis
+                "threads_per_item": list(work_multipliers(variant.source, config.tunables)),
                 "toolchain": config.toolchain,
                 "pipeline": config.pipeline,
                 "variant_id": variant.id,

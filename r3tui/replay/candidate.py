@@ -35,6 +35,9 @@ class Candidate:
     # from the work size has each extent divided by it (1: one element a thread, as recorded;
     # a single number is along x)
     work_divisor: int | tuple[int, int, int] = 1
+    # threads that share each element along x, y and z (`// r3: threads_per_item`): the grid
+    # derived from the work size has each extent multiplied by it
+    work_multiplier: tuple[int, int, int] = (1, 1, 1)
     # The compiler's code hash (r3tui.compile ignores ptxas's command-line note), so binaries
     # that differ only in how they were asked for are measured once.
     code_sha256: str | None = None
@@ -58,7 +61,7 @@ class Candidate:
         block = self.block or rec.block
         if self.grid is not None:
             grid = self.grid
-        elif (self.block is not None or self.divides) and rec.work is not None:
+        elif (self.block is not None or self.rescales) and rec.work is not None:
             grid = block.grid_for(self._covered(rec.work))
         else:
             grid = rec.grid
@@ -77,7 +80,7 @@ class Candidate:
             return None
         block = self.block or rec.block
         grid = (block.grid_for(self._covered(rec.work))
-                if (self.block or self.grid or self.divides) and rec.work else rec.grid)
+                if (self.block or self.grid or self.rescales) and rec.work else rec.grid)
         shm = rec.shared_mem_bytes if self.shared_mem_bytes is None else self.shared_mem_bytes
         return grid, block, shm, check.arg_bytes()
 
@@ -89,21 +92,24 @@ class Candidate:
         return self.work_divisor
 
     @property
-    def divides(self) -> bool:
-        return any(d > 1 for d in self.divisors)
+    def rescales(self) -> bool:
+        """Whether the grid is not one thread an element of the recorded work."""
+        return any(d > 1 for d in (*self.divisors, *self.work_multiplier))
 
     def _covered(self, work: Dim3) -> Dim3:
-        """The threads ``work`` needs when each covers ``work_divisor`` elements."""
-        if not self.divides:
+        """The threads ``work`` needs when each covers ``work_divisor`` elements and
+        ``work_multiplier`` threads share each element."""
+        if not self.rescales:
             return work
-        x, y, z = self.divisors
-        return Dim3(-(-work.x // x), -(-work.y // y), -(-work.z // z))
+        (x, y, z), (mx, my, mz) = self.divisors, self.work_multiplier
+        return Dim3(-(-work.x * mx // x), -(-work.y * my // y), -(-work.z * mz // z))
 
     @classmethod
     def from_compiled(cls, compiled: CompiledKernel, *, block: Dim3 | None = None,
                       grid: Dim3 | None = None, shared_mem_bytes: int | None = None,
                       label: str | None = None,
-                      work_divisor: int | tuple[int, int, int] = 1) -> Candidate:
+                      work_divisor: int | tuple[int, int, int] = 1,
+                      work_multiplier: tuple[int, int, int] = (1, 1, 1)) -> Candidate:
         if not compiled.ok or compiled.binary is None or compiled.lowered_name is None:
             raise ValueError("a candidate needs a kernel that compiled")
         return cls(
@@ -118,4 +124,5 @@ class Candidate:
             label=label,
             code_sha256=compiled.binary_sha256,
             work_divisor=work_divisor,
+            work_multiplier=work_multiplier,
         )

@@ -215,7 +215,7 @@ DEFAULT_FEATURES: tuple[FeatureDim, ...] = (REGISTERS, SHARED_MEMORY, GRAIN, FAM
 
 def describe(
     registers: int | None, shared_mem_bytes: int | None, occupancy: float | None, family: str,
-    *, vector_width: int = 1, work_per_thread: int = 1,
+    *, vector_width: int = 1, work_per_thread: int = 1, threads_per_item: int = 1,
 ) -> dict[str, Any]:
     """The raw descriptor values of a variant, as stored in ``variants.features``
     (JSON-ready; :func:`cell_key` bins them)."""
@@ -230,7 +230,8 @@ def describe(
         raise ValueError(f"occupancy must be a fraction in [0, 1] or None, got {occupancy!r}")
     if not isinstance(family, str):
         raise ValueError(f"family must be text, got {family!r}")
-    for name, count in (("vector_width", vector_width), ("work_per_thread", work_per_thread)):
+    for name, count in (("vector_width", vector_width), ("work_per_thread", work_per_thread),
+                        ("threads_per_item", threads_per_item)):
         if isinstance(count, bool) or not isinstance(count, int) or count < 1:
             raise ValueError(f"{name} must be a positive integer, got {count!r}")
     return {
@@ -240,7 +241,10 @@ def describe(
         "family": family,
         "vector_width": vector_width,
         "work_per_thread": work_per_thread,
-        "elements_per_thread": vector_width * work_per_thread,
+        "threads_per_item": threads_per_item,
+        # below 1 where several threads share an element
+        "elements_per_thread": (vector_width * work_per_thread if threads_per_item == 1
+                                else vector_width * work_per_thread / threads_per_item),
     }
 
 

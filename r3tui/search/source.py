@@ -133,13 +133,14 @@ def parse_tunables(source: str) -> tuple[Tunable, ...]:
     on a malformed or unknown ``// r3:`` line."""
     tunables: dict[str, Tunable] = {}
     for line, verb, rest in _directives(source):
-        if verb in ("require", "shared", "work_per_thread"):
+        if verb in ("require", "shared", *GRID_VERBS):
             continue
         if verb != "tune":
             raise DeclarationError(
                 f"line {line}: unknown declaration '// r3: {verb}'",
                 hint="known: '// r3: tune NAME v1 v2 ...', '// r3: require EXPR', "
-                "'// r3: shared EXPR', '// r3: work_per_thread NAME [x|y|z]'",
+                "'// r3: shared EXPR', '// r3: work_per_thread NAME [x|y|z]', "
+                "'// r3: threads_per_item NAME [x|y|z]'",
             )
         parts = rest.replace(",", " ").split()
         if len(parts) < 2:
@@ -203,55 +204,97 @@ def parse_shared(source: str) -> Relation | None:
 AXES = ("x", "y", "z")
 
 
+# the declarations that scale a launch's grid: each names a tunable and an axis
+GRID_VERBS = ("work_per_thread", "threads_per_item")
+
+
 @functools.lru_cache(maxsize=64)  # asked once per candidate of a variant
-def parse_work_per_thread(source: str) -> dict[str, str]:
-    """The tunables named by ``// r3: work_per_thread NAME [AXIS]``, axis -> NAME (empty
-    without any): each thread covers NAME elements along AXIS (x when not given), so a launch
-    divides its grid's extent along that axis by NAME's value (the kernel strides over the
-    elements, e.g. in a grid-stride loop, or holds them in registers).  NAME must be a declared
-    tunable whose values are positive integers; :class:`DeclarationError` otherwise, or when
-    an axis is given twice."""
-    found: dict[str, str] = {}
+def parse_grid_scaling(source: str) -> dict[tuple[str, str], str]:
+    """The tunables named by ``// r3: work_per_thread NAME [AXIS]`` and
+    ``// r3: threads_per_item NAME [AXIS]``, (verb, axis) -> NAME (empty without any).
+
+    ``work_per_thread``: each thread covers NAME elements along AXIS (x when not given), so a
+    launch divides its grid's extent along that axis by NAME's value (the kernel strides over
+    the elements, e.g. in a grid-stride loop, or holds them in registers).
+    ``threads_per_item``: NAME threads share each element along AXIS (they split its loop and
+    combine their parts), so a launch multiplies the grid's extent along that axis by NAME.
+    NAME must be a declared tunable whose values are positive integers; an axis takes one
+    such line; :class:`DeclarationError` otherwise."""
+    found: dict[tuple[str, str], str] = {}
+    axes: dict[str, str] = {}
     for line, verb, rest in _directives(source):
-        if verb != "work_per_thread":
+        if verb not in GRID_VERBS:
             continue
         words = rest.split()
         if len(words) not in (1, 2) or (len(words) == 2 and words[1] not in AXES):
             raise DeclarationError(
-                f"line {line}: '// r3: work_per_thread {rest.strip()}' is not NAME [x|y|z]")
+                f"line {line}: '// r3: {verb} {rest.strip()}' is not NAME [x|y|z]")
         name, axis = words[0], (words[1] if len(words) == 2 else "x")
-        if axis in found:
+        if axis in axes:
             raise DeclarationError(
-                f"line {line}: '// r3: work_per_thread' is declared twice for axis {axis}")
+                f"line {line}: '// r3: {verb}' for axis {axis}, which "
+                f"'// r3: {axes[axis]}' scales already")
         tunable = next((t for t in parse_tunables(source) if t.name == name), None)
         if tunable is None or not all(isinstance(v, int) and v >= 1 for v in tunable.values):
             raise DeclarationError(
-                f"line {line}: '// r3: work_per_thread {name}' names no tunable of positive "
+                f"line {line}: '// r3: {verb} {name}' names no tunable of positive "
                 "integers", hint="declare it with '// r3: tune NAME 1 2 4 ...'")
-        found[axis] = name
+        found[(verb, axis)] = name
+        axes[axis] = verb
     return found
 
 
-def work_divisors(source: str, tunables: Mapping[str, TunableValue]) -> tuple[int, int, int]:
-    """The grid divisors along x, y and z a configuration's ``tunables`` give ``source``:
-    1 along an axis without a ``work_per_thread`` line, and everywhere where the declarations
-    do not parse (no search could have divided the grid of such a source: building its space
-    fails first)."""
+def parse_work_per_thread(source: str) -> dict[str, str]:
+    """The ``work_per_thread`` lines of :func:`parse_grid_scaling`, axis -> NAME."""
+    return {axis: name for (verb, axis), name in parse_grid_scaling(source).items()
+            if verb == "work_per_thread"}
+
+
+def grid_tunables(source: str) -> set[str]:
+    """The tunables that scale the grid (either verb of :func:`parse_grid_scaling`)."""
+    return set(parse_grid_scaling(source).values())
+
+
+def _scales(source: str, tunables: Mapping[str, TunableValue], verb: str
+            ) -> tuple[int, int, int]:
+    """The factor along x, y and z that ``verb``'s lines give under ``tunables``: 1 along an
+    axis without one, and everywhere where the declarations do not parse (no search could
+    have scaled the grid of such a source: building its space fails first)."""
     try:
-        names = parse_work_per_thread(source)
+        names = parse_grid_scaling(source)
     except DeclarationError:
         return (1, 1, 1)
 
-    def divisor(axis: str) -> int:
-        if axis not in names:
+    def factor(axis: str) -> int:
+        if (verb, axis) not in names:
             return 1
-        value = tunables.get(names[axis], _source_default(source, names[axis]))
+        name = names[(verb, axis)]
+        value = tunables.get(name, _source_default(source, name))
         if isinstance(value, str) and value.strip().isdigit():  # as a -D value
             value = int(value)
         return value if isinstance(value, int) and value >= 1 else 1
 
-    x, y, z = (divisor(axis) for axis in AXES)
+    x, y, z = (factor(axis) for axis in AXES)
     return (x, y, z)
+
+
+def work_divisors(source: str, tunables: Mapping[str, TunableValue]) -> tuple[int, int, int]:
+    """The grid divisors along x, y and z a configuration's ``tunables`` give ``source``
+    (its ``work_per_thread`` lines)."""
+    return _scales(source, tunables, "work_per_thread")
+
+
+def work_multipliers(source: str, tunables: Mapping[str, TunableValue]
+                     ) -> tuple[int, int, int]:
+    """The grid multipliers along x, y and z (its ``threads_per_item`` lines)."""
+    return _scales(source, tunables, "threads_per_item")
+
+
+def grid_scaling(source: str, tunables: Mapping[str, TunableValue]
+                 ) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
+    """Both: (divisors, multipliers), a replay ``Candidate``'s ``work_divisor`` and
+    ``work_multiplier``."""
+    return work_divisors(source, tunables), work_multipliers(source, tunables)
 
 
 def work_divisor(source: str, tunables: Mapping[str, TunableValue]) -> int:

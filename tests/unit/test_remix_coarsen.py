@@ -221,11 +221,11 @@ def test_each_factor_compiles_with_nvrtc(kernel: str) -> None:
 def test_the_replay_divides_the_grid_along_the_declared_axis() -> None:
     """What the search launches: the work along y covered with 4 rows a thread."""
     candidate = Candidate(b"cubin", "k", work_divisor=(1, 4, 1))
-    assert candidate.divisors == (1, 4, 1) and candidate.divides
+    assert candidate.divisors == (1, 4, 1) and candidate.rescales
     assert candidate._covered(Dim3(45, 37, 1)) == Dim3(45, 10, 1)
     assert Dim3(8, 4, 1).grid_for(candidate._covered(Dim3(45, 37, 1))) == Dim3(6, 3, 1)
     assert Candidate(b"cubin", "k", work_divisor=4).divisors == (4, 1, 1)
-    assert not Candidate(b"cubin", "k").divides
+    assert not Candidate(b"cubin", "k").rescales
 
 
 # ---- C++ kernels written here: templates, namespaces, a header's device function -----------
