@@ -79,6 +79,17 @@ def variants(source: str, example: str) -> list[tuple[str, str, tuple[tuple[str,
     return out
 
 
+def fits(text: str, defines: tuple[tuple[str, str], ...], block: object) -> bool:
+    """Whether the variant's ``// r3: require`` relations hold at ``defines`` and the
+    recorded block (a split's threads of an element must divide its x extent)."""
+    from r3tui.search.source import parse_relations
+
+    env = {"BLOCK_X": block.x, "BLOCK_Y": block.y, "BLOCK_Z": block.z,  # type: ignore[attr-defined]
+           "BLOCK_THREADS": block.volume,  # type: ignore[attr-defined]
+           **{k: int(v) for k, v in defines if v.lstrip("-").isdigit()}}
+    return all(r.holds(env) for r in parse_relations(text) if r.names <= env.keys())
+
+
 def run_example(example: str, scale: float, rounds: int, work: Path) -> list[str]:
     from r3tui.compile.base import CompileRequest, get_toolchain
     from r3tui.domain import TrialConfig
@@ -86,7 +97,7 @@ def run_example(example: str, scale: float, rounds: int, work: Path) -> list[str
     from r3tui.record.kernel_recorder import RecordKernelRequest, record_kernel
     from r3tui.replay.candidate import Candidate
     from r3tui.replay.worker import ReplayWorker
-    from r3tui.search.source import work_divisors
+    from r3tui.search.source import grid_scaling
     from r3tui.search.winner import summarize
 
     ex = ROOT / "examples" / example
@@ -105,13 +116,17 @@ def run_example(example: str, scale: float, rounds: int, work: Path) -> list[str
         if not worker.evaluate(original, timed=False).ok:
             return [f"{example:10} the original does not replay"]
         for label, text, defines in variants(source, example):
+            if not fits(text, defines, block):
+                lines.append(f"{example:10} {label:40} not at the recorded block {block}")
+                continue
             compiled = nvrtc.compile(CompileRequest(text, example, arch=info.arch,
                                                     defines=defines))
             if not compiled.ok:
                 lines.append(f"{example:10} {label:40} does not compile")
                 continue
-            candidate = Candidate.from_compiled(compiled, block=block,
-                                                work_divisor=work_divisors(text, dict(defines)))
+            divisor, multiplier = grid_scaling(text, dict(defines))
+            candidate = Candidate.from_compiled(compiled, block=block, work_divisor=divisor,
+                                                work_multiplier=multiplier)
             measured = worker.evaluate(candidate, timed=False)
             if not measured.ok:
                 lines.append(f"{example:10} {label:40} {measured.status.value}: "

@@ -261,6 +261,39 @@ CATALOGUE: tuple[Transformation, ...] = (
         ),
     ),
     Transformation(
+        "split_loop_over_threads",
+        "parallelism",
+        "Give each output several neighbouring threads of a warp instead of one: each sums "
+        "every SPLIT-th iteration of the output's loop, the warp adds their sums with "
+        "`__shfl_xor_sync`, and the first of them stores; declare SPLIT with "
+        "`// r3: tune SPLIT 1 2 4 8 16 32` and `// r3: threads_per_item SPLIT`: the tuner "
+        "then launches a grid SPLIT times larger.",
+        rule="split_loop",
+        example=(
+            "    int r = blockIdx.x * blockDim.x + threadIdx.x;\n"
+            "    if (r >= n) return;\n"
+            "    float acc = 0.0f;\n"
+            "    for (int k = 0; k < m; ++k) acc += A[r * m + k] * w[k];\n"
+            "    C[r] = acc;",
+            "    // r3: tune SPLIT 1 2 4 8 16 32\n"
+            "    // r3: threads_per_item SPLIT\n"
+            "    // r3: require BLOCK_X % SPLIT == 0\n"
+            "#ifndef SPLIT\n"
+            "#define SPLIT 1\n"
+            "#endif\n"
+            "    int r = (blockIdx.x * blockDim.x + threadIdx.x) / SPLIT;\n"
+            "    int lane = threadIdx.x % SPLIT;\n"
+            "    if (r >= n) return;\n"
+            "    float acc = 0.0f;\n"
+            "    for (int k = lane; k < m; k += SPLIT) acc += A[r * m + k] * w[k];\n"
+            "    unsigned mask = (0xffffffffu >> (32 - SPLIT)) << (threadIdx.x % 32u / SPLIT *"
+            " SPLIT);\n"
+            "    for (int o = SPLIT / 2; o > 0; o /= 2) acc += __shfl_xor_sync(mask, acc, o,"
+            " SPLIT);\n"
+            "    if (lane == 0) C[r] = acc;",
+        ),
+    ),
+    Transformation(
         "expose_tunable",
         "tuning",
         "Turn one fixed block, tile or unroll size into `#define NAME value` with the line "

@@ -31,6 +31,7 @@ from r3tui.errors import ConfigError
 from r3tui.remix.coarsen import Declined
 from r3tui.remix.coarsen import coarsen as coarsen_kernel
 from r3tui.remix.edits import KernelSpan, entry_point_problem, find_kernel
+from r3tui.remix.split import split_loop as split_kernel_loop
 
 
 @dataclass(frozen=True)
@@ -439,7 +440,7 @@ _SYNC = re.compile(r"__syncthreads|__syncwarp|\.sync\s*\(|__shared__|\bgrid_grou
                    r"__threadfence_block|\bthis_grid\b")
 WPT_FACTORS = (1, 2, 4, 8, 16)
 # rules whose variants pay only with a smaller grid (never offered for an application's kernel)
-GRID_RULES = frozenset({"grid_stride", "strided_accumulate", "coarsen"})
+GRID_RULES = frozenset({"grid_stride", "strided_accumulate", "coarsen", "split_loop"})
 
 
 def _kernel_body(source: str, kernel_name: str) -> tuple[KernelSpan, str, int, str] | RuleResult:
@@ -816,6 +817,17 @@ def coarsen(source: str, kernel_name: str, rng: random.Random) -> RuleResult:
     return _finish(source, out, kernel_name, detail)
 
 
+def split_loop(source: str, kernel_name: str, rng: random.Random) -> RuleResult:
+    """A thread's summing loop split over several threads an element, combined with warp
+    shuffles, their number a tunable that multiplies the grid along x
+    (:mod:`r3tui.remix.split`)."""
+    try:
+        out, detail = split_kernel_loop(source, kernel_name, rng)
+    except Declined as exc:
+        return _declined(str(exc))
+    return _finish(source, out, kernel_name, detail)
+
+
 RULES: dict[str, Rule] = {
     "restrict_const": restrict_const,
     "ldg_loads": ldg_loads,
@@ -826,6 +838,7 @@ RULES: dict[str, Rule] = {
     "strided_accumulate": strided_accumulate,
     "vector_access": vector_access,
     "coarsen": coarsen,
+    "split_loop": split_loop,
 }
 
 

@@ -31,7 +31,7 @@ def test_every_rule_variant_replays_to_the_recorded_epilogue(example: str,
     from r3tui.remix.rules import RULES, apply_rule
     from r3tui.replay.candidate import Candidate
     from r3tui.replay.worker import ReplayWorker
-    from r3tui.search.source import parse_tunables, work_divisors
+    from r3tui.search.source import grid_scaling, parse_relations, parse_tunables
 
     ex = REPO / "examples" / example
     source = (ex / "kernel.cu").read_text()
@@ -48,9 +48,15 @@ def test_every_rule_variant_replays_to_the_recorded_epilogue(example: str,
             if not made.ok or made.source is None:
                 continue
             tunables = [t for t in parse_tunables(made.source) if t.name.startswith("R3_")]
+            relations = parse_relations(made.source)
             settings: list[tuple[tuple[str, str], ...]] = [()]
-            for t in tunables:
-                settings += [((t.name, str(v)),) for v in (t.values[0], t.values[-1])]
+            for t in tunables:  # the smallest value and the largest the recorded block takes
+                # (a split's threads of an element must divide the block's x extent)
+                fit = [v for v in t.values if all(r.holds(
+                    {"BLOCK_X": block.x, "BLOCK_Y": block.y, "BLOCK_Z": block.z,
+                     "BLOCK_THREADS": block.volume, t.name: v}) for r in relations
+                    if r.names <= {"BLOCK_X", "BLOCK_Y", "BLOCK_Z", "BLOCK_THREADS", t.name})]
+                settings += [((t.name, str(v)),) for v in (fit[0], fit[-1])]
             if len(tunables) > 1:  # a coarsened tile: every axis divided at once, by 2 (8 x 8
                 # at stencil7's recorded 8x8x8 block asks 210 registers a thread: too many to
                 # launch, which the search meets as a launch error like any other)
@@ -59,15 +65,16 @@ def test_every_rule_variant_replays_to_the_recorded_epilogue(example: str,
                 compiled = nvrtc.compile(CompileRequest(made.source, example, defines=defines))
                 assert compiled.ok, (rule, defines, compiled.log[:400])
                 # a grid-stride or coarsened variant launches a grid divided by its
-                # elements per thread (along each axis it declares)
-                divisor = work_divisors(made.source, dict(defines))
-                measured = worker.evaluate(Candidate.from_compiled(compiled, block=block,
-                                                                   work_divisor=divisor),
-                                           timed=False)
+                # elements per thread (along each axis it declares), a split one a grid
+                # multiplied by the threads that share an element
+                divisor, multiplier = scaling = grid_scaling(made.source, dict(defines))
+                measured = worker.evaluate(
+                    Candidate.from_compiled(compiled, block=block, work_divisor=divisor,
+                                            work_multiplier=multiplier), timed=False)
                 assert measured.status is MeasurementStatus.OK, (rule, defines,
                                                                  measured.error_text)
                 assert measured.verified is True
-                ran.append((rule, defines, divisor))
+                ran.append((rule, defines, scaling))
         if example == "softmax":  # all three of its loops vectorized, one after the other
             text = source
             for step in range(3):
@@ -78,13 +85,19 @@ def test_every_rule_variant_replays_to_the_recorded_epilogue(example: str,
             measured = worker.evaluate(Candidate.from_compiled(compiled, block=block),
                                        timed=False)
             assert measured.status is MeasurementStatus.OK, measured.error_text
-            ran.append(("vector_access x3", (), (1, 1, 1)))
+            ran.append(("vector_access x3", (), ((1, 1, 1), (1, 1, 1))))
     print(f"{example}: {len(ran)} variants replayed: {ran}")
     assert ran  # every example has at least one rule that applies
     if example in ("spmv_csr", "nbody"):  # a grid 16 times smaller covers every element
-        assert any(rule == "grid_stride" and divisor == (16, 1, 1) for rule, _d, divisor in ran)
+        assert any(rule == "grid_stride" and scaled[0] == (16, 1, 1)
+                   for rule, _d, scaled in ran)
     if example in ("sgemm", "stencil7", "spmv_csr", "nbody"):  # 8 elements a thread, jammed
-        assert any(rule == "coarsen" and 8 in divisor for rule, _d, divisor in ran)
+        assert any(rule == "coarsen" and 8 in scaled[0] for rule, _d, scaled in ran)
     if example == "reduce_sum":  # 16 elements summed a thread, the same total
-        assert any(rule == "strided_accumulate" and divisor == (16, 1, 1)
-                   for rule, _d, divisor in ran)
+        assert any(rule == "strided_accumulate" and scaled[0] == (16, 1, 1)
+                   for rule, _d, scaled in ran)
+    if example in ("sgemm", "spmv_csr", "nbody"):  # threads an element, shuffled together:
+        # 32 (16 for sgemm's recorded 16x16 block)
+        most = 16 if example == "sgemm" else 32
+        assert any(rule == "split_loop" and scaled[1] == (most, 1, 1)
+                   for rule, _d, scaled in ran)
