@@ -419,7 +419,9 @@ def stage_apply(recipe: Recipe, state: dict[str, Any], ctx: StageContext) -> str
             shutil.rmtree(stale)
     argv = r3_argv("apply", *campaigns, "--into", str(into), "--source-tree",
                    str(CORPUS / recipe.name), "--build", f"make -j{ctx.args.jobs}",
-                   "--run", shlex.join(app_argv(recipe)), "--runs", str(ctx.args.runs),
+                   "--run", shlex.join(app_argv(recipe)),
+                   # r3 apply refuses fewer --max-runs than --runs
+                   "--runs", str(min(ctx.args.runs, ctx.args.max_runs)),
                    "--max-runs", str(ctx.args.max_runs),
                    "--time-key", recipe.time_key or "wall_s", "--db", str(STATE / "r3.sqlite"),
                    *ctx.args.apply_args)
