@@ -30,13 +30,14 @@ sys.path.insert(0, str(ROOT))
 EXAMPLES = ("reduce_sum", "softmax", "sgemm", "stencil7", "spmv_csr", "nbody")
 
 
-def variants(source: str, example: str) -> list[tuple[str, str, tuple[tuple[str, str], ...]]]:
+def variants(source: str, example: str, rules: tuple[str, ...] | None = None
+             ) -> list[tuple[str, str, tuple[tuple[str, str], ...]]]:
     """``(label, source, defines)`` of every rule variant, at each declared tunable value."""
     from r3tui.remix.rules import RULES, apply_rule
     from r3tui.search.source import parse_tunables
 
     made: list[tuple[str, str]] = []
-    for rule in sorted(RULES):
+    for rule in sorted(rules or RULES):
         result = apply_rule(rule, source, example, random.Random(0))
         if not result.ok or result.source is None:
             continue
@@ -90,7 +91,8 @@ def fits(text: str, defines: tuple[tuple[str, str], ...], block: object) -> bool
     return all(r.holds(env) for r in parse_relations(text) if r.names <= env.keys())
 
 
-def run_example(example: str, scale: float, rounds: int, work: Path) -> list[str]:
+def run_example(example: str, scale: float, rounds: int, work: Path,
+                rules: tuple[str, ...] | None = None) -> list[str]:
     from r3tui.compile.base import CompileRequest, get_toolchain
     from r3tui.domain import TrialConfig
     from r3tui.record.bundle import Bundle
@@ -115,7 +117,7 @@ def run_example(example: str, scale: float, rounds: int, work: Path) -> list[str
             nvrtc.compile(CompileRequest(source, example, arch=info.arch)), block=block)
         if not worker.evaluate(original, timed=False).ok:
             return [f"{example:10} the original does not replay"]
-        for label, text, defines in variants(source, example):
+        for label, text, defines in variants(source, example, rules):
             if not fits(text, defines, block):
                 lines.append(f"{example:10} {label:40} not at the recorded block {block}")
                 continue
@@ -151,12 +153,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--examples", default=",".join(EXAMPLES))
     parser.add_argument("--scale", type=float, default=1.0)
     parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--rules", default="", help="comma-separated rule names (all)")
     args = parser.parse_args(argv)
+    rules = tuple(r for r in args.rules.split(",") if r) or None
     print(f"# bench/rule_gains.py, {datetime.now(UTC):%Y-%m-%d %H:%M} UTC, scale {args.scale}, "
           f"{args.rounds} interleaved rounds")
     with tempfile.TemporaryDirectory() as tmp:
         for example in args.examples.split(","):
-            for line in run_example(example, args.scale, args.rounds, Path(tmp)):
+            for line in run_example(example, args.scale, args.rounds, Path(tmp), rules):
                 print(line, flush=True)
     return 0
 
