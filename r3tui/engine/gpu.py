@@ -158,6 +158,7 @@ def report_load(database: Database, campaign_id: int, runner: Runner | None,
         thread.join()
         done = active.stats()
         text = (f"{active.name} runner: {done.compiles} compiles, {done.replays} replays"
+                + (f" in {done.replay_tasks} tasks" if done.replay_tasks else "")
                 + (f", {done.resubmitted} resubmitted after their worker was lost"
                    if done.resubmitted else "")
                 + (f", {done.lost} lost twice" if done.lost else ""))

@@ -76,6 +76,7 @@ class RunnerStats:
     replays: int = 0
     resubmitted: int = 0  # jobs sent again after their worker was lost
     lost: int = 0  # jobs whose worker was lost twice: returned as failures
+    replay_tasks: int = 0  # tasks the replays went out in (a runner that batches them)
 
 
 class Runner(abc.ABC):

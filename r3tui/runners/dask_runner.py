@@ -8,6 +8,12 @@ workers that offer a GPU (the worker resource ``GPU=1``), one replay at a time o
 - **The campaign stays the only writer.**  Workers return values; the engine, in the campaign's
   process, writes the database.  Nothing a worker does touches the database or a shared file
   system.
+- **Replays go in batches when they queue up.**  A task costs the scheduler a round trip, a
+  few milliseconds, as long as a small kernel's whole replay: a GPU worker given one replay a
+  task would wait on the scheduler about as long as it works.  Each GPU worker has at most
+  :data:`BATCHES_IN_FLIGHT` replay tasks at a time; a replay asked for while they are all
+  taken waits, and the replays waiting go out together, up to :data:`MAX_BATCH` in one task,
+  when one of them comes back.  A replay asked for when a slot is free goes at once, alone.
 - **A lost worker costs its jobs in flight, once.**  A job whose worker dies (node lost, job
   preempted, the process killed) is submitted again once, under a new key; if that worker is
   lost too, the job comes back as a failure (``crashed``, "lost twice") and counts in
@@ -53,6 +59,8 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 GPU = {"GPU": 1}
+MAX_BATCH = 16  # replays in one task at most
+BATCHES_IN_FLIGHT = 2  # replay tasks a GPU worker has at once: one runs while one travels
 
 
 # -- what travels to the workers -----------------------------------------------------------
@@ -155,8 +163,11 @@ def start_task(blob: BundleBlob, backend: Backend, token: str) -> WorkerInfo:
     return _resident(blob, backend, token).start()
 
 
-def replay_task(blob: BundleBlob, backend: Backend, token: str, job: ReplayJob) -> Measurement:
-    return _resident(blob, backend, token).evaluate(job)
+def replay_task(blob: BundleBlob, backend: Backend, token: str, jobs: list[ReplayJob]
+                ) -> list[Measurement]:
+    """A batch of replays, one after another on the worker's GPU."""
+    replayer = _resident(blob, backend, token)
+    return [replayer.evaluate(job) for job in jobs]
 
 
 def interleave_task(blob: BundleBlob, backend: Backend, token: str, jobs: list[ReplayJob],
@@ -240,10 +251,13 @@ class DaskRunner(Runner):
         self._owned = owned
         self._token = uuid.uuid4().hex
         self._lock = threading.Lock()
-        self._stats = {"compiles": 0, "replays": 0, "resubmitted": 0, "lost": 0}
+        self._stats = {"compiles": 0, "replays": 0, "resubmitted": 0, "lost": 0,
+                       "replay_tasks": 0}
         self._closed = False
+        self._waiting: list[tuple[ReplayJob, Future[Measurement]]] = []
+        self._batches = 0  # replay tasks in flight
         check_versions(client)
-        gpus = self.gpu_workers()
+        gpus = self._gpus = self.gpu_workers()
         if not gpus:
             raise GpuUnavailable("no worker of the Dask cluster offers a GPU",
                                  hint="start one worker per GPU with "
@@ -282,16 +296,17 @@ class DaskRunner(Runner):
     def info(self) -> WorkerInfo:
         return self._info
 
-    def _count(self, name: str) -> None:
+    def _count(self, name: str, n: int = 1) -> None:
         with self._lock:
-            self._stats[name] += 1
+            self._stats[name] += n
 
     def _submit(self, fn: Callable[..., T], args: Callable[[], Sequence[Any]], *,
                 on_lost: Callable[[str], T], resources: dict[str, int] | None,
-                key: str | None = None) -> Future[T]:
+                key: str | None = None, jobs: int = 1) -> Future[T]:
         """``fn(*args())`` on the cluster as a ``concurrent.futures`` future; a lost worker
         resubmits once (``args`` asked again: the bundle may have been sent again), then
-        answers ``on_lost(why)``."""
+        answers ``on_lost(why)``.  ``jobs``: how many jobs the task holds, as the stats count
+        them."""
         out: Future[T] = Future()
 
         def launch(attempt: int) -> None:
@@ -306,10 +321,10 @@ class DaskRunner(Runner):
                     if self._closed:
                         out.cancel()
                     elif _is_lost(exc) and attempt == 0:
-                        self._count("resubmitted")
+                        self._count("resubmitted", jobs)
                         launch(1)
                     elif _is_lost(exc):
-                        self._count("lost")
+                        self._count("lost", jobs)
                         out.set_result(on_lost(f"{type(exc).__name__}: {exc}"))
                     else:
                         out.set_exception(exc)
@@ -350,22 +365,58 @@ class DaskRunner(Runner):
         return future
 
     def replay(self, job: ReplayJob) -> Future[Measurement]:
-        from r3tui.domain import Measurement, MeasurementStatus
-
         if self._closed:
             raise RuntimeError("the runner is closed")
-        self._count("replays")
+        out: Future[Measurement] = Future()
+        with self._lock:
+            self._stats["replays"] += 1
+            self._waiting.append((job, out))
+        self._send_waiting()
+        return out
 
-        def lost(why: str) -> Measurement:
-            return Measurement(MeasurementStatus.CRASHED,
-                               binary_sha256=job.candidate.binary_sha256,
-                               resources=job.candidate.resources,
-                               compile_time_s=job.candidate.compile_time_s,
-                               error_text=f"the Dask worker replaying it was lost twice ({why})")
+    def _send_waiting(self) -> None:
+        """The replays waiting, in batches, while GPU workers have a free slot."""
+        batches = []
+        with self._lock:
+            slots = BATCHES_IN_FLIGHT * max(1, len(self._gpus))
+            while self._waiting and self._batches < slots and not self._closed:
+                batch, self._waiting = self._waiting[:MAX_BATCH], self._waiting[MAX_BATCH:]
+                self._batches += 1
+                self._stats["replay_tasks"] += 1
+                batches.append(batch)
+        for batch in batches:
+            self._send(batch)
 
-        return self._submit(replay_task,
-                            lambda: (self._current_blob(), self.backend, self._token, job),
-                            on_lost=lost, resources=GPU)
+    def _send(self, batch: list[tuple[ReplayJob, Future[Measurement]]]) -> None:
+        from r3tui.domain import Measurement, MeasurementStatus
+
+        jobs = [job for job, _ in batch]
+
+        def lost(why: str) -> list[Measurement]:
+            return [Measurement(MeasurementStatus.CRASHED,
+                                binary_sha256=job.candidate.binary_sha256,
+                                resources=job.candidate.resources,
+                                compile_time_s=job.candidate.compile_time_s,
+                                error_text=f"the Dask worker replaying it was lost twice "
+                                           f"({why})") for job in jobs]
+
+        remote = self._submit(replay_task,
+                              lambda: (self._current_blob(), self.backend, self._token, jobs),
+                              on_lost=lost, resources=GPU, jobs=len(jobs))
+
+        def answered(done: Future[list[Measurement]]) -> None:
+            with self._lock:
+                self._batches -= 1
+            for k, (_, out) in enumerate(batch):
+                if done.cancelled():
+                    out.cancel()
+                elif done.exception() is not None:
+                    out.set_exception(done.exception())
+                else:
+                    out.set_result(done.result()[k])
+            self._send_waiting()
+
+        remote.add_done_callback(answered)
 
     def interleaved(self, jobs: list[ReplayJob], rounds: int) -> list[list[float]]:
         # one task: every round of every candidate on the one GPU that runs it
@@ -400,12 +451,17 @@ class DaskRunner(Runner):
         with self._lock:
             s = dict(self._stats)
         return RunnerStats(compiles=s["compiles"], replays=s["replays"],
-                           resubmitted=s["resubmitted"], lost=s["lost"])
+                           resubmitted=s["resubmitted"], lost=s["lost"],
+                           replay_tasks=s["replay_tasks"])
 
     def close(self) -> None:
         if self._closed:
             return
         self._closed = True
+        with self._lock:
+            waiting, self._waiting = self._waiting, []
+        for _, out in waiting:  # never sent: nothing to answer them with
+            out.cancel()
         with contextlib.suppress(Exception):  # a cluster already gone has nothing to release
             self.client.run(release_task, self._token)
         if self._owned is not None:

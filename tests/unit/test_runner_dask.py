@@ -217,3 +217,30 @@ def test_a_batch_system_cluster_comes_from_r3_toml() -> None:
     assert "export DASK_DISTRIBUTED__WORKER__DAEMON=False" in script
     with pytest.raises(ConfigError, match="jobqueue must be one of"):
         jobqueue_cluster({"jobqueue": "condor"})
+
+
+def test_replays_that_queue_up_go_to_the_gpu_workers_in_batches(
+        cluster: Any, tmp_path: Path, space_file: Any) -> None:
+    """Forty replays asked at once: the first go alone while the GPU workers have free slots,
+    the rest wait and go out together; each answer is its own configuration's."""
+    from r3tui.replay.candidate import Candidate
+    from r3tui.runners.base import ReplayJob
+    from r3tui.runners.dask_runner import BATCHES_IN_FLIGHT, MAX_BATCH
+
+    keys = sorted(space_file.table)[:40]
+    with _runner(cluster, tmp_path, space_file, 0.02) as runner:
+        jobs = [ReplayJob(Candidate(f"cubin {k}".encode(), "stencil7"), key) for k, key in
+                enumerate(keys)]
+        futures = [runner.replay(job) for job in jobs]
+        answers = [f.result(timeout=120) for f in futures]
+        stats = runner.stats()
+    for job, key, answer in zip(jobs, keys, answers, strict=True):
+        recorded = space_file.table[key]
+        assert answer.status is recorded.status
+        assert answer.binary_sha256 == job.candidate.binary_sha256
+        if recorded.median_s is not None:
+            assert answer.time is not None and answer.time.median_s == recorded.median_s
+    slots = BATCHES_IN_FLIGHT * 2  # two GPU workers
+    assert stats.replays == 40 and stats.lost == 0
+    # the first `slots` alone, then the 36 that waited in batches of at most MAX_BATCH
+    assert slots + -(-(40 - slots) // MAX_BATCH) <= stats.replay_tasks < 40
