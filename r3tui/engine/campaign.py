@@ -406,18 +406,22 @@ class CampaignRun:
             if ok and proposal.source is not None and self.novelty.has_source(s, proposal.source):
                 self._skip("duplicate", proposal.operator)
                 return None
-            code = None
-            if ok and proposal.source is not None:
-                refusal = unsafe_reason(self.seed_source.text, proposal.source)
-                if refusal is not None:  # never compiled, never run
-                    ok, reason, failed = False, refusal, VariantStatus.UNSAFE
-            if ok and proposal.source is not None:
-                # a new text whose compiled code and search are a stored variant's (a `const`
-                # the compiler had inferred, a renamed local) would measure the same
-                code = self._code_of(proposal.source)
-                if code is not None and self.novelty.has_code(s, code):
+        code = None
+        if ok and proposal.source is not None:
+            refusal = unsafe_reason(self.seed_source.text, proposal.source)
+            if refusal is not None:  # never compiled, never run
+                ok, reason, failed = False, refusal, VariantStatus.UNSAFE
+        if ok and proposal.source is not None:
+            # a new text whose compiled code and search are a stored variant's (a `const` the
+            # compiler had inferred, a renamed local) would measure the same; compiled outside
+            # any transaction
+            code = self._code_of(proposal.source)
+            if code is not None:
+                self.novelty.load(self.database)
+                if self.novelty.has_code(code):
                     self._skip("same_code", proposal.operator)
                     return None
+        with self.database.session_scope() as s:
             vid = repo.add_variant(
                 s,
                 Variant(

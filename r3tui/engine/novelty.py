@@ -80,30 +80,41 @@ class Novelty:
                 self._keyed_upto = vid
             return code_key(source) in self._keys
 
-    def has_code(self, s: Any, code: str) -> bool:
-        return code in self._index(s)
+    def has_code(self, code: str) -> bool:
+        """Whether a compiled variant of the campaign has ``code`` (after :meth:`load`)."""
+        assert self._codes is not None, "Novelty.load first"
+        return code in self._codes
 
     def add_code(self, code: str, variant_id: int) -> None:
         if self._codes is not None:
             self._codes.setdefault(code, variant_id)
 
-    def _index(self, s: Any) -> dict[str, int]:
-        """Code -> variant for the campaign's compiled variants: read from their features,
-        computed once (and stored) for those stored without it: the seed, a campaign resumed
-        from before the check."""
+    def load(self, database: Any) -> None:
+        """Code -> variant for the campaign's compiled variants, once: read from their
+        features, computed (and stored) for those stored without it: the seed, a campaign
+        resumed from before the check.  The compiles run outside any transaction."""
         from db import repository as repo
 
-        if self._codes is None:
-            self._codes = {}
-            for variant in repo.campaign_variants(s, self.campaign_id):
-                if variant.status in NOT_COMPILED or variant.id is None:
+        if self._codes is not None:
+            return
+        with database.session_scope() as s:
+            variants = [v for v in repo.campaign_variants(s, self.campaign_id)
+                        if v.status not in NOT_COMPILED and v.id is not None]
+        codes: dict[str, int] = {}
+        computed = []
+        for variant in variants:
+            assert variant.id is not None
+            code = variant.features.get("code")
+            if not isinstance(code, str):
+                code = self.code_of(variant.source)
+                if code is None:
                     continue
-                code = variant.features.get("code")
-                if not isinstance(code, str):
-                    code = self.code_of(variant.source)
-                    if code is None:
-                        continue
+                computed.append((variant, code))
+            codes.setdefault(code, variant.id)
+        if computed:
+            with database.session_scope() as s:
+                for variant, code in computed:
+                    assert variant.id is not None
                     repo.update_variant(s, variant.id,
                                         features={**variant.features, "code": code})
-                self._codes.setdefault(code, variant.id)
-        return self._codes
+        self._codes = codes
