@@ -300,3 +300,35 @@ def test_the_rule_declines_what_splitting_could_change(before: str, body: str,
 def test_the_rule_declines_loops_and_indices_it_cannot_read(source: str, reason: str) -> None:
     with pytest.raises(Declined, match=reason):
         split_loop(source, "k", random.Random(0))
+
+
+def test_export_writes_the_threads_an_element_the_winner_launches_with(tmp_path: Path) -> None:
+    """`r3 export` of a split variant: launch.json says how many threads share an element
+    (the grid that many times larger), next to its elements per thread."""
+    import json
+    from dataclasses import replace
+
+    from db import repository as repo
+    from db.session import open_database
+    from r3tui.domain import Campaign, Variant, VariantOrigin
+    from r3tui.engine.report import export_variant
+    from tests.db.factories import config, ok, recording
+
+    original = example("spmv_csr")
+    variant, _ = split_loop(original, "spmv_csr", random.Random(0))
+    database = open_database(tmp_path / "r3.sqlite", create=True, upgrade=True)
+    with database.session_scope() as s:
+        rid = repo.add_recording(s, recording("spmv_csr"), {})
+        cid = repo.create_campaign(s, Campaign("remix", rid, seed=0))
+        seed = repo.add_variant(s, Variant(cid, original, VariantOrigin.SEED))
+        vid = repo.add_variant(s, Variant(cid, variant, VariantOrigin.RULE, parent_id=seed))
+        repo.insert_trial(s, cid, seed, replace(config(block=64), tunables={}), ok(2e-4))
+        repo.insert_trial(s, cid, vid, replace(config(block=64), tunables={"R3_SPLIT": 8}),
+                          ok(5e-5))
+    with database.session_scope() as s:
+        files = export_variant(s, cid, vid, tmp_path / "export")
+    database.close()
+    launch = json.loads(next(p for p in files if p.name == "launch.json").read_text())
+    assert launch["tunables"] == {"R3_SPLIT": 8}
+    assert launch["threads_per_item"] == [8, 1, 1]
+    assert launch["work_per_thread"] == [1, 1, 1]
