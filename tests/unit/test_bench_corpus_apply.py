@@ -1,0 +1,40 @@
+"""bench/corpus.py's apply stage asks r3 apply for what r3 apply accepts: no more --runs than
+--max-runs (R3_CORPUS_MAX_RUNS=4 once made every apply on the H200 fail with "--max-runs (4)
+is below --runs (5)")."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+
+import corpus
+from corpus_recipes import RECIPES
+
+
+@pytest.mark.parametrize(("runs", "max_runs", "asked"), [(5, 4, "4"), (5, 10, "5"), (3, 3, "3")])
+def test_apply_never_asks_more_runs_than_its_max(monkeypatch: pytest.MonkeyPatch,
+                                                 tmp_path: Path, runs: int, max_runs: int,
+                                                 asked: str) -> None:
+    seen: list[list[str]] = []
+    monkeypatch.setattr(corpus, "STATE", tmp_path)  # the stage clears its patched trees there
+
+    def step(argv: list[str], cwd: Path, timeout_s: float) -> dict[str, Any]:
+        seen.append(list(argv))
+        return {"status": "ok"}
+
+    monkeypatch.setattr(corpus, "run_step", step)
+    args = argparse.Namespace(runs=runs, max_runs=max_runs, jobs=2, apply_args=[])
+    state = {"steps": {"tune": {"status": "ok", "plan": {"kernels": [{"campaign_id": 3}]}}}}
+    context = corpus.StageContext(args, time.perf_counter() + 3600)
+    assert corpus.stage_apply(RECIPES[0], state, context) is None
+    (argv,) = seen
+    assert argv[argv.index("--runs") + 1] == asked
+    assert argv[argv.index("--max-runs") + 1] == str(max_runs)
+    assert int(asked) <= max_runs
