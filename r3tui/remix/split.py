@@ -126,6 +126,11 @@ class _Loop:
         self._check_condition(condition)
         self._check_step()
         self.sums = self._sums()
+        # the loop's start and end are each thread's own, read where the sums already differ
+        # between a group's threads (started at zero in all but the first)
+        for part, what in ((value, "start"), (condition, "test")):
+            if reading.mentions(part, set(self.sums)):
+                raise Declined(f"the loop's {what} reads a sum")
 
     def _check_condition(self, condition: ts.Node) -> None:
         r = self.reading

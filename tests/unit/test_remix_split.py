@@ -289,6 +289,10 @@ def test_the_rule_declines_what_splitting_could_change(before: str, body: str,
         "for (int j = 0;", "for (j = 0;"), "declare its counter"),
     (_DECLINE.replace("BEFORE", "").replace("BODY", "s += a[j];").replace(
         "j < m;", "j != m;"), "test is not"),
+    (_DECLINE.replace("BEFORE", "").replace("BODY", "s += a[j];").replace(
+        "j < m;", "j < m + (int)s;"), "test reads a sum"),
+    (_DECLINE.replace("BEFORE", "").replace("BODY", "s += a[j];").replace(
+        "int j = 0;", "int j = (int)s;"), "start reads a sum"),
     (_DECLINE.replace("BEFORE", "").replace("BODY", "c += a[j] > 0;").replace(
         "float s = 0.0f;", "char c = 0; float s = 0.0f;"), "which a shuffle does not add"),
     (_DECLINE.replace("BEFORE", "").replace("BODY", "s += a[j];").replace(
