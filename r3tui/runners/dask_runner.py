@@ -39,6 +39,7 @@ import shutil
 import tarfile
 import tempfile
 import threading
+import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import CancelledError, Future
@@ -256,8 +257,9 @@ class DaskRunner(Runner):
         self._closed = False
         self._waiting: list[tuple[ReplayJob, Future[Measurement]]] = []
         self._batches = 0  # replay tasks in flight
+        self._gpu_count, self._gpus_seen_at = 1, 0.0  # GPU workers, asked at most once a second
         check_versions(client)
-        gpus = self._gpus = self.gpu_workers()
+        gpus = self.gpu_workers()
         if not gpus:
             raise GpuUnavailable("no worker of the Dask cluster offers a GPU",
                                  hint="start one worker per GPU with "
@@ -374,11 +376,21 @@ class DaskRunner(Runner):
         self._send_waiting()
         return out
 
+    def _gpu_slots(self) -> int:
+        """Replay tasks the cluster's GPU workers take at once (workers of a batch system join
+        while the campaign runs: their number is asked again at most once a second)."""
+        now = time.monotonic()
+        if now - self._gpus_seen_at > 1.0:
+            with contextlib.suppress(Exception):  # a scheduler busy or gone: the last count
+                self._gpu_count = max(1, len(self.gpu_workers()))
+            self._gpus_seen_at = now
+        return BATCHES_IN_FLIGHT * self._gpu_count
+
     def _send_waiting(self) -> None:
         """The replays waiting, in batches, while GPU workers have a free slot."""
         batches = []
+        slots = self._gpu_slots()
         with self._lock:
-            slots = BATCHES_IN_FLIGHT * max(1, len(self._gpus))
             while self._waiting and self._batches < slots and not self._closed:
                 batch, self._waiting = self._waiting[:MAX_BATCH], self._waiting[MAX_BATCH:]
                 self._batches += 1
