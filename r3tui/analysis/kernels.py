@@ -66,6 +66,12 @@ class Parsed:
     def text(self, node: ts.Node) -> str:
         return self.data[node.start_byte:node.end_byte].decode("utf-8", "replace")
 
+    def indent_at(self, byte: int) -> str:
+        """The blanks that start the line holding ``byte``, up to ``byte``."""
+        start = self.data.rfind(b"\n", 0, byte) + 1
+        line = self.data[start:byte].decode()
+        return line[:len(line) - len(line.lstrip(" \t"))]
+
 
 @lru_cache(maxsize=32)
 def declared_kernels(source: str, name: str

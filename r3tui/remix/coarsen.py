@@ -157,7 +157,7 @@ class _Coarsening(IndexDependence):
                 + "\n".join(t.rstrip("\n") for t in fast)
                 + f"\n{lines}}} else {{\n"
                 + "\n".join(t.rstrip("\n") for t in slow) + f"\n{lines}}}")
-        closing_indent = self._indent_at(self.body.end_byte - 1)
+        closing_indent = self.parsed.indent_at(self.body.end_byte - 1)
         new_body = ("{\n" + "".join(p.rstrip("\n") + "\n" for p in parts) + closing_indent + "}")
         begin, end = self.parsed.char(self.body.start_byte), self.parsed.char(self.body.end_byte)
         out = self.source[:begin] + new_body + self.source[end:]
@@ -176,16 +176,8 @@ class _Coarsening(IndexDependence):
             previous = previous.prev_sibling
         return out[::-1]
 
-    def _line_start(self, byte: int) -> int:
-        return self.parsed.data.rfind(b"\n", 0, byte) + 1
-
     def _indent(self, node: ts.Node) -> str:
-        return self._indent_at(node.start_byte)
-
-    def _indent_at(self, byte: int) -> str:
-        start = self._line_start(byte)
-        line = self.parsed.data[start:byte].decode()
-        return line[:len(line) - len(line.lstrip(" \t"))]
+        return self.parsed.indent_at(node.start_byte)
 
     def _loop(self, indent: str, inner: str) -> str:
         inner = inner.rstrip()

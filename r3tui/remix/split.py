@@ -256,7 +256,7 @@ def _rewrite(source: str, parsed: Parsed, reading: IndexDependence, index: GridI
             raise Declined(f"line {reading.line(node)}: a statement before the loop writes "
                            "memory, which each thread of an element's group would")
     edits: list[tuple[int, int, str]] = []
-    indent = _indent(parsed, index.node.start_byte)
+    indent = parsed.indent_at(index.node.start_byte)
     factors = " ".join(str(f) for f in FACTORS)
     line_start = parsed.data.rfind(b"\n", 0, index.node.start_byte) + 1
     edits.append((line_start, line_start,
@@ -277,7 +277,7 @@ def _rewrite(source: str, parsed: Parsed, reading: IndexDependence, index: GridI
     while first > 0 and top[first - 1].type == "preproc_call":
         first -= 1
     at = parsed.data.rfind(b"\n", 0, top[first].start_byte) + 1
-    loop_indent = _indent(parsed, loop.node.start_byte)
+    loop_indent = parsed.indent_at(loop.node.start_byte)
     zero = " ".join(f"{name} = 0;" for name in loop.sums)
     edits.append((at, at, f"{loop_indent}if ({LANE} != 0) {{ {zero} }}\n"))
     start = reading.text(loop.start)
@@ -308,9 +308,3 @@ def _rewrite(source: str, parsed: Parsed, reading: IndexDependence, index: GridI
     return out, (f"the loop over {loop.counter} (line {reading.line(loop.node)}) split over "
                  f"{MACRO} threads an element, each in {{{factors}}}, its sums {sums} added "
                  "with warp shuffles")
-
-
-def _indent(parsed: Parsed, byte: int) -> str:
-    start = parsed.data.rfind(b"\n", 0, byte) + 1
-    line = parsed.data[start:byte].decode()
-    return line[:len(line) - len(line.lstrip(" \t"))]
