@@ -80,17 +80,6 @@ def variants(source: str, example: str, rules: tuple[str, ...] | None = None
     return out
 
 
-def fits(text: str, defines: tuple[tuple[str, str], ...], block: object) -> bool:
-    """Whether the variant's ``// r3: require`` relations hold at ``defines`` and the
-    recorded block (a split's threads of an element must divide its x extent)."""
-    from r3tui.search.source import parse_relations
-
-    env = {"BLOCK_X": block.x, "BLOCK_Y": block.y, "BLOCK_Z": block.z,  # type: ignore[attr-defined]
-           "BLOCK_THREADS": block.volume,  # type: ignore[attr-defined]
-           **{k: int(v) for k, v in defines if v.lstrip("-").isdigit()}}
-    return all(r.holds(env) for r in parse_relations(text) if r.names <= env.keys())
-
-
 def run_example(example: str, scale: float, rounds: int, work: Path,
                 rules: tuple[str, ...] | None = None) -> list[str]:
     from r3tui.compile.base import CompileRequest, get_toolchain
@@ -99,7 +88,7 @@ def run_example(example: str, scale: float, rounds: int, work: Path,
     from r3tui.record.kernel_recorder import RecordKernelRequest, record_kernel
     from r3tui.replay.candidate import Candidate
     from r3tui.replay.worker import ReplayWorker
-    from r3tui.search.source import grid_scaling
+    from r3tui.search.source import grid_scaling, requirements_hold
     from r3tui.search.winner import summarize
 
     ex = ROOT / "examples" / example
@@ -118,7 +107,10 @@ def run_example(example: str, scale: float, rounds: int, work: Path,
         if not worker.evaluate(original, timed=False).ok:
             return [f"{example:10} the original does not replay"]
         for label, text, defines in variants(source, example, rules):
-            if not fits(text, defines, block):
+            # the variant's `// r3: require` relations at the recorded block (a split's
+            # threads of an element must divide its x extent)
+            if not requirements_hold(text, block, {k: int(v) for k, v in defines
+                                                   if v.lstrip("-").isdigit()}):
                 lines.append(f"{example:10} {label:40} not at the recorded block {block}")
                 continue
             compiled = nvrtc.compile(CompileRequest(text, example, arch=info.arch,

@@ -38,6 +38,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from r3tui.analysis.text import mask
+from r3tui.domain import Dim3
 from r3tui.errors import ConfigError, KernelNotFound
 from r3tui.search.expressions import Relation
 
@@ -174,6 +175,19 @@ def parse_relations(source: str) -> tuple[Relation, ...]:
         except ConfigError as exc:
             raise DeclarationError(f"line {line}: {exc}", hint=exc.hint) from None
     return tuple(relations)
+
+
+def block_env(block: Dim3) -> dict[str, int]:
+    """The block's names in ``// r3: require`` and ``// r3: shared`` expressions."""
+    return {"BLOCK_X": block.x, "BLOCK_Y": block.y, "BLOCK_Z": block.z,
+            "BLOCK_THREADS": block.volume}
+
+
+def requirements_hold(source: str, block: Dim3, values: Mapping[str, int]) -> bool:
+    """Whether ``source``'s ``// r3: require`` relations hold at ``block`` and the tunables'
+    ``values``; a relation that names a tunable not among them is not judged."""
+    env = {**block_env(block), **values}
+    return all(r.holds(env) for r in parse_relations(source) if r.names <= env.keys())
 
 
 _EXTERN_SHARED = re.compile(r"\bextern\s+__shared__\b|\b__shared__\s+extern\b")

@@ -53,7 +53,7 @@ from r3tui.search.parts import (
     defines_for,
     option_dims,
 )
-from r3tui.search.source import Tunable, TunableValue
+from r3tui.search.source import Tunable, TunableValue, block_env
 
 __all__ = [
     "BLOCK_NAMES", "DEFAULT", "FAST_MATH", "INT_LADDERS", "KNOWN_DEFAULTS",
@@ -101,8 +101,7 @@ class _View:
 
     def env(self) -> dict[str, int]:
         env = {k: v for k, v in self.tunables.items() if isinstance(v, int)}
-        env.update(BLOCK_X=self.block.x, BLOCK_Y=self.block.y, BLOCK_Z=self.block.z,
-                   BLOCK_THREADS=self.block.volume)
+        env.update(block_env(self.block))
         return env
 
 

@@ -31,7 +31,7 @@ def test_every_rule_variant_replays_to_the_recorded_epilogue(example: str,
     from r3tui.remix.rules import RULES, apply_rule
     from r3tui.replay.candidate import Candidate
     from r3tui.replay.worker import ReplayWorker
-    from r3tui.search.source import grid_scaling, parse_relations, parse_tunables
+    from r3tui.search.source import grid_scaling, parse_tunables, requirements_hold
 
     ex = REPO / "examples" / example
     source = (ex / "kernel.cu").read_text()
@@ -48,14 +48,11 @@ def test_every_rule_variant_replays_to_the_recorded_epilogue(example: str,
             if not made.ok or made.source is None:
                 continue
             tunables = [t for t in parse_tunables(made.source) if t.name.startswith("R3_")]
-            relations = parse_relations(made.source)
             settings: list[tuple[tuple[str, str], ...]] = [()]
             for t in tunables:  # the smallest value and the largest the recorded block takes
                 # (a split's threads of an element must divide the block's x extent)
-                fit = [v for v in t.values if all(r.holds(
-                    {"BLOCK_X": block.x, "BLOCK_Y": block.y, "BLOCK_Z": block.z,
-                     "BLOCK_THREADS": block.volume, t.name: v}) for r in relations
-                    if r.names <= {"BLOCK_X", "BLOCK_Y", "BLOCK_Z", "BLOCK_THREADS", t.name})]
+                fit = [v for v in t.values if requirements_hold(
+                    made.source, block, {t.name: v} if isinstance(v, int) else {})]
                 settings += [((t.name, str(v)),) for v in (fit[0], fit[-1])]
             if len(tunables) > 1:  # a coarsened tile: every axis divided at once, by 2 (8 x 8
                 # at stencil7's recorded 8x8x8 block asks 210 registers a thread: too many to
