@@ -158,8 +158,8 @@ class _Loop:
         for n in walk(body):
             if n.type == "return_statement":
                 raise Declined("the loop returns from the kernel")
-            if n.type == "break_statement" and _target(n) is not None \
-                    and _target(n).id == self.node.id:  # type: ignore[union-attr]
+            left = _target(n) if n.type == "break_statement" else None
+            if left is not None and left.id == self.node.id:
                 raise Declined("the loop may end early (`break`)")
         if r.writes_memory(body):
             raise Declined("the loop writes memory or calls what might")
