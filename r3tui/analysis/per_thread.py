@@ -395,6 +395,59 @@ class IndexDependence:
         return len([n for n in statements(self.body) if n.type != "comment"]) - 1
 
 
+@dataclass(frozen=True)
+class CountedLoop:
+    """``for (T k = START; k < END; ++k) BODY`` (or ``<=``, ``k++``, ``k += 1``): the parts
+    a rule reads and edits."""
+
+    node: ts.Node
+    counter: str
+    counter_type: str  # as declared, without const
+    start: ts.Node
+    condition: ts.Node
+    op: str  # "<" or "<="
+    end: ts.Node
+    update: ts.Node
+    body: ts.Node
+
+
+def counted_loop(reading: IndexDependence, node: ts.Node) -> CountedLoop:
+    """``node`` (a ``for`` statement) read as a loop that declares its counter, tests it
+    against an end that does not depend on it, and steps it by one; :class:`Unsupported`
+    saying which of these it is not."""
+    r = reading
+    init = node.child_by_field_name("initializer")
+    condition = node.child_by_field_name("condition")
+    update = node.child_by_field_name("update")
+    body = node.child_by_field_name("body")
+    if init is None or init.type != "declaration" or condition is None \
+            or update is None or body is None:
+        raise Unsupported("the loop does not declare its counter, test it and step it")
+    declarators = init.children_by_field_name("declarator")
+    if len(declarators) != 1 or declarators[0].type != "init_declarator":
+        raise Unsupported("the loop declares more than its counter")
+    name = declarators[0].child_by_field_name("declarator")
+    value = declarators[0].child_by_field_name("value")
+    if name is None or name.type != "identifier" or value is None:
+        raise Unsupported("the loop's counter is not a plain local")
+    counter = r.text(name)
+    kind = re.sub(r"^const\s+", "", r.text(init)[:name.start_byte - init.start_byte].strip())
+    if re.search(r"\bauto\b", kind) or not kind:
+        raise Unsupported("the loop's counter is declared `auto`")
+    op = condition.child_by_field_name("operator")
+    left = condition.child_by_field_name("left")
+    end = condition.child_by_field_name("right")
+    if condition.type != "binary_expression" or op is None or left is None or end is None \
+            or r.text(op) not in ("<", "<=") or r.text(left) != counter:
+        raise Unsupported(f"the loop's test is not `{counter} < END` (or `<=`)")
+    if r.mentions(end, {counter}):
+        raise Unsupported("the loop's end depends on its counter")
+    if re.sub(r"\s+", "", r.text(update)) not in (
+            f"++{counter}", f"{counter}++", f"{counter}+=1", f"{counter}={counter}+1"):
+        raise Unsupported(f"the loop does not step {counter} by one")
+    return CountedLoop(node, counter, kind, value, condition, r.text(op), end, update, body)
+
+
 def declared_name(declarator: ts.Node) -> ts.Node | None:
     """The identifier a declarator declares (through pointers, arrays, initializers)."""
     node: ts.Node | None = declarator

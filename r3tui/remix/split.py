@@ -45,6 +45,7 @@ from r3tui.analysis.per_thread import (
     Unsupported,
     axis_alone,
     check_alone,
+    counted_loop,
     declared_name,
     grid_indices,
     lvalue_base,
@@ -105,51 +106,15 @@ class _Loop:
     def __init__(self, reading: IndexDependence, k: int) -> None:
         self.k, self.node = k, reading.top[k]
         self.reading = reading
-        node = self.node
-        init = node.child_by_field_name("initializer")
-        condition = node.child_by_field_name("condition")
-        self.update = node.child_by_field_name("update")
-        self.body = node.child_by_field_name("body")
-        if init is None or init.type != "declaration" or condition is None \
-                or self.update is None or self.body is None:
-            raise Declined("the loop does not declare its counter, test it and step it")
-        declarators = init.children_by_field_name("declarator")
-        if len(declarators) != 1 or declarators[0].type != "init_declarator":
-            raise Declined("the loop declares more than its counter")
-        name = declarators[0].child_by_field_name("declarator")
-        value = declarators[0].child_by_field_name("value")
-        if name is None or name.type != "identifier" or value is None:
-            raise Declined("the loop's counter is not a plain local")
-        self.counter, self.start = reading.text(name), value
-        if re.search(r"\bauto\b", reading.text(init)):
-            raise Declined("the loop's counter is declared `auto`")
-        self._check_condition(condition)
-        self._check_step()
+        loop = counted_loop(reading, self.node)
+        self.counter, self.start = loop.counter, loop.start
+        self.update, self.body = loop.update, loop.body
         self.sums = self._sums()
         # the loop's start and end are each thread's own, read where the sums already differ
         # between a group's threads (started at zero in all but the first)
-        for part, what in ((value, "start"), (condition, "test")):
+        for part, what in ((loop.start, "start"), (loop.condition, "test")):
             if reading.mentions(part, set(self.sums)):
                 raise Declined(f"the loop's {what} reads a sum")
-
-    def _check_condition(self, condition: ts.Node) -> None:
-        r = self.reading
-        op = condition.child_by_field_name("operator")
-        left = condition.child_by_field_name("left")
-        if condition.type != "binary_expression" or op is None or left is None \
-                or r.text(op) not in ("<", "<=") or r.text(left) != self.counter:
-            raise Declined(f"the loop's test is not `{self.counter} < END` (or `<=`)")
-        right = condition.child_by_field_name("right")
-        if right is not None and r.mentions(right, {self.counter}):
-            raise Declined("the loop's end depends on its counter")
-
-    def _check_step(self) -> None:
-        r, update = self.reading, self.update
-        assert update is not None
-        compact = re.sub(r"\s+", "", r.text(update))
-        if compact not in (f"++{self.counter}", f"{self.counter}++", f"{self.counter}+=1",
-                           f"{self.counter}={self.counter}+1"):
-            raise Declined(f"the loop does not step {self.counter} by one")
 
     def _sums(self) -> dict[str, str]:
         """Every local the loop's body writes that is declared outside it, each a sum."""
