@@ -5,7 +5,9 @@ built-in indices and the few CUDA names the examples use.  :func:`launch` (``lau
 block, [&] { k(...); })``) calls the kernel once per thread of the grid, one after another:
 exact for a kernel whose threads neither synchronize nor share memory (the kernels the
 coarsening rule accepts).  ``launch_threads`` runs each block's threads at once, one system
-thread each, so ``__syncthreads()`` (a barrier a thread that returned no longer waits for) and
+thread each, so ``__syncthreads()`` (a barrier a thread that returned no longer waits for; a
+block whose threads reach different numbers of barriers aborts the run), shared memory (one
+buffer for the dynamic shared memory, the blocks running one after another) and
 ``__shfl_xor_sync`` (lanes exchange through a barrier over the lanes of its mask; a lane
 outside the mask, reading or read, aborts the run, and a lane of the mask that never comes
 stops it by an alarm) behave as the GPU's do for such code.  Both are real compiles and real
@@ -15,8 +17,10 @@ for the GPU's timing or memory model.
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
@@ -51,6 +55,11 @@ template <class T> static inline T __ldg(const T* p) { return *p; }
 #define __forceinline__ inline
 #define __restrict__ __restrict
 #define __launch_bounds__(...)
+#define __shared__
+#define __align__(n)
+// a block's dynamic shared memory: every `extern __shared__ T name[];` names it (run() makes
+// such a declaration a pointer to it); the blocks run one after another, so one buffer serves
+alignas(16) unsigned char r3_dynamic_shared[1 << 20];
 
 template <class F>
 static void launch(dim3 grid, dim3 block, F kernel) {
@@ -68,9 +77,12 @@ static void launch(dim3 grid, dim3 block, F kernel) {
     }
 }
 
-// __syncthreads: one barrier a block; a thread that returns drops out of it
+// __syncthreads: one barrier a block; a thread that returns drops out of it.  Each thread
+// counts the barriers it reaches: a block whose threads reach different numbers of them aborts
+// the run (on the GPU a barrier not every thread of the block reaches is undefined)
 static std::barrier<>* r3_block_barrier = nullptr;
-static void __syncthreads() { r3_block_barrier->arrive_and_wait(); }
+static thread_local unsigned long r3_barriers;
+static void __syncthreads() { ++r3_barriers; r3_block_barrier->arrive_and_wait(); }
 
 // warp shuffles: the lanes of one mask of one warp meet at a barrier of their own
 struct r3_exchange {
@@ -115,19 +127,31 @@ static void launch_threads(dim3 grid, dim3 block, F kernel) {
     for (unsigned bz = 0; bz < grid.z; ++bz)
     for (unsigned by = 0; by < grid.y; ++by)
     for (unsigned bx = 0; bx < grid.x; ++bx) {
+        // what no thread of the block wrote reads as NaN
+        std::memset(r3_dynamic_shared, 0xff, sizeof r3_dynamic_shared);
         std::barrier<> sync((std::ptrdiff_t)volume);
         r3_block_barrier = &sync;
         std::vector<std::thread> threads;
+        std::vector<unsigned long> reached(volume);
         for (unsigned t = 0; t < volume; ++t) {
             threads.emplace_back([&, t] {
                 blockIdx = {bx, by, bz};
                 threadIdx = {t % block.x, t / block.x % block.y, t / (block.x * block.y)};
                 r3_linear = t;
+                r3_barriers = 0;
                 kernel();
+                reached[t] = r3_barriers;
                 sync.arrive_and_drop();
             });
         }
         for (auto& thread : threads) thread.join();
+        for (unsigned t = 1; t < volume; ++t) {
+            if (reached[t] != reached[0]) {
+                fprintf(stderr, "block (%u,%u,%u): thread %u reached %lu barriers, thread 0 %lu\n",
+                        bx, by, bz, t, reached[t], reached[0]);
+                std::abort();
+            }
+        }
         r3_exchanges.clear();
     }
     alarm(0);
@@ -140,6 +164,11 @@ static unsigned r3_cover(unsigned work, unsigned divisor, unsigned block) {
 """
 
 
+# `extern __shared__ [__align__(n)] T name[];`: the block's dynamic shared memory
+_EXTERN_SHARED = re.compile(r"\bextern\s+__shared__\s+(?:__align__\s*\(\s*\d+\s*\)\s+)?"
+                            r"(?P<type>[A-Za-z_][\w\s]*?)\s+(?P<name>\w+)\s*\[\s*\]\s*;")
+
+
 def compiler() -> str:
     found = shutil.which("g++")
     if found is None:
@@ -147,20 +176,47 @@ def compiler() -> str:
     return found
 
 
-def run(source: str, driver: str, tmp: Path, defines: dict[str, int] | None = None,
-        name: str = "kernel") -> str:
+def build(source: str, driver: str, tmp: Path, defines: Mapping[str, int | str] | None = None,
+          name: str = "kernel", sanitize: bool = False) -> Path:
     """Compile ``source`` (the kernel) with ``driver`` (C++ that defines ``main``, launches
-    through ``launch(grid, block, [&] { k(...); })`` and prints what it checks), run it, and
-    give its standard output."""
+    through ``launch(grid, block, [&] { k(...); })`` and prints what it checks): the
+    executable.  ``sanitize``: built with AddressSanitizer, so a read or write outside the
+    driver's arrays stops the run.  A define may be an expression the driver evaluates when it
+    runs (``{"BX": RUNTIME.format("BX")}`` takes the block's x extent from the environment,
+    one build for every block)."""
     unit = tmp / f"{name}.cpp"
+    source = _EXTERN_SHARED.sub(
+        lambda m: f"{m['type']}* const {m['name']} = reinterpret_cast<{m['type']}*>("
+                  "r3_dynamic_shared);", source)
     unit.write_text(PRELUDE + "\n" + source + "\n" + driver)
     exe = tmp / name
     flags = [f"-D{k}={v}" for k, v in (defines or {}).items()]
+    if sanitize:
+        flags += ["-fsanitize=address", "-fno-omit-frame-pointer"]
     built = subprocess.run([compiler(), "-std=c++20", "-pthread", "-O1", "-w",
                             "-ffp-contract=off",
                             *flags, str(unit), "-o", str(exe)],
                            capture_output=True, text=True, timeout=120)
     assert built.returncode == 0, built.stderr[-4000:] + "\n" + source
-    ran = subprocess.run([str(exe)], capture_output=True, text=True, timeout=120)
+    return exe
+
+
+# a define read from the environment when the program runs: RUNTIME.format("BX")
+RUNTIME = "atoi(getenv(\"R3_{}\"))"
+
+
+def execute(exe: Path, env: dict[str, int] | None = None) -> str:
+    """Run a built kernel (``env``: the values of its RUNTIME defines): its standard output."""
+    import os
+
+    extra = {f"R3_{k}": str(v) for k, v in (env or {}).items()}
+    ran = subprocess.run([str(exe)], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, **extra})
     assert ran.returncode == 0, ran.stderr[-2000:]
     return ran.stdout
+
+
+def run(source: str, driver: str, tmp: Path, defines: dict[str, int] | None = None,
+        name: str = "kernel", sanitize: bool = False) -> str:
+    """:func:`build` and :func:`execute` at once: the program's standard output."""
+    return execute(build(source, driver, tmp, dict(defines or {}), name, sanitize))
