@@ -88,7 +88,7 @@ def run_example(example: str, scale: float, rounds: int, work: Path,
     from r3tui.record.kernel_recorder import RecordKernelRequest, record_kernel
     from r3tui.replay.candidate import Candidate
     from r3tui.replay.worker import ReplayWorker
-    from r3tui.search.source import grid_scaling, requirements_hold
+    from r3tui.search.source import grid_scaling, requirements_hold, shared_bytes_at
     from r3tui.search.winner import summarize
 
     ex = ROOT / "examples" / example
@@ -119,8 +119,12 @@ def run_example(example: str, scale: float, rounds: int, work: Path,
                 lines.append(f"{example:10} {label:40} does not compile")
                 continue
             divisor, multiplier = grid_scaling(text, dict(defines))
+            # a tiled variant launches with the dynamic shared memory it declares
+            shared = shared_bytes_at(text, block, {k: int(v) for k, v in defines
+                                                   if v.lstrip("-").isdigit()})
             candidate = Candidate.from_compiled(compiled, block=block, work_divisor=divisor,
-                                                work_multiplier=multiplier)
+                                                work_multiplier=multiplier,
+                                                shared_mem_bytes=shared)
             measured = worker.evaluate(candidate, timed=False)
             if not measured.ok:
                 lines.append(f"{example:10} {label:40} {measured.status.value}: "

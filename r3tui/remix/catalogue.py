@@ -104,6 +104,7 @@ CATALOGUE: tuple[Transformation, ...] = (
         "tiling",
         "Stage the part of the input that neighbouring threads all read in a `__shared__` "
         "array: load it cooperatively, `__syncthreads()`, compute from it, `__syncthreads()`.",
+        rule="tile_shared",
         example=(
             "    float acc = 0.0f;\n"
             "    for (int j = 0; j < n; ++j) {\n"

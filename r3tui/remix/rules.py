@@ -32,6 +32,7 @@ from r3tui.remix.coarsen import Declined
 from r3tui.remix.coarsen import coarsen as coarsen_kernel
 from r3tui.remix.edits import KernelSpan, entry_point_problem, find_kernel
 from r3tui.remix.split import split_loop as split_kernel_loop
+from r3tui.remix.tile import tile_loop
 
 
 @dataclass(frozen=True)
@@ -439,8 +440,10 @@ _ENCLOSING = re.compile(
 _SYNC = re.compile(r"__syncthreads|__syncwarp|\.sync\s*\(|__shared__|\bgrid_group\b|"
                    r"__threadfence_block|\bthis_grid\b")
 WPT_FACTORS = (1, 2, 4, 8, 16)
-# rules whose variants pay only with a smaller grid (never offered for an application's kernel)
-GRID_RULES = frozenset({"grid_stride", "strided_accumulate", "coarsen", "split_loop"})
+# rules whose variants need a launch the search sets (another grid, or dynamic shared memory):
+# never offered for an application's kernel, whose host code sets its launch
+LAUNCH_RULES = frozenset({"grid_stride", "strided_accumulate", "coarsen", "split_loop",
+                          "tile_shared"})
 
 
 def _kernel_body(source: str, kernel_name: str) -> tuple[KernelSpan, str, int, str] | RuleResult:
@@ -828,6 +831,16 @@ def split_loop(source: str, kernel_name: str, rng: random.Random) -> RuleResult:
     return _finish(source, out, kernel_name, detail)
 
 
+def tile_shared(source: str, kernel_name: str, rng: random.Random) -> RuleResult:
+    """A loop's reads that the block's threads share, staged in shared memory tiles of a
+    tunable number of iterations (:mod:`r3tui.remix.tile`)."""
+    try:
+        out, detail = tile_loop(source, kernel_name, rng)
+    except Declined as exc:
+        return _declined(str(exc))
+    return _finish(source, out, kernel_name, detail)
+
+
 RULES: dict[str, Rule] = {
     "restrict_const": restrict_const,
     "ldg_loads": ldg_loads,
@@ -839,6 +852,7 @@ RULES: dict[str, Rule] = {
     "vector_access": vector_access,
     "coarsen": coarsen,
     "split_loop": split_loop,
+    "tile_shared": tile_shared,
 }
 
 

@@ -215,6 +215,17 @@ def parse_shared(source: str) -> Relation | None:
     return found
 
 
+def shared_bytes_at(source: str, block: Dim3, values: Mapping[str, int]) -> int | None:
+    """The dynamic shared memory ``source``'s ``// r3: shared`` expression gives at ``block``
+    and the tunables' ``values`` (the source's defaults for those not given); None without
+    the declaration (the recorded size is launched)."""
+    expression = parse_shared(source)
+    if expression is None:
+        return None
+    defaults = {t.name: t.default for t in parse_tunables(source) if isinstance(t.default, int)}
+    return expression.value({**block_env(block), **defaults, **values})
+
+
 AXES = ("x", "y", "z")
 
 

@@ -31,7 +31,12 @@ def test_every_rule_variant_replays_to_the_recorded_epilogue(example: str,
     from r3tui.remix.rules import RULES, apply_rule
     from r3tui.replay.candidate import Candidate
     from r3tui.replay.worker import ReplayWorker
-    from r3tui.search.source import grid_scaling, parse_tunables, requirements_hold
+    from r3tui.search.source import (
+        grid_scaling,
+        parse_tunables,
+        requirements_hold,
+        shared_bytes_at,
+    )
 
     ex = REPO / "examples" / example
     source = (ex / "kernel.cu").read_text()
@@ -41,6 +46,7 @@ def test_every_rule_variant_replays_to_the_recorded_epilogue(example: str,
     block = Bundle.open(bundle_path).manifest.launch.block
     nvrtc = get_toolchain("nvrtc")
     ran = []
+    tiled: list[tuple[tuple[tuple[str, str], ...], int | None]] = []
     with ReplayWorker(bundle_path, timeout_s=60) as worker:
         worker.start()
         for rule in sorted(RULES):
@@ -65,13 +71,19 @@ def test_every_rule_variant_replays_to_the_recorded_epilogue(example: str,
                 # elements per thread (along each axis it declares), a split one a grid
                 # multiplied by the threads that share an element
                 divisor, multiplier = scaling = grid_scaling(made.source, dict(defines))
+                # a tiled variant launches with the dynamic shared memory it declares
+                shared_bytes = shared_bytes_at(made.source, block,
+                                               {name: int(value) for name, value in defines})
                 measured = worker.evaluate(
                     Candidate.from_compiled(compiled, block=block, work_divisor=divisor,
-                                            work_multiplier=multiplier), timed=False)
+                                            work_multiplier=multiplier,
+                                            shared_mem_bytes=shared_bytes), timed=False)
                 assert measured.status is MeasurementStatus.OK, (rule, defines,
                                                                  measured.error_text)
                 assert measured.verified is True
                 ran.append((rule, defines, scaling))
+                if rule == "tile_shared":
+                    tiled.append((defines, shared_bytes))
         if example == "softmax":  # all three of its loops vectorized, one after the other
             text = source
             for step in range(3):
@@ -98,3 +110,6 @@ def test_every_rule_variant_replays_to_the_recorded_epilogue(example: str,
         most = 16 if example == "sgemm" else 32
         assert any(rule == "split_loop" and scaled[1] == (most, 1, 1)
                    for rule, _d, scaled in ran)
+    if example in ("sgemm", "nbody"):  # their loops' shared reads staged, 256 iterations a
+        # tile (sgemm's 16x16 block: 32 KiB of tiles)
+        assert any(d == (("R3_TILE", "256"),) and b for d, b in tiled), tiled

@@ -91,7 +91,7 @@ def test_no_rule_applies_is_a_failed_proposal_naming_each_rule() -> None:
 
 
 def test_a_requested_transformation_without_rule_needs_the_model() -> None:
-    ctx = MutationContext("sgemm", SGEMM, transformation=transformation("shared_memory_tile"))
+    ctx = MutationContext("sgemm", SGEMM, transformation=transformation("hoist_invariant_loads"))
     proposal = Mutator(None).propose(ctx, random.Random(0))
     assert not proposal.ok and "needs the model" in (proposal.reason or "")
     with pytest.raises(Exception, match="needs a model"):

@@ -13,7 +13,7 @@ import pytest
 
 from r3tui.compile import CompileRequest, get_toolchain
 from r3tui.domain import Dim3
-from r3tui.remix.rules import GRID_RULES, apply_rule
+from r3tui.remix.rules import LAUNCH_RULES, apply_rule
 from r3tui.remix.split import FACTORS, Declined, split_loop
 from r3tui.replay.candidate import Candidate
 from r3tui.search.source import (
@@ -237,7 +237,7 @@ def test_an_axis_takes_one_grid_declaration() -> None:
 
 
 def test_the_rule_is_offered_only_where_the_search_launches_the_grid() -> None:
-    assert "split_loop" in GRID_RULES
+    assert "split_loop" in LAUNCH_RULES
     made = apply_rule("split_loop", example("spmv_csr"), "spmv_csr", random.Random(0))
     assert made.ok and made.source is not None and made.detail
     for name in ("reduce_sum", "softmax"):  # shared memory: threads work together
