@@ -53,7 +53,9 @@ def fitness_of(
     s: Session, variant: Variant, recorded_block: Dim3, dynamic_shared: int = 0
 ) -> VariantFitness | None:
     """The variant's best trial: the one the inner loop chose (re-timed against the baseline),
-    or the fastest ok trial when it chose none."""
+    or the fastest ok trial when it chose none.  Its shared memory is the compiled kernel's
+    static bytes plus the dynamic bytes the trial launched with (``dynamic_shared`` where the
+    trial launched with the recorded size)."""
     from db import repository as repo
 
     assert variant.id is not None
@@ -74,6 +76,8 @@ def fitness_of(
     res = trial.measurement.resources
     block = trial.config.block or recorded_block
     static = res.shared_mem_bytes or 0
+    if trial.config.shared_mem_bytes is not None:  # a size of its own (`// r3: shared`)
+        dynamic_shared = trial.config.shared_mem_bytes
     return VariantFitness(
         variant.id,
         trial.measurement.time.median_s,
