@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import tree_sitter as ts
 
-from r3tui.analysis.kernels import Parsed, declared_kernels
+from r3tui.analysis.kernels import Parsed, base_name, declared_kernels
 
 
 @dataclass(frozen=True)
@@ -45,9 +45,10 @@ class ForLoop:
 
 
 def kernel_body(source: str, kernel: str) -> tuple[ts.Node, Parsed] | None:
-    """The body of the first definition of ``kernel`` (its unqualified name) in the parse of
-    ``source``, with that parse's text (None: no definition)."""
-    found, parsed = declared_kernels(source, kernel)
+    """The body of the first definition of ``kernel`` (``k``, or a qualified name such as
+    ``ns::k<8>``, as a campaign on a templated kernel names it) in the parse of ``source``,
+    with that parse's text (None: no definition)."""
+    found, parsed = declared_kernels(source, base_name(kernel))
     for node, declaration in found:
         body = node.child_by_field_name("body")
         if declaration.defined and body is not None:

@@ -22,6 +22,8 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from r3tui.analysis.kernels import base_name
+
 SEARCH_MARK = "<<<<<<< SEARCH"
 DIVIDER = "======="
 REPLACE_MARK = ">>>>>>> REPLACE"
@@ -348,11 +350,6 @@ class KernelSpan:
     def signature(self) -> tuple[tuple[str, ...], ...]:
         """What the replay depends on: each parameter's type, qualifiers and name aside."""
         return tuple(p.type_tokens for p in self.params)
-
-
-def base_name(kernel_name: str) -> str:
-    """``"axpy<float>"`` -> ``"axpy"``, ``"ns::k"`` -> ``"k"``."""
-    return kernel_name.split("<", 1)[0].strip().split("::")[-1].strip()
 
 
 def _param(text: str, start: int, end: int) -> Param:

@@ -24,6 +24,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
+from r3tui.analysis.kernels import base_name
 from r3tui.domain import Dim3
 from r3tui.search.block import AXES, BlockFacts, BlockTie
 
@@ -38,11 +39,6 @@ _GROUP_WORDS = {"this_thread_block", "thread_rank", "num_threads", "dim_threads"
 _INT = re.compile(r"^\(?\s*(\d+)[uUlL]*\s*\)?$")
 
 
-def kernel_base_name(kernel: str) -> str:
-    """``ns::dot<256>`` -> ``dot`` (a mangled name is left as it is)."""
-    return re.sub(r"<.*", "", kernel).strip().split("::")[-1]
-
-
 def block_facts(source: str, kernel: str, block: Dim3,
                 defines: Mapping[str, str] | Sequence[tuple[str, str]] = (),
                 tunables: Mapping[str, Sequence[int]] | None = None) -> BlockFacts:
@@ -52,7 +48,7 @@ def block_facts(source: str, kernel: str, block: Dim3,
     from r3tui.analysis import ExecutionSpace, ItemKind, parse_translation_unit
 
     unit = parse_translation_unit(source)
-    name = kernel_base_name(kernel)
+    name = base_name(kernel)
     kernels = [f for f in unit.functions if f.name == name and f.space is ExecutionSpace.GLOBAL]
     extents = block.as_tuple()
     if not kernels:

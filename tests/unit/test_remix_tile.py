@@ -269,3 +269,18 @@ def test_the_search_launches_each_tile_with_its_shared_memory() -> None:
                        shared_mem_bytes=(32 + 32) * 256 * 4)
     assert space.from_config(too_much) is None
     assert any("shared memory" in why for why in space.check(too_much))
+
+
+@pytest.mark.parametrize(("rule", "source", "qualified"), [
+    ("tile_shared", BAND, "r3t::band<3>"),
+    ("coarsen", BAND, "r3t::band<3>"),
+    ("split_loop", ROWDOT, "ns::rowdot<float>"),
+])
+def test_the_parsed_rules_find_a_kernel_by_the_name_a_campaign_gives_it(
+        rule: str, source: str, qualified: str) -> None:
+    """A campaign on a templated kernel in a namespace names it as compiled (``ns::k<8>``):
+    the rules that read the parse find its definition by that name as by its own."""
+    plain = apply_rule(rule, source, qualified.split("<")[0].split("::")[-1], random.Random(0))
+    named = apply_rule(rule, source, qualified, random.Random(0))
+    assert plain.ok, plain.reason
+    assert named.ok and named.source == plain.source, named.reason
