@@ -10,7 +10,7 @@ from pathlib import Path
 from db import repository as repo
 from db.session import open_database
 from r3tui.domain import VariantOrigin, VariantStatus
-from r3tui.engine.campaign import _Request
+from r3tui.engine.proposals import ProposalRequest
 from r3tui.remix.catalogue import transformation
 from r3tui.remix.mutation import Proposal
 from tests.unit.test_engine_campaign import SOURCE, make_run, new_campaign
@@ -40,7 +40,7 @@ def test_a_source_already_in_the_campaign_is_a_duplicate_and_only_in_that_campai
         other_cid = new_campaign(database)
         run = make_run(database, cid)
         seed = run.seed_variant()
-        request = _Request(index=1, island=0, parent=seed, profile=None, inspirations=())
+        request = ProposalRequest(index=1, island=0, parent=seed, profile=None, inspirations=())
         # x + 0.0 is not x for x = -0.0: the compiler keeps the add, the code differs
         child_source = SOURCE.text.replace("out[idx] = in[idx];", "out[idx] = in[idx] + 0.0;")
         assert child_source != SOURCE.text
@@ -77,7 +77,7 @@ def test_a_source_already_in_the_campaign_is_a_duplicate_and_only_in_that_campai
         other = make_run(database, other_cid)
         other_seed = other.seed_variant()
         elsewhere = other.store_proposal(
-            _Request(index=1, island=0, parent=other_seed, profile=None, inspirations=()),
+            ProposalRequest(index=1, island=0, parent=other_seed, profile=None, inspirations=()),
             proposal(child_source),
         )
         assert elsewhere is not None and elsewhere.status is VariantStatus.PENDING
@@ -95,7 +95,7 @@ def test_how_a_proposal_was_made_is_stored_with_the_variant(tmp_path: Path) -> N
     database = open_database(tmp_path / "r3.sqlite")
     try:
         run = make_run(database, new_campaign(database))
-        request = _Request(index=1, island=0, parent=run.seed_variant(), profile=None,
+        request = ProposalRequest(index=1, island=0, parent=run.seed_variant(), profile=None,
                            inspirations=())
         source = SOURCE.text.replace("out[idx] = in[idx];", "out[idx] = in[idx] + 0.0;")
         detail = "1 of 2 edit(s); skipped edit 2: its SEARCH text is not in the kernel"
@@ -118,7 +118,7 @@ def test_a_change_that_compiles_to_the_same_code_is_not_stored(tmp_path: Path) -
         cid = new_campaign(database)
         run = make_run(database, cid)
         seed = run.seed_variant()
-        request = _Request(index=1, island=0, parent=seed, profile=None, inspirations=())
+        request = ProposalRequest(index=1, island=0, parent=seed, profile=None, inspirations=())
         const_only = SOURCE.text.replace("long long sy = nx;", "const long long sy = nx;")
         renamed = SOURCE.text.replace("sz", "plane")
         assert run.store_proposal(request, proposal(const_only)) is None

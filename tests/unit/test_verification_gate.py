@@ -12,8 +12,8 @@ import pytest
 from db import repository as repo
 from db.session import open_database
 from r3tui.domain import Dim3, MeasurementStatus, Variant, VariantOrigin, VariantStatus
-from r3tui.engine.campaign import _Request
 from r3tui.engine.lineage import classify
+from r3tui.engine.proposals import ProposalRequest
 from r3tui.record.manifest import CheckLaunch, LaunchInfo
 from r3tui.replay.candidate import Candidate
 from r3tui.replay.verify import CheckPolicy
@@ -43,7 +43,7 @@ def test_a_proposal_with_host_code_or_clock_reads_is_stored_unsafe_and_never_com
         run = make_run(database, cid)
         seed = run.seed_variant()
         run.evaluator_for = _never  # type: ignore[assignment]
-        request = _Request(index=1, island=0, parent=seed, profile=None, inspirations=())
+        request = ProposalRequest(index=1, island=0, parent=seed, profile=None, inspirations=())
         stored = run.store_proposal(request, proposal(text))
         assert stored.status is VariantStatus.UNSAFE
         assert mentions in (stored.status_reason or "")
