@@ -189,6 +189,12 @@ class _Loop:
                 raise Declined(f"the loop's body assigns its counter {self.counter}")
         if r.writes_memory(self.body):
             raise Declined("the loop writes memory or calls what might")
+        # a staged read's names are the index and the counter: a local of the body by one of
+        # those names would be another variable under the same name
+        hidden = r.declared_within(self.body) & {ix.name for ix in indices}
+        if hidden:
+            raise Declined(f"the loop's body declares {', '.join(sorted(hidden))}, the name of "
+                           "an index")
         self.tiles, why = self._tiles(staged)
         if not self.tiles:
             raise Declined("no read of the loop is shared by the block's threads"

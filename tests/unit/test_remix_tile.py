@@ -212,6 +212,7 @@ __global__ void k(const float* a, const float* b, float* out, int n, int m) {
     ("if (i >= n) return;", "s += a[j + (int)s];", "", "reads s"),
     ("if (i >= n) return;", "s += a[(int)out[j]];", "", "reads memory"),
     ("if (i >= n) return;", "s += a[j]; j += 1;", "", "assigns its counter"),
+    ("if (i >= n) return;", "{ int i = j % n; s += b[i + j]; }", "", "declares i"),
     ("if (i < 4) return;", "s += a[j];", "", "not an upper bound"),
     ("if (i >= n || b[i] > 0) return;", "s += a[j];", "", "reads memory"),
     ("if (n == 0) return;", "s += a[j];", "", "not a bound check"),
