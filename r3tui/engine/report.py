@@ -355,6 +355,9 @@ def export_variant(
                 # threads that share each element along x, y and z: that many times more
                 # blocks along each axis
                 "threads_per_item": list(work_multipliers(variant.source, config.tunables)),
+                # dynamic shared memory to launch with (a tiled variant's tiles, its
+                # `// r3: shared` expression at this block); null: the recorded launch's
+                "shared_mem_bytes": config.shared_mem_bytes,
                 "toolchain": config.toolchain,
                 "pipeline": config.pipeline,
                 "variant_id": variant.id,

@@ -285,3 +285,39 @@ def test_the_parsed_rules_find_a_kernel_by_the_name_a_campaign_gives_it(
     named = apply_rule(rule, source, qualified, random.Random(0))
     assert plain.ok, plain.reason
     assert named.ok and named.source == plain.source, named.reason
+
+
+def test_export_writes_the_shared_memory_the_winner_launches_with(tmp_path: Path) -> None:
+    """`r3 export` of a tiled variant: launch.json gives the dynamic shared memory its tiles
+    take at the winner's block and tile (null for a variant launched as recorded)."""
+    import json
+    from dataclasses import replace
+
+    from db import repository as repo
+    from db.session import open_database
+    from r3tui.domain import Campaign, Variant, VariantOrigin
+    from r3tui.engine.report import export_variant
+    from tests.db.factories import config, ok, recording
+
+    original = SOURCES["sgemm"]
+    variant, _ = tile_loop(original, "sgemm", random.Random(0))
+    tiled = replace(config(block=16), block=Dim3(16, 16, 1), tunables={MACRO: 16},
+                    launch_bounds=None, shared_mem_bytes=(16 + 16) * 16 * 4)
+    database = open_database(tmp_path / "r3.sqlite", create=True, upgrade=True)
+    with database.session_scope() as s:
+        rid = repo.add_recording(s, recording("sgemm"), {})
+        cid = repo.create_campaign(s, Campaign("remix", rid, seed=0))
+        seed = repo.add_variant(s, Variant(cid, original, VariantOrigin.SEED))
+        vid = repo.add_variant(s, Variant(cid, variant, VariantOrigin.RULE, parent_id=seed))
+        repo.insert_trial(s, cid, seed, replace(config(block=256), tunables={}), ok(2e-4))
+        repo.insert_trial(s, cid, vid, tiled, ok(5e-5))
+    with database.session_scope() as s:
+        files = export_variant(s, cid, vid, tmp_path / "tiled")
+        plain = export_variant(s, cid, seed, tmp_path / "plain")
+    database.close()
+    launch = json.loads(next(p for p in files if p.name == "launch.json").read_text())
+    assert launch["tunables"] == {MACRO: 16} and launch["block"] == [16, 16, 1]
+    assert launch["shared_mem_bytes"] == 2048
+    assert shared_bytes_at(variant, Dim3(16, 16, 1), launch["tunables"]) == 2048
+    recorded = json.loads(next(p for p in plain if p.name == "launch.json").read_text())
+    assert recorded["shared_mem_bytes"] is None
