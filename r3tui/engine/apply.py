@@ -129,6 +129,8 @@ class _Best:
     kernel_speedup: float | None = None
     unsafe: str | None = None
     neighbours: tuple[tuple[str, float, float], ...] = ()
+    # dynamic shared memory the winner launches with (None: the recorded launch's)
+    shared_mem_bytes: int | None = None
 
 
 @dataclass(frozen=True)
@@ -221,6 +223,7 @@ def load_best(s: Session, campaign_id: int, exports: Path) -> _Best:
         checked.get("kernel_speedup"),
         checked.get("failed") or unit.get("failed"),
         tuple(transfer.unit_parts(unit)),
+        launch.get("shared_mem_bytes"),
     )
 
 
@@ -312,6 +315,11 @@ def apply_campaign(
                 "with a grid that many times larger")
         outcome.not_applied.append(
             f"nothing: its winner {what}, and the application's host code computes the grid")
+        return outcome
+    if best.shared_mem_bytes is not None:  # a tiled winner's `// r3: shared` size
+        outcome.not_applied.append(
+            f"nothing: its winner launches with {best.shared_mem_bytes} bytes of dynamic shared "
+            "memory, and the application's host code sets the launch's")
         return outcome
     if best.launch_bounds is not None and max_threads and best.launch_bounds[0] < max_threads:
         outcome.not_applied.append(

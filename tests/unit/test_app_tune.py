@@ -656,3 +656,29 @@ def test_the_units_other_kernels_checked_are_the_largest_replayable_ones(tmp_pat
     assert [k.name for k in neighbours(kernels, spmv, (), 1)] == ["cg::update_xr"]
     assert [k.name for k in neighbours(kernels, spmv, {UPDATE})] == ["cg::detail::xpay<double>"]
     assert neighbours(kernels, spmv, (), 0) == []
+
+
+def test_apply_does_not_ship_a_winner_that_needs_its_own_shared_memory(tmp_path: Path) -> None:
+    """A winner launched with dynamic shared memory of its own (a tiled variant's
+    `// r3: shared` size) cannot ship: the application's host code sets the launch's bytes.
+    `r3 apply` says so and leaves the tree as it was."""
+    tree = tmp_path / "app"
+    shutil.copytree(CG, tree, ignore=shutil.ignore_patterns("cg", "cg-shared", "*.o", "*.json"))
+    rec = write_recording(tmp_path / "rec", tree)
+    original = (tree / "cg.cu").read_text()
+    db_path = tmp_path / "r3.sqlite"
+    with (
+        open_database(db_path, create=True, upgrade=True) as database,
+        database.session_scope() as s,
+    ):
+        cid = _campaign(s, "cg::detail::xpay<double>", rec / "bundles/xpay-0", original,
+                        original.replace(XPAY_BODY, XPAY_TUNED),
+                        TrialConfig(toolchain="nvcc", shared_mem_bytes=4096), 1.5)
+    out = tmp_path / "patched"
+    run = r3("apply", str(cid), "--into", str(out), "--no-run", "--db", str(db_path),
+             cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    (campaign,) = json.loads((out / "r3-apply.json").read_text())["campaigns"]
+    assert campaign["applied"] == []
+    assert "4096 bytes of dynamic shared memory" in campaign["not_applied"][0]
+    assert (out / "cg.cu").read_text() == original
