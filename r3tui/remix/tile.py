@@ -31,9 +31,13 @@ index at most and nothing that differs between threads.
 (``#if R3_TILE > 0``), so the variant launches like the recording at its defaults.  The loop
 runs in the same order, so every result is the same to the bit.
 
+The loop's start and end may read parameters, macros and locals that every thread holds the
+same value in (declared before the bound checks, from those alone, reading no memory and never
+assigned again).
+
 It declines where the block's threads already work together (barriers, shared memory, warp
 operations), where a thread's position is read other than through its grid indices, where the
-loop's start or end reads a local or memory, where the loop leaves early or writes memory,
+loop's start or end reads memory or another local, where the loop leaves early or writes memory,
 where a staged read is conditional (in an ``if``, a ``? :``, after ``&&``) or reads an array
 the kernel also writes, where a return before the loop is not such a check, and on an
 application's kernel (its host code sets the launch's shared memory).
@@ -171,8 +175,9 @@ class _Loop:
         self.counter, self.counter_type, self.start = loop.counter, loop.counter_type, loop.start
         self.condition, self.op, self.end, self.body = (loop.condition, loop.op, loop.end,
                                                         loop.body)
+        uniform = self._uniform_locals()
         for part, what in ((self.start, "start"), (self.end, "end")):
-            local = self._local_in(part)
+            local = self._local_in(part, uniform)
             if local is not None:
                 raise Declined(f"the loop's {what} reads the local {local}, which the "
                                "block's threads may not share")
@@ -200,6 +205,35 @@ class _Loop:
             raise Declined("no read of the loop is shared by the block's threads"
                            + (f" ({'; '.join(why)})" if why else ""))
         self.guards, self.closing = self._guards()
+
+    def _uniform_locals(self) -> set[str]:
+        """Locals every thread of the block holds the same value in, declared before any
+        bound check (so the threads a check ends know the loop's extent too): computed from
+        parameters, macros and such locals only, reading no memory, never assigned again."""
+        r = self.reading
+        names = {ix.name for ix in self.indices}
+        assigned = {r.text(b) for n in walk(r.body) if (t := write_target(n)) is not None
+                    and (b := lvalue_base(t)) is not None}
+        uniform: set[str] = set()
+        for node in r.top[:self.k]:
+            if node.type == "if_statement" or any(
+                    n.type == "return_statement" for n in walk(node)):
+                break  # a bound check (or the closing `if`): the prefix ends
+            if node.type != "declaration":
+                continue
+            for declarator in node.children_by_field_name("declarator"):
+                name = declarator.child_by_field_name("declarator")
+                value = declarator.child_by_field_name("value")
+                if (declarator.type != "init_declarator" or name is None
+                        or name.type != "identifier" or value is None):
+                    continue
+                text = r.text(name)
+                if (text in names or text in assigned or text in r.dependent
+                        or r.touches_memory(value)
+                        or self._local_in(value, uniform) is not None):
+                    continue
+                uniform.add(text)
+        return uniform
 
     def _local_in(self, node: ts.Node, allowed: set[str] | None = None) -> str | None:
         r = self.reading

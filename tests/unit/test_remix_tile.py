@@ -89,8 +89,14 @@ int main() {
 }
 """,
 }
+# Written here: the loop's end a local every thread holds the same value in, computed before
+# the bound check.
+ROWDOT_LOCAL = ROWDOT.replace("    if (i >= n) return;", "    const int mm = m - 3, unused = 0;\n"
+                              "    int last = mm;\n    if (i >= n) return;").replace(
+    "k < m;", "k < last;").replace("rowdot(", "rowdot_local(")
+TILE_DRIVERS["rowdot_local"] = TILE_DRIVERS["rowdot"].replace("rowdot(", "rowdot_local(")
 SOURCES = {"sgemm": example("sgemm"), "nbody": example("nbody"), "band": BAND,
-           "rowdot": ROWDOT}
+           "rowdot": ROWDOT, "rowdot_local": ROWDOT_LOCAL}
 NAMES = {"band": "r3t::band<3>"}
 # blocks of every shape the tiles meet: square, wide, tall, a 3-D block whose threads past the
 # first layer only help to load (sgemm ends them), and sizes that divide nothing
@@ -99,6 +105,7 @@ BLOCKS = {
     "nbody": [(64, 1, 1), (24, 1, 1)],
     "band": [(8, 4, 1), (3, 5, 1), (32, 1, 1)],
     "rowdot": [(16, 1, 1), (8, 2, 1)],
+    "rowdot_local": [(16, 1, 1)],
 }
 
 
@@ -165,7 +172,8 @@ def test_the_variant_compiles_with_nvrtc_and_declares_its_shared_memory(kernel: 
     block = {"BLOCK_X": 16, "BLOCK_Y": 8, "BLOCK_Z": 1, "BLOCK_THREADS": 128}
     assert shared.value({**block, MACRO: 0}) == 0  # the default launches like the recording
     bytes_at_16 = {"sgemm": (8 + 16) * 16 * 4, "nbody": 16 * 16,
-                   "band": 8 * 16 * 8 + 16 * 16 * 4 + 16 * 8, "rowdot": (16 + 1) * 16 * 4}
+                   "band": 8 * 16 * 8 + 16 * 16 * 4 + 16 * 8, "rowdot": (16 + 1) * 16 * 4,
+                   "rowdot_local": (16 + 1) * 16 * 4}
     assert shared.value({**block, MACRO: 16}) == bytes_at_16[kernel]
     assert shared_bytes_at(variant, Dim3(16, 8, 1), {MACRO: 16}) == bytes_at_16[kernel]
     assert shared_bytes_at(variant, Dim3(16, 8, 1), {}) == 0  # R3_TILE's default
@@ -227,6 +235,9 @@ def test_the_rule_declines_what_staging_could_change(guard: str, body: str, afte
 
 @pytest.mark.parametrize(("old", "new", "reason"), [
     ("j < m;", "j < i;", "end reads the local i"),
+    ("j < m;", "j < e;", "end reads the local e"),  # assigned again below
+    ("j < m;", "j < h;", "end reads the local h"),  # declared after the bound check
+    ("j < m;", "j < q;", "end reads the local q"),  # read from memory
     ("int j = 0;", "int j = (int)a[0];", "start reads memory"),
     ("++j", "j += 2", "step j by one"),
     ("j < m;", "j != m;", "test is not"),
@@ -236,7 +247,8 @@ def test_the_rule_declines_what_staging_could_change(guard: str, body: str, afte
 ])
 def test_the_rule_declines_loops_and_checks_it_cannot_read(old: str, new: str,
                                                            reason: str) -> None:
-    source = _DECLINE.replace("GUARD", "if (i >= n) return;").replace(
+    source = _DECLINE.replace("GUARD", "int e = m; e += 1; const int q = (int)a[0]; "
+                                       "if (i >= n) return; int h = m;").replace(
         "BODY", "s += a[j];").replace("AFTER", "").replace(old, new, 1)
     with pytest.raises(Declined, match=reason):
         tile_loop(source, "k", random.Random(0))
