@@ -73,13 +73,13 @@ class Parsed:
         return line[:len(line) - len(line.lstrip(" \t"))]
 
 
-@lru_cache(maxsize=32)
 def base_name(kernel_name: str) -> str:
     """``"axpy<float>"`` -> ``"axpy"``, ``"ns::k<8>"`` -> ``"k"`` (a mangled name is left as
     it is): the name a kernel's definition has in its source."""
     return kernel_name.split("<", 1)[0].strip().split("::")[-1].strip()
 
 
+@lru_cache(maxsize=32)
 def declared_kernels(source: str, name: str
                      ) -> tuple[tuple[tuple[ts.Node, KernelDeclaration], ...], Parsed]:
     """:func:`kernel_declarations` with each declaration's node in the parse (a definition's

@@ -52,3 +52,13 @@ def test_offsets_are_characters_in_text_with_non_ascii() -> None:
     text = "// größe\n__global__ void k(float* x) { x[0] = 1; }\n"
     (d,) = kernel_definitions(text, "k")
     assert text[d.start:d.end] == "__global__ void k(float* x) { x[0] = 1; }"
+
+
+def test_the_parse_of_a_kernel_is_read_once_for_all_its_parameters() -> None:
+    """The rules ask about each parameter of one kernel of one source: the parse behind
+    those questions is cached (a decorator that once slipped onto the function above it)."""
+    from r3tui.analysis.kernels import declared_kernels
+
+    source = "__global__ void k(const float* a, float* b) { b[0] = a[0]; }\n"
+    first = declared_kernels(source, "k")
+    assert declared_kernels(source, "k") is first
