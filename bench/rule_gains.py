@@ -107,10 +107,10 @@ def run_example(example: str, scale: float, rounds: int, work: Path,
         if not worker.evaluate(original, timed=False).ok:
             return [f"{example:10} the original does not replay"]
         for label, text, defines in variants(source, example, rules):
+            values = {k: int(v) for k, v in defines if v.lstrip("-").isdigit()}
             # the variant's `// r3: require` relations at the recorded block (a split's
             # threads of an element must divide its x extent)
-            if not requirements_hold(text, block, {k: int(v) for k, v in defines
-                                                   if v.lstrip("-").isdigit()}):
+            if not requirements_hold(text, block, values):
                 lines.append(f"{example:10} {label:40} not at the recorded block {block}")
                 continue
             compiled = nvrtc.compile(CompileRequest(text, example, arch=info.arch,
@@ -120,8 +120,7 @@ def run_example(example: str, scale: float, rounds: int, work: Path,
                 continue
             divisor, multiplier = grid_scaling(text, dict(defines))
             # a tiled variant launches with the dynamic shared memory it declares
-            shared = shared_bytes_at(text, block, {k: int(v) for k, v in defines
-                                                   if v.lstrip("-").isdigit()})
+            shared = shared_bytes_at(text, block, values)
             candidate = Candidate.from_compiled(compiled, block=block, work_divisor=divisor,
                                                 work_multiplier=multiplier,
                                                 shared_mem_bytes=shared)

@@ -66,10 +66,13 @@ class Parsed:
     def text(self, node: ts.Node) -> str:
         return self.data[node.start_byte:node.end_byte].decode("utf-8", "replace")
 
+    def line_start(self, byte: int) -> int:
+        """Where the line holding ``byte`` starts (a byte offset)."""
+        return self.data.rfind(b"\n", 0, byte) + 1
+
     def indent_at(self, byte: int) -> str:
         """The blanks that start the line holding ``byte``, up to ``byte``."""
-        start = self.data.rfind(b"\n", 0, byte) + 1
-        line = self.data[start:byte].decode()
+        line = self.data[self.line_start(byte):byte].decode()
         return line[:len(line) - len(line.lstrip(" \t"))]
 
 

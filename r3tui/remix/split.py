@@ -223,7 +223,7 @@ def _rewrite(source: str, parsed: Parsed, reading: IndexDependence, index: GridI
     edits: list[tuple[int, int, str]] = []
     indent = parsed.indent_at(index.node.start_byte)
     factors = " ".join(str(f) for f in FACTORS)
-    line_start = parsed.data.rfind(b"\n", 0, index.node.start_byte) + 1
+    line_start = parsed.line_start(index.node.start_byte)
     edits.append((line_start, line_start,
                   f"{indent}// r3: tune {MACRO} {factors}\n"
                   f"{indent}// r3: threads_per_item {MACRO} x\n"
@@ -241,7 +241,7 @@ def _rewrite(source: str, parsed: Parsed, reading: IndexDependence, index: GridI
     first = loop.k
     while first > 0 and top[first - 1].type == "preproc_call":
         first -= 1
-    at = parsed.data.rfind(b"\n", 0, top[first].start_byte) + 1
+    at = parsed.line_start(top[first].start_byte)
     loop_indent = parsed.indent_at(loop.node.start_byte)
     zero = " ".join(f"{name} = 0;" for name in loop.sums)
     edits.append((at, at, f"{loop_indent}if ({LANE} != 0) {{ {zero} }}\n"))

@@ -392,7 +392,7 @@ def _rewrite(source: str, parsed: Parsed, reading: IndexDependence,
     first = loop.k
     while first > 0 and top[first - 1].type == "preproc_call":
         first -= 1  # pragmas before the loop go with it, into both versions
-    region_start = parsed.data.rfind(b"\n", 0, top[first].start_byte) + 1
+    region_start = parsed.line_start(top[first].start_byte)
     indent = parsed.indent_at(loop.node.start_byte)
     inner = indent + "    "
     region = parsed.data[region_start:loop.node.end_byte].decode()
@@ -431,7 +431,7 @@ def _rewrite(source: str, parsed: Parsed, reading: IndexDependence,
                           f"{r.text(consequence)}\n{at}}}"))
         else:  # `if (...) { ...; return; }`: the loads and barriers before the return
             returns = [n for n in consequence.children if n.type == "return_statement"][-1]
-            line = _line_start(parsed, returns.start_byte)
+            line = parsed.line_start(returns.start_byte)
             edits.append((line, line, f"#if {MACRO} > 0\n{parsed.indent_at(returns.start_byte)}"
                                       f"{helper}\n#endif\n"))
     if loop.closing is not None:
@@ -446,9 +446,9 @@ def _rewrite(source: str, parsed: Parsed, reading: IndexDependence,
     node = next(n for n in top if n.start_byte == anchor)
     while node.prev_sibling is not None and node.prev_sibling.type == "comment":
         node = node.prev_sibling  # the comments that go with the check stay with it
-    anchor = node.start_byte
-    edits.append((_line_start(parsed, anchor), _line_start(parsed, anchor),
-                  _declarations(parsed.indent_at(anchor), loop, indices)))
+    at_line = parsed.line_start(node.start_byte)
+    edits.append((at_line, at_line, _declarations(parsed.indent_at(node.start_byte), loop,
+                                                  indices)))
     out = source
     for begin, stop, new in sorted(edits, key=lambda e: (e[0], e[1]), reverse=True):
         out = out[:parsed.char(begin)] + new + out[parsed.char(stop):]
@@ -458,10 +458,6 @@ def _rewrite(source: str, parsed: Parsed, reading: IndexDependence,
     return out, (f"the loop over {counter} (line {r.line(loop.node)}) reads {reads} from "
                  f"shared memory, {MACRO} iterations a tile, each in "
                  f"{{{' '.join(str(v) for v in TILES)}}} (0: the original)")
-
-
-def _line_start(parsed: Parsed, byte: int) -> int:
-    return parsed.data.rfind(b"\n", 0, byte) + 1
 
 
 def _declarations(indent: str, loop: _Loop, indices: list[GridIndex]) -> str:
