@@ -21,9 +21,10 @@ from typing import Any
 from sqlalchemy import ColumnElement, Select, case, func, literal, select
 from sqlalchemy.orm import Session
 
+from db.campaigns import CampaignSummary, gpu_name, list_campaign_summaries
 from db.figures import OK_TRIAL, CampaignTiming, campaign_timing, original_time
 from db.models import CampaignRow, EventRow, RecordingRow, TrialRow, VariantRow
-from db.repository import CampaignSummary, bundle_location, gpu_name, list_campaign_summaries
+from db.recordings import bundle_location
 from r3tui.domain import CampaignStatus, VariantOrigin, VariantStatus
 
 FAILED_STATUSES = frozenset(
@@ -36,7 +37,7 @@ FAILED_STATUSES = frozenset(
     }
 )
 
-# The campaign list is the repository's summaries: one definition of every figure it shows.
+# The campaign list is db.campaigns' summaries: one definition of every figure it shows.
 CampaignListRow = CampaignSummary
 
 

@@ -18,11 +18,12 @@ from sqlalchemy import case, func, select
 from sqlalchemy.orm import Session
 
 from db.browse import VariantNode, variant_nodes
+from db.events import EventRecord, events
 from db.figures import OK_TRIAL, original_time
 from db.models import CampaignRow, EventRow, LLMCallRow, TrialRow, VariantRow
 
-# _measurement: the one mapping of trial rows to Measurement lives in the repository.
-from db.repository import EventRecord, TrialRecord, _trial, events, get_trial
+# trial_record: the one mapping of trial rows to Measurement lives in db.trials.
+from db.trials import TrialRecord, get_trial, trial_record
 
 # --------------------------------------------------------------------------------- totals
 
@@ -191,7 +192,7 @@ def trial_page(
     total = s.execute(
         select(func.count()).select_from(TrialRow).where(TrialRow.variant_id == variant_id)
     ).scalar_one()
-    records = tuple(_trial(r) for r in rows)
+    records = tuple(trial_record(r) for r in rows)
     return TrialPage(variant_id, records, int(total), sort, descending)
 
 
