@@ -5,14 +5,13 @@ The interposer (``interpose/r3rec.c``) writes, per process that used CUDA, ``p<p
 configuration with its argument bytes and snapshot files, and at exit the per-configuration
 launch counts and device times, all launches and apart those whose argument bytes equal the
 recorded first launch's) and ``p<pid>/data/`` (raw prologue/epilogue bytes and module
-images).  This module reads that dump -- tolerating a last line cut short by a crash -- and
-writes one standard bundle per replayable configuration with the existing
-:class:`~r3tui.record.bundle.BundleWriter`, so the rest of R³ replays them like any other.
-
-A configuration is *not replayable*, with the reason, when its arguments or the buffers it can
-reach hold a pointer into memory the arena does not hold (managed memory, a stream-ordered
-pool, or an allocation the arena could not serve), when its launch failed or faulted, or when
-no module image of it was captured.
+images).  :func:`build_recording` writes one standard bundle per replayable configuration, so
+the rest of R³ replays them like any other, and returns ``recording.json``: every kernel's
+configurations with their launch counts and device times, and the ones that do not replay
+with the reason.  The steps live apart: :mod:`~r3tui.record.raw_dump` reads the dump
+(:func:`read_dump`), :mod:`~r3tui.record.replayability` says why a configuration does not
+replay, :mod:`~r3tui.record.app_bundle` writes one configuration's bundle; this module
+assembles ``recording.json`` and the lines ``r3 record`` ends with.
 
 A kernel that faults (an illegal address, a trap, ...) leaves a sticky error: the interposer
 writes one ``fault`` event naming the launch and lets every later launch pass through
@@ -28,480 +27,49 @@ bundles -- is recording.json's ``write_error`` and :func:`write_error_line`.
 
 from __future__ import annotations
 
-import datetime as dt
-import json
-import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from r3tui import __version__
-from r3tui.cuda.arena import ARENA_BASE
-from r3tui.domain import Dim3, LaunchTimes
-from r3tui.record.bundle import BundleWriter
-from r3tui.record.layout import allocation_dtypes, layout_from_buffer, params_from_bytes
-from r3tui.record.manifest import (
-    AllocationInfo,
-    ArenaInfo,
-    BinaryImage,
-    CheckLaunch,
-    GlobalInfo,
-    KernelInfo,
-    LaunchInfo,
-    Manifest,
-    ParamInfo,
-    SourceFile,
+from r3tui.domain import LaunchTimes
+from r3tui.record.app_bundle import SourceChoice, launched_threads, short_name, write_bundle
+from r3tui.record.raw_dump import RawProcess, error_name, read_dump
+from r3tui.record.replayability import (
+    budget_text,
+    check_problems,
+    size_text,
+    unreplayable_reasons,
 )
+
+# read_dump, RawProcess, SourceChoice, short_name, launched_threads and size_text live in the
+# modules this one builds on; the recorder, the command line and the tests import them from
+# here, the one entry point of converting a dump.
+__all__ = [
+    "BUNDLE_DIR",
+    "FORMAT_VERSION",
+    "RECORDING_NAME",
+    "UNSUPPORTED_KINDS",
+    "RawProcess",
+    "SourceChoice",
+    "build_recording",
+    "fault_line",
+    "fault_summary",
+    "graph_line",
+    "graph_summary",
+    "launched_threads",
+    "raw_write_error",
+    "read_dump",
+    "short_name",
+    "size_text",
+    "snapshot_summary",
+    "write_error_line",
+]
 
 FORMAT_VERSION = 1
 RECORDING_NAME = "recording.json"
 BUNDLE_DIR = "bundles"
 UNSUPPORTED_KINDS = ("managed", "stream_ordered")
-_DEFAULT_GRANULARITY = 2 << 20
-# The sticky errors the interposer reports as faults (its is_fault()), for a dump whose
-# driver could not name them.
-FAULT_ERRORS = {
-    214: "CUDA_ERROR_ECC_UNCORRECTABLE", 700: "CUDA_ERROR_ILLEGAL_ADDRESS",
-    702: "CUDA_ERROR_LAUNCH_TIMEOUT", 710: "CUDA_ERROR_ASSERT",
-    714: "CUDA_ERROR_HARDWARE_STACK_ERROR", 715: "CUDA_ERROR_ILLEGAL_INSTRUCTION",
-    716: "CUDA_ERROR_MISALIGNED_ADDRESS", 717: "CUDA_ERROR_INVALID_ADDRESS_SPACE",
-    718: "CUDA_ERROR_INVALID_PC", 719: "CUDA_ERROR_LAUNCH_FAILED",
-    721: "CUDA_ERROR_TENSOR_MEMORY_LEAK",
-}
 
-
-def error_name(code: int, name: str = "") -> str:
-    return name or FAULT_ERRORS.get(code) or f"CUresult {code}"
-
-
-@dataclass
-class OutsideAllocation:
-    """Device memory the arena does not hold: managed, stream-ordered, or passed through."""
-
-    kind: str
-    address: int
-    size: int
-    api: str
-    live: bool = True
-
-    def contains(self, value: int) -> bool:
-        return self.address <= value < self.address + max(self.size, 1)
-
-
-@dataclass
-class RawConfig:
-    """One (function, grid, block, shared memory) the process launched."""
-
-    id: int
-    name: str
-    grid: Dim3
-    block: Dim3
-    shared: int
-    recorded: bool
-    event: dict[str, Any] = field(default_factory=dict)
-    outside: list[OutsideAllocation] = field(default_factory=list)  # live at its first launch
-    count: int = 1
-    time_s: float = 0.0
-    # the launches whose argument bytes equal the recorded first launch's (the ones a replay
-    # reproduces); None where the interposer kept no reference or the dump predates them
-    same_args: LaunchTimes | None = None
-    # the snapshot of its second launch (a check launch), and what lay outside the arena then
-    check: dict[str, Any] | None = None
-    check_outside: list[OutsideAllocation] = field(default_factory=list)
-    # why the interposer took no check launch though the configuration ran again
-    # ("budget", "write_error"), and the bytes it would have written when it was the one
-    # that did not fit
-    check_skipped: dict[str, Any] | None = None
-
-    def setting(self, key: str) -> int | None:
-        """The L1/shared split the application asked for at this launch (``cache`` or
-        ``carveout`` in the interposer's event), None where it set none (-1, or a dump
-        before the interposer reported them)."""
-        value = self.event.get(key)
-        return int(value) if isinstance(value, int) and value >= 0 else None
-
-    @property
-    def why_not(self) -> str | None:
-        """Why its launch was not snapshotted: "kernel" (--kernel), "max_configs", "budget",
-        "write_error"; None when it was."""
-        if self.recorded:
-            return None
-        return str(self.event.get("why") or "kernel")  # dumps before the bounds: --kernel
-
-
-@dataclass
-class RawGraph:
-    """One executable CUDA graph: launched as a whole, its kernels are not recorded."""
-
-    id: int
-    kernel_nodes: int  # at instantiation; -1 when the interposer did not see it instantiated
-    kernels: list[str] = field(default_factory=list)  # entry points of its kernel nodes
-    launches: int = 0
-    time_s: float = 0.0
-
-
-@dataclass
-class RawProcess:
-    path: Path
-    pid: int
-    configs: list[RawConfig] = field(default_factory=list)
-    graphs: list[RawGraph] = field(default_factory=list)
-    outside: list[OutsideAllocation] = field(default_factory=list)
-    images: dict[int, str] = field(default_factory=dict)
-    arena: dict[str, Any] | None = None
-    end: dict[str, Any] | None = None
-    fault: dict[str, Any] | None = None  # the interposer's "fault" event, if a kernel faulted
-    start: dict[str, Any] | None = None  # the "start" event: the snapshot bounds it ran with
-    # the first file the interposer could not write (a full disk), with the bytes before it
-    write_error: dict[str, Any] | None = None
-    profiled: bool = False
-    warnings: list[str] = field(default_factory=list)
-
-    def data(self, name: str) -> bytes:
-        return (self.path / "data" / name).read_bytes()
-
-    def count(self, key: str) -> int:
-        """A counter of the ``end`` event (0 when the process did not end normally)."""
-        return int((self.end or {}).get(key, 0))
-
-
-def read_process(path: Path) -> RawProcess:
-    """Parse one ``p<pid>/index.jsonl``."""
-    proc = RawProcess(path, int(path.name[1:]) if path.name[1:].isdigit() else 0)
-    live: dict[int, OutsideAllocation] = {}
-    lines = (path / "index.jsonl").read_text(errors="replace").splitlines()
-    configs: dict[int, RawConfig] = {}
-    for number, line in enumerate(lines, 1):
-        try:
-            ev = json.loads(line)
-        except json.JSONDecodeError:
-            proc.warnings.append(f"{path.name}/index.jsonl line {number} is cut short "
-                                 "(the application crashed while recording?)")
-            continue
-        kind = ev.get("ev")
-        if kind == "alloc" and ev["kind"] != "arena":
-            a = OutsideAllocation(ev["kind"], int(ev["addr"]), int(ev["size"]), ev.get("api", ""))
-            live[a.address] = a
-            proc.outside.append(a)
-        elif kind == "free" and ev.get("id", -1) < 0:
-            gone = live.pop(int(ev["addr"]), None)
-            if gone is not None:
-                gone.live = False
-        elif kind == "image":
-            proc.images[int(ev["id"])] = str(ev["file"])
-        elif kind == "arena":
-            proc.arena = ev
-            if not ev.get("ok"):
-                proc.warnings.append(f"the arena could not be reserved: {ev.get('error')}; "
-                                     "allocations went to the driver and cannot be replayed")
-        elif kind == "config":
-            cfg = RawConfig(int(ev["id"]), str(ev["name"]), Dim3.of(ev["grid"]),
-                            Dim3.of(ev["block"]), int(ev["shm"]), bool(ev["recorded"]), ev,
-                            [a for a in live.values()], time_s=float(ev.get("time_s", 0.0)))
-            configs[cfg.id] = cfg
-            proc.configs.append(cfg)
-        elif kind == "check" and int(ev["id"]) in configs:
-            configs[int(ev["id"])].check = ev
-            configs[int(ev["id"])].check_outside = list(live.values())
-        elif kind == "check_skipped" and int(ev["id"]) in configs:
-            configs[int(ev["id"])].check_skipped = ev
-        elif kind == "start":
-            proc.start = ev
-        elif kind == "write_error":
-            proc.write_error = ev
-        elif kind == "graph":
-            proc.graphs.append(RawGraph(int(ev["id"]), int(ev["kernel_nodes"]),
-                                        [str(k) for k in ev.get("kernels", [])]))
-        elif kind == "profile":
-            proc.profiled = True
-            # [id, count, time_s, timed] and, where the interposer kept the first launch's
-            # arguments, [..., same_count, same_time_s, same_timed] (older dumps: never)
-            for cid, count, time_s, *rest in ev["configs"]:
-                if cid in configs:
-                    configs[cid].count, configs[cid].time_s = int(count), float(time_s)
-                    if len(rest) >= 4:
-                        configs[cid].same_args = LaunchTimes(int(rest[1]), float(rest[2]),
-                                                             int(rest[3]))
-            graphs = {g.id: g for g in proc.graphs}
-            for gid, launches, time_s, _timed in ev.get("graphs", []):
-                if gid in graphs:
-                    graphs[gid].launches, graphs[gid].time_s = int(launches), float(time_s)
-        elif kind == "fault":
-            proc.fault = ev
-        elif kind == "end":
-            proc.end = ev
-    if proc.configs and not proc.profiled:
-        proc.warnings.append(f"process {proc.pid} did not exit normally: launch counts and "
-                             "device times are those of the first launches only")
-    elif proc.end is not None and not proc.end.get("harvested"):
-        proc.warnings.append(f"process {proc.pid} exited without the interposer's exit "
-                             "handler: device times of later launches may be missing")
-    return proc
-
-
-def read_dump(raw: Path) -> list[RawProcess]:
-    return [read_process(p) for p in sorted(raw.glob("p*"))
-            if p.is_dir() and (p / "index.jsonl").is_file()]
-
-
-# -- replayability ---------------------------------------------------------------------------
-
-def _words(data: bytes) -> np.ndarray:
-    n = len(data) // 8 * 8
-    return np.frombuffer(data[:n], dtype="<u8")
-
-
-def _hits(words: np.ndarray, region: OutsideAllocation) -> bool:
-    lo, hi = region.address, region.address + max(region.size, 1)
-    return bool(np.any((words >= lo) & (words < hi)))
-
-
-def size_text(n: int) -> str:
-    """Bytes as a person reads them: ``8.0 GiB``, ``64.0 MiB``, ``512 bytes``."""
-    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
-        if n >= 1 << shift:
-            return f"{n / (1 << shift):.1f} {unit}"
-    return f"{n} bytes"
-
-
-def _budget_text(proc: RawProcess) -> str:
-    limit = (proc.start or {}).get("max_bytes")
-    return f"{size_text(int(limit))}, --max-snapshot-bytes" if limit is not None \
-        else "--max-snapshot-bytes"
-
-
-def _not_snapshotted(proc: RawProcess, why: str, need: int, reserve: int = 0) -> str:
-    """The reason a launch was not snapshotted, as recording.json and ``r3 tune-app`` say it;
-    for the byte budget, ``need`` is its snapshot's size and ``reserve`` the room the
-    interposer kept for another kernel's first configuration (0 for a first one)."""
-    if why == "max_configs":
-        limit = (proc.start or {}).get("max_configs")
-        return f"not snapshotted: --max-configs {'' if limit is None else f'{limit} '}reached"
-    if why == "budget":
-        if need:
-            kept = (f" with {size_text(reserve)} kept for another kernel's first configuration"
-                    if reserve else "")
-            return (f"not snapshotted: its snapshot ({size_text(need)}) would pass the "
-                    f"snapshot budget ({_budget_text(proc)}){kept}")
-        return f"not snapshotted: snapshot budget spent ({_budget_text(proc)})"
-    if why == "write_error":
-        err = proc.write_error or {}
-        return ("not snapshotted: the raw dump could not be written "
-                f"({err.get('text') or 'write error'})")
-    return "not snapshotted: excluded by --kernel"
-
-
-def unreplayable_reasons(proc: RawProcess, cfg: RawConfig) -> list[str]:
-    """Why this configuration's bundle would replay wrongly (empty: it replays)."""
-    why = cfg.why_not
-    if why is not None:
-        return [_not_snapshotted(proc, why, int(cfg.event.get("need", 0)),
-                                 int(cfg.event.get("reserve", 0)))]
-    reasons = _snapshot_problems(proc, cfg.event, cfg.outside)
-    if cfg.event.get("write_error"):
-        err = proc.write_error or {}
-        reasons.append("its snapshot could not be written completely "
-                       f"({err.get('text') or 'write error'})")
-    return reasons
-
-
-def check_problems(proc: RawProcess, cfg: RawConfig) -> list[str]:
-    """Why the configuration's check launch cannot go into its bundle (empty: it can)."""
-    if cfg.check is None:
-        if cfg.check_skipped is not None:
-            return [_not_snapshotted(proc, str(cfg.check_skipped.get("why", "budget")),
-                                     int(cfg.check_skipped.get("need", 0)),
-                                     int(cfg.check_skipped.get("reserve", 0)))]
-        return ["the application launched this configuration once"]
-    problems = _snapshot_problems(proc, cfg.check, cfg.check_outside)
-    if cfg.check.get("write_error"):
-        problems.append("its snapshot could not be written completely")
-    return problems
-
-
-def _snapshot_problems(proc: RawProcess, ev: dict[str, Any],
-                       regions: list[OutsideAllocation]) -> list[str]:
-    reasons: list[str] = []
-    if ev.get("rc", 0) != 0:
-        reasons.append(f"the launch failed in the application (CUresult {ev['rc']})")
-    elif int(ev.get("sync_rc", 0)) in FAULT_ERRORS:
-        reasons.append("the launch faulted in the application "
-                       f"({error_name(int(ev['sync_rc']))})")
-    if ev.get("image", -1) not in proc.images:
-        reasons.append("no module image of this kernel was captured")
-    args = bytes.fromhex(ev.get("args", ""))
-    if ev.get("layout") is None and not args:
-        reasons.append("its parameter layout is unknown (cuFuncGetParamInfo unavailable)")
-    if regions:
-        arg_words = _words(args)
-        for region in regions:
-            what = f"{region.kind.replace('_', '-')} memory ({region.size} bytes at " \
-                   f"{region.address:#x}, {region.api})"
-            if _hits(arg_words, region):
-                reasons.append(f"an argument points into {what}, which the arena does not hold")
-                continue
-            for alloc_id, _addr, _size, pro, _epi in ev.get("allocs", []):
-                if _hits(_words(proc.data(pro)), region):
-                    reasons.append(f"allocation alloc{alloc_id} holds a pointer into {what}, "
-                                   "which the arena does not hold")
-                    break
-    return reasons
-
-
-# -- bundles ---------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class SourceChoice:
-    """What the bundle's ``kernel`` section says about source (from source association)."""
-
-    path: str
-    file_name: str
-    text: str
-    kernel: str
-    options: tuple[str, ...]
-    defines: tuple[tuple[str, str], ...]
-    # the application headers the unit reaches (r3tui/record/headers.py): paths in the
-    # bundle's header tree with their content, include directories in that tree, and where
-    # each header was read
-    headers: tuple[tuple[str, bytes], ...] = ()
-    include_dirs: tuple[str, ...] = ()
-    header_origins: tuple[str, ...] = ()
-    unresolved: tuple[str, ...] = ()
-    problem: str | None = None  # why the unit cannot go into a bundle (a header is missing)
-    forced_includes: tuple[str, ...] = ()  # tree paths of the -include FILEs, in order
-
-    @property
-    def usable(self) -> bool:
-        return self.problem is None
-
-    def summary(self) -> dict[str, Any]:
-        """The kernel's ``source`` entry in recording.json."""
-        return {"path": self.path, "kernel": self.kernel, "headers": list(self.header_origins),
-                "include_dirs": list(self.include_dirs),
-                "unresolved_includes": list(self.unresolved), "error": self.problem}
-
-
-def _image_kind(image: bytes) -> str:
-    if image[:4] == b"\x7fELF":
-        return "cubin"
-    if image[:4] in (b"\x50\xed\x55\xba", b"\xb1\x43\x62\x46"):
-        return "fatbin"
-    return "ptx"
-
-
-def launched_threads(grid: Dim3, block: Dim3) -> Dim3:
-    """An application launch's work size as the recording knows it: the threads it ran along
-    each axis.  The program's own bound may be smaller: a kernel that checks it then covers it
-    with any block; one that does not stays exact with blocks that divide it, which the
-    search's ladders offer first.  Whether the kernel lets its block change at all is for its
-    source to say (:func:`r3tui.search.block_source.block_facts`)."""
-    return Dim3(grid.x * block.x, grid.y * block.y, grid.z * block.z)
-
-
-def write_bundle(proc: RawProcess, cfg: RawConfig, dest: Path, *, entry_point: str,
-                 name: str, source: SourceChoice | None, provenance: dict[str, Any]) -> str:
-    """Write the configuration's bundle at ``dest``; returns the bundle's sha256."""
-    ev = cfg.event
-    arena = proc.arena or {}
-    granularity = int(arena.get("granularity", _DEFAULT_GRANULARITY))
-    guard = int(arena.get("guard", 0))  # dumps before guards: none
-    with BundleWriter(dest, overwrite=True) as w:
-        allocations, globals_, params = _snapshot_state(proc, ev, w, name)
-        checks: tuple[CheckLaunch, ...] = ()
-        if cfg.check is not None and not check_problems(proc, cfg):
-            c_allocations, c_globals, c_params = _snapshot_state(proc, cfg.check, w, name)
-            checks = (CheckLaunch(
-                "the application's second launch of this configuration",
-                LaunchInfo(grid=cfg.grid, block=cfg.block, shared_mem_bytes=cfg.shared,
-                           work=launched_threads(cfg.grid, cfg.block), block_tunable=True),
-                c_params, tuple(c_allocations), tuple(c_globals)),)
-        image_file = proc.images.get(int(ev.get("image", -1)))
-        binary = None
-        if image_file is not None:
-            image = proc.data(image_file)
-            binary = BinaryImage(w.add_blob(image), _image_kind(image), arena.get("arch"))
-        if source is not None and not source.usable:
-            source = None  # an incomplete unit does not compile: the bundle replays its image
-        sources: tuple[SourceFile, ...] = ()
-        headers: tuple[SourceFile, ...] = ()
-        if source is not None:
-            sources = (SourceFile(source.file_name, w.add_blob(source.text.encode())),)
-            headers = tuple(SourceFile(rel, w.add_blob(content))
-                            for rel, content in source.headers)
-        every = [*allocations, *(a for c in checks for a in c.allocations)]
-        extent = max((a.address + a.size for a in every), default=ARENA_BASE) - ARENA_BASE \
-            + guard
-        manifest = Manifest(
-            kernel=KernelInfo(
-                name=source.kernel if source else name, entry_point=entry_point,
-                sources=sources, toolchain="nvcc" if source else None,
-                options=source.options if source else (),
-                defines=source.defines if source else (), binary=binary, headers=headers,
-                include_dirs=source.include_dirs if source and headers else (),
-                forced_includes=source.forced_includes if source and headers else ()),
-            launch=LaunchInfo(grid=cfg.grid, block=cfg.block, shared_mem_bytes=cfg.shared,
-                              work=launched_threads(cfg.grid, cfg.block), block_tunable=True,
-                              count=max(cfg.count, 1), total_time_s=cfg.time_s,
-                              cache_config=cfg.setting("cache"),
-                              carveout=cfg.setting("carveout"),
-                              cooperative=cfg.setting("coop") == 1),
-            params=params,
-            allocations=tuple(allocations),
-            globals=tuple(globals_),
-            arena=ArenaInfo(ARENA_BASE, max(granularity, -(-extent // granularity) * granularity),
-                            guard),
-            recorded_at=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-            blobs=dict(w.blobs),
-            provenance={"recorder": "app interposer", "r3_version": __version__,
-                        "pid": proc.pid, "device": arena.get("device"), **provenance},
-            checks=checks,
-        )
-        return w.commit(manifest).sha256
-
-
-def _snapshot_state(
-    proc: RawProcess, ev: dict[str, Any], w: BundleWriter, signature: str
-) -> tuple[list[AllocationInfo], list[GlobalInfo], tuple[ParamInfo, ...]]:
-    """One snapshotted launch's allocations, device globals and parameters; an allocation's
-    dtype is what the kernel's pointer parameters into it point to (``signature``, the
-    demangled name), for the errors a replay reports and the tolerance an order-dependent
-    float result is verified with (docs/verification.md)."""
-    allocations = [
-        AllocationInfo(name=f"alloc{aid}", address=int(addr), size=int(size),
-                       prologue=w.add_blob(proc.data(pro)), epilogue=w.add_blob(proc.data(epi)))
-        for aid, addr, size, pro, epi in ev.get("allocs", [])
-    ]
-    globals_ = [GlobalInfo(str(gname), int(size), w.add_blob(proc.data(pro)),
-                           w.add_blob(proc.data(epi)))
-                for gname, _addr, size, pro, epi in ev.get("globals", [])]
-    spans = sorted((a.address, a.address + a.size, a.name) for a in allocations)
-
-    def locate(address: int) -> tuple[str, int] | None:
-        for start, end, label in spans:
-            if start <= address < max(end, start + 1):
-                return label, address - start
-        return None
-
-    args = bytes.fromhex(ev.get("args", ""))
-    layout: list[tuple[int, int]] = layout_from_buffer(args)
-    if ev.get("layout") is not None:
-        layout = [(int(o), int(n)) for o, n in ev["layout"]]
-    params = params_from_bytes(args, layout, locate)
-    dtypes = allocation_dtypes(params, signature)
-    allocations = [replace(a, dtype=dtypes.get(a.name)) for a in allocations]
-    return allocations, globals_, params
-
-
-def short_name(demangled: str) -> str:
-    """A file-system-safe short form of a kernel name for its bundle directory."""
-    base = demangled.split("(")[0].split("<")[0].split("::")[-1] or "kernel"
-    return re.sub(r"[^A-Za-z0-9_.-]", "_", base)[:40]
-
-
-# -- recording.json --------------------------------------------------------------------------
 
 def _times(t: LaunchTimes | None) -> dict[str, Any] | None:
     return None if t is None else {"count": t.count, "time_s": t.time_s, "timed": t.timed}
@@ -615,7 +183,7 @@ def _bound_warnings(procs: Sequence[RawProcess], kernels: list[dict[str, Any]]) 
     budget = [c for p in procs for c in p.configs if c.why_not == "budget"]
     if budget:
         proc = next(p for p in procs if any(c.why_not == "budget" for c in p.configs))
-        said.append(f"the snapshot budget ({_budget_text(proc)}) was spent: {len(budget)} "
+        said.append(f"the snapshot budget ({budget_text(proc)}) was spent: {len(budget)} "
                     "configurations were profiled but not snapshotted")
     return said
 
