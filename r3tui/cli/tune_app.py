@@ -1,5 +1,6 @@
 """``r3 tune-app RECORDING_DIR``: tune the kernels that dominate an application's GPU time
-(the ranking, the campaigns and the prediction are :mod:`r3tui.engine.application`'s)."""
+(the ranking and the campaigns are :mod:`r3tui.engine.application`'s, the prediction
+:mod:`r3tui.engine.prediction`'s)."""
 
 from __future__ import annotations
 

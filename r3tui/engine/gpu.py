@@ -50,7 +50,7 @@ def _gpu_ids(settings: RunnerSettings) -> list[int]:
 def _local(bundle_path: Path, timeout_s: float, settings: RunnerSettings) -> Runner:
     from r3tui.compile.cache import CompileCache, default_cache_dir
     from r3tui.compile.pool import CompilePool
-    from r3tui.engine.application import in_app_reference
+    from r3tui.engine.app_recording import in_app_reference
     from r3tui.replay.timing import TimingPolicy
     from r3tui.replay.worker import ReplayWorker
     from r3tui.runners import GpuReplayer, LocalRunner
@@ -71,7 +71,7 @@ def _dask(bundle_path: Path, timeout_s: float, settings: RunnerSettings) -> Runn
     import os
 
     from r3tui.compile.cache import CompileCache, default_cache_dir
-    from r3tui.engine.application import in_app_reference
+    from r3tui.engine.app_recording import in_app_reference
     from r3tui.runners.dask_runner import (
         DaskRunner,
         GpuBackend,

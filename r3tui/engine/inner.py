@@ -253,7 +253,7 @@ def with_app_limits(settings: InnerSettings, bundle_path: Path) -> InnerSettings
     recording, also when `r3 tune` is given the bundle directly): no ``__launch_bounds__``
     below a block the application launches the kernel with, and no smaller grid (its host
     code computes the grid)."""
-    from r3tui.engine.application import most_threads_launched
+    from r3tui.engine.app_recording import most_threads_launched
 
     most = most_threads_launched(bundle_path)
     return replace(settings, launch_bounds_floor=max(settings.launch_bounds_floor, most),
