@@ -42,8 +42,9 @@ from typing import TYPE_CHECKING, Any
 from r3tui.errors import R3Error
 
 if TYPE_CHECKING:
-    from r3tui.engine.application import RecordingContext
-    from r3tui.engine.apply import ApplyResult, _Best
+    from r3tui.engine.app_recording import RecordingContext
+    from r3tui.engine.apply import ApplyResult
+    from r3tui.engine.campaign_winner import _Best
 
 
 @dataclass(frozen=True)
@@ -507,7 +508,7 @@ def measure_and_ship(
         say("warning: all kernels' device time is slower beyond the noise: a flag that affects "
             "every kernel of a unit may slow kernels that were not tuned")
     if result.predicted_kernel_speedup is not None:
-        from r3tui.engine.application import prediction_lines
+        from r3tui.engine.prediction import prediction_lines
 
         for line in prediction_lines(result.predicted_kernel_speedup,
                                      result.predicted_wall_speedup, context.kernel_time_s,
@@ -522,7 +523,7 @@ def measure_and_ship(
 
 def _clear_tree(into: Path) -> None:
     """Everything in ``into`` but the exports, so the tree can be written again."""
-    from r3tui.engine.apply import EXPORTS_DIR
+    from r3tui.engine.splice import EXPORTS_DIR
 
     for child in into.iterdir():
         if child.name == EXPORTS_DIR:

@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from r3tui.domain import TrialConfig
-    from r3tui.engine.application import KernelShare, RecordedConfig
+    from r3tui.engine.app_recording import KernelShare, RecordedConfig
 
 EVENT = "configs"
 UNIT_EVENT = "unit"
@@ -204,7 +204,7 @@ def winner_of(db: Path, campaign_id: int) -> tuple[str, TrialConfig] | None:
     """The source and configuration ``r3 apply`` would ship for the campaign (None: none)."""
     from db import repository as repo
     from db.session import open_database
-    from r3tui.engine.apply import campaign_decision
+    from r3tui.engine.campaign_winner import campaign_decision
     from r3tui.engine.report import build_report
 
     with open_database(db, readonly=True, create=False) as database, \
