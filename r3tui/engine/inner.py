@@ -194,10 +194,22 @@ class ReplayEvaluator:
 
         missing = [c for c in configs if config_key(c) not in self.jobs]
         if missing:
-            self.evaluate(missing)
+            for config, measured in zip(missing, self.evaluate(missing), strict=True):
+                if config_key(config) not in self.jobs:
+                    raise NotRetimed(config, measured)
         jobs = [self.jobs[config_key(c)] for c in configs]
         per_job = self.runner.interleaved(jobs, rounds)
         return [[per_job[i][r] for i in range(len(configs))] for r in range(rounds)]
+
+
+class NotRetimed(Exception):
+    """A configuration to re-time that did not measure OK when it was evaluated for it (one
+    the search never measured: the recorded one, or a finalist told on resume)."""
+
+    def __init__(self, config: TrialConfig, measured: Measurement) -> None:
+        detail = (measured.error_text or "").strip().splitlines()
+        super().__init__(f"{measured.status.value}" + (f": {detail[0][:200]}" if detail else ""))
+        self.config, self.measured = config, measured
 
 
 # -- the inner loop ----------------------------------------------------------------------
@@ -441,14 +453,19 @@ def run_inner(
     best = search.best()
     winner = None
     finalists = search.finalists(settings.finalists)
-    if finalists:
-        winner = choose_winner(
-            finalists,
-            search.space.baseline_config(),
-            evaluator.retime,
-            rounds=settings.rounds,
-            seed=settings.seed,
-        )
+    baseline = search.space.baseline_config()
+    unmeasured = ""  # why the recorded configuration could not be re-timed
+    while finalists:
+        try:
+            winner = choose_winner(finalists, baseline, evaluator.retime,
+                                   rounds=settings.rounds, seed=settings.seed)
+            break
+        except NotRetimed as exc:
+            if config_key(exc.config) == config_key(baseline):
+                # no speedup can be stated against a configuration that does not run
+                unmeasured = f"the recorded configuration did not measure to re-time: {exc}"
+                break
+            finalists = [f for f in finalists if config_key(f) != config_key(exc.config)]
     with database.session_scope() as s:
         best_id = trial_ids.get(config_key(winner.config)) if winner else None
         if winner is not None and best_id is None:
@@ -467,7 +484,7 @@ def run_inner(
                 f"winner {winner.speedup:.3f}x [{winner.best.low:.3f}, {winner.best.high:.3f}] "
                 f"over the recorded configuration"
                 if winner
-                else "no configuration succeeded"
+                else unmeasured or "no configuration succeeded"
             ),
             {
                 "variant_id": variant_id,

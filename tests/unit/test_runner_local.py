@@ -143,3 +143,36 @@ def test_the_next_batch_is_submitted_while_one_is_in_flight(
     else:  # the second batch goes out before the first one's results are waited for
         assert watched.events[:3] == ["start", "start", "wait"]
         assert watched.events.count("start") == 4 and watched.events[-2:] == ["wait", "wait"]
+
+
+def test_a_recorded_configuration_that_does_not_replay_ends_the_search_without_a_winner(
+        tmp_path: Path, space_file: SpaceFile) -> None:
+    """Re-timing compares the finalists with the recorded configuration: where that one does
+    not measure (here the simulated GPU has no result for it: a crash), no speedup can be
+    stated, and the campaign says so instead of failing on a missing job (as it did for
+    jacobi on the H200, 2026-12-05)."""
+    from db import repository as repo
+    from db.session import open_database
+    from r3tui.engine import InnerSettings, make_strategy, run_inner
+    from r3tui.search import Budget
+    from tests.db import factories as f
+
+    baseline = config_key(space_file.space.baseline_config())
+    assert baseline in space_file.table
+    table = {k: v for k, v in space_file.table.items() if k != baseline}
+    database = open_database(tmp_path / "r3.sqlite", create=True, upgrade=True)
+    with database.session_scope() as s:
+        _, cid, vid = f.seed_campaign(s)
+    settings = InnerSettings(batch=4, rounds=2, seed=1, launch_bounds=False)
+    source = KernelSource((REPO / "examples" / "stencil7" / "kernel.cu").read_text(), "stencil7")
+    with LocalRunner([SimulatedReplayer(table)], CompilePool(workers=2)) as runner:
+        result = run_inner(database, cid, vid, make_strategy(space_file.space, settings),
+                           ReplayEvaluator(source, runner), Budget(max_trials=8), settings)
+    with database.session_scope() as s:
+        done = [e for e in repo.events(s, cid) if e.kind == "inner_done"]
+    database.close()
+    assert result.best is not None  # the search itself found configurations that run
+    assert result.winner is None
+    assert len(done) == 1
+    assert done[0].message.startswith("8 trials; the recorded configuration did not measure "
+                                      "to re-time: crashed: simulated replay: no recorded")
