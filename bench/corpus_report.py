@@ -31,18 +31,6 @@ def recording_summary(rec: Path) -> dict[str, Any] | None:
             "warnings": data.get("warnings", []), "exit_code": data.get("exit_code", 0)}
 
 
-def bootstrap_ratio(a: Sequence[float], b: Sequence[float], seed: int = 18,
-                    n: int = 2000) -> tuple[float, float] | None:
-    """95% percentile-bootstrap interval of median(a) / median(b)."""
-    if len(a) < 2 or len(b) < 2:
-        return None
-    rng = random.Random(seed)
-    ratios = sorted(
-        statistics.median(rng.choices(a, k=len(a))) / statistics.median(rng.choices(b, k=len(b)))
-        for _ in range(n))
-    return ratios[int(0.025 * n)], ratios[int(0.975 * n) - 1]
-
-
 def campaign_facts(campaign_ids: Sequence[int]) -> dict[int, dict[str, Any]]:
     """Per campaign from the R3 database (read only): which levels it searched, verified
     variants per origin, and the level of its re-timed winner."""
@@ -176,9 +164,15 @@ def program_row(recipe: Recipe, state: dict[str, Any],
         row["note"] = f"nothing shipped: {why[:110]}"
     row["kernel_meas"] = measured.get("kernel_speedup", "n/a" if measured else None)
     row["kernel_meas_ci"] = measured.get("kernel_speedup_ci")
-    row["wall_meas"] = measured.get("wall_speedup")
-    row["wall_meas_ci"] = measured.get("wall_speedup_ci") or bootstrap_ratio(
-        measured.get("original_wall_s", []), measured.get("patched_wall_s", []))
+    # the wall ratio again from apply's raw runs, by apply's own statistic, so a state stored
+    # before apply said how much its interval covers is judged the same way
+    from r3tui.engine.app_run import ratio
+
+    wall = ratio(measured.get("original_wall_s", []), measured.get("patched_wall_s", []))
+    row["wall_meas"] = wall.value if wall else measured.get("wall_speedup")
+    row["wall_meas_ci"] = (wall.low, wall.high) if wall else measured.get("wall_speedup_ci")
+    row["wall_verdict"] = wall.verdict if wall else None
+    row["wall_too_few"] = bool(wall and wall.too_few)
     return row
 
 
@@ -193,7 +187,8 @@ def report_lines() -> list[str]:
            f"state {STATE}",
            "# levels: S source, C compiler options, L launch shape (all campaigns of the "
            "program); best: re-timed winner over the recorded configuration [95% CI] and the "
-           "level it came from; wall CI: bootstrap of r3 apply's interleaved runs",
+           "level it came from; wall CI: r3 apply's order-statistic interval of its "
+           "interleaved pairs",
            f"{'program':<15} {'wall s':>6} {'rec':>3} {'replay':>6} {'lvl':>3}  {'yield':<22} "
            f"{'best kernel speedup':<30} {'kernel pred/meas':<24} {'wall pred/meas':<30} note"]
     if any(r["wall_pred"] == "n/a" for r in rows):
@@ -215,10 +210,13 @@ def report_lines() -> list[str]:
     out.append(f"corpus_recording_faults_introduced: {sum(r['fault'] for r in recorded)}"
                if recorded else "corpus_recording_faults_introduced: n/a (nothing recorded yet)")
     shipped = [r for r in rows if r["shipped"]]
-    with_ci = [r for r in shipped if r["wall_meas_ci"]]
+    judged = [r for r in shipped if r["wall_verdict"]]
+    few = sum(r["wall_too_few"] for r in judged)
     out.append("corpus_regressions_shipped: "
-               + (f"{sum(r['wall_meas_ci'][1] < 1 for r in with_ci)} (of {len(shipped)} "
-                  "shipped; wall-time interval below 1)" if with_ci
+               + (f"{sum(r['wall_verdict'] == 'slower' for r in judged)} (of {len(shipped)} "
+                  "shipped; wall time slower beyond the noise"
+                  + (f"; {few} measured over too few pairs for a 95% interval, so within noise"
+                     if few else "") + ")" if judged
                   else "n/a (no shipped change with measured runs yet)"))
     errors = [abs(r["kernel_meas"] / r["kernel_pred"] - 1) * 100 for r in shipped
               if isinstance(r["kernel_meas"], float) and r["kernel_pred"]]

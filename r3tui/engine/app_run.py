@@ -175,11 +175,21 @@ class Ratio:
     low: float
     high: float
     runs: int
+    confidence: float = 0.95  # what the interval was asked to cover
+    coverage: float = 0.95  # what it covers: less where there are too few pairs
+
+    @property
+    def too_few(self) -> bool:
+        """Fewer pairs than an interval at ``confidence`` needs: its range covers less, so
+        it says neither faster nor slower (4 pairs all one way happen 1 time in 8 by chance)."""
+        return self.coverage < self.confidence
 
     @property
     def verdict(self) -> str:
         from r3tui.search.winner import beyond_noise
 
+        if self.too_few:
+            return "within noise"
         if beyond_noise((self.low, self.high)):
             return "faster"
         return "slower" if self.high < 1.0 else "within noise"
@@ -190,26 +200,32 @@ class Ratio:
         return (self.high - self.low) / self.value
 
     def render(self) -> str:
+        from r3tui.search.winner import pairs_for
+
         noise = " within noise" if self.verdict == "within noise" else ""
+        if self.too_few:
+            noise += (f" ({self.runs} pairs: a {self.coverage:.1%} interval; "
+                      f"{self.confidence:.0%} needs {pairs_for(self.confidence)})")
         return f"{self.value:.4f} [{self.low:.4f}, {self.high:.4f}]{noise}"
 
     def to_json(self) -> dict[str, Any]:
         return {"ratio": self.value, "ci": [self.low, self.high], "runs": self.runs,
-                "verdict": self.verdict}
+                "coverage": self.coverage, "verdict": self.verdict}
 
 
 def ratio(original: Sequence[float], patched: Sequence[float],
           confidence: float = 0.95) -> Ratio | None:
     """Pair ``i`` gives ``original[i] / patched[i]``; pairs where either is not a positive
     time are dropped; None without a usable pair."""
-    from r3tui.search.winner import order_statistic_median_ci
+    from r3tui.search.winner import median_ci_coverage, order_statistic_median_ci
 
     pairs = [a / b for a, b in zip(original, patched, strict=True)
              if math.isfinite(a) and math.isfinite(b) and a > 0 and b > 0]
     if not pairs:
         return None
     low, high = order_statistic_median_ci(pairs, confidence)
-    return Ratio(statistics.median(pairs), low, high, len(pairs))
+    return Ratio(statistics.median(pairs), low, high, len(pairs), confidence,
+                 median_ci_coverage(len(pairs), confidence))
 
 
 # -- the measurement ------------------------------------------------------------------------
@@ -239,6 +255,12 @@ class MeasureOptions:
             raise R3Error("--runs must be at least 2 (an interval needs pairs)")
         if self.max_runs < self.min_runs:
             raise R3Error(f"--max-runs ({self.max_runs}) is below --runs ({self.min_runs})")
+        from r3tui.search.winner import pairs_for
+
+        needed = pairs_for(self.confidence)
+        if self.max_runs < needed:
+            raise R3Error(f"--max-runs ({self.max_runs}) is below the {needed} pairs a "
+                          f"{self.confidence:.0%} interval needs: nothing could ship")
         if not 0 < self.ci_width < 1:
             raise R3Error(f"--ci-width must be between 0 and 1, not {self.ci_width}")
 
@@ -397,9 +419,13 @@ def measure(
     alone decides, never which side of 1 an interval is on, so stopping does not favour an
     answer.
     """
+    from r3tui.search.winner import pairs_for
+
     result = TreeComparison(options, tuple(kernels))
+    # an interval is looked at once it can cover the confidence asked (6 pairs at 95%)
+    first_look = max(options.min_runs, pairs_for(options.confidence))
     for index in range(options.max_runs):
-        looked = index >= options.min_runs
+        looked = index >= first_look
         want_app = options.app and not (looked and result.app_done())
         want_kernels = options.kernels and not (looked and result.kernels_done())
         if not want_app and not want_kernels:
@@ -439,6 +465,7 @@ def measure_and_ship(
     beyond the noise, and measure what ships again (once: the figures printed and stored are
     of that tree).  Returns the result as shipped; ``r3-apply.json`` is written again."""
     from r3tui.engine.apply import ORIGINAL_SUFFIX, tree_ignore, write_summary, write_tree
+    from r3tui.search.winner import pairs_for
 
     original = into.with_name(into.name + ORIGINAL_SUFFIX)
     if original.exists():
@@ -448,7 +475,8 @@ def measure_and_ship(
         build(tree, build_command)
     if not result.patch:  # r3 apply does not measure then; a caller that does is told
         say("the patch is empty: the original is measured against an identical build")
-    say(f"measuring: {options.min_runs} to {options.max_runs} interleaved pairs of each kind, "
+    say(f"measuring: {max(options.min_runs, pairs_for(options.confidence))} to "
+        f"{options.max_runs} interleaved pairs of each kind, "
         f"until each {options.confidence:.0%} interval is at most {options.ci_width:.1%} wide")
     candidates = [o for o in result.campaigns if o.applied]
     kernels = sorted({o.entry_point for o in candidates if o.entry_point})

@@ -86,6 +86,28 @@ def bootstrap_median_ci(values: Sequence[float], confidence: float, n_boot: int,
     return _quantile(medians, tail), _quantile(medians, 1.0 - tail)
 
 
+def median_ci_coverage(n: int, confidence: float) -> float:
+    """What :func:`order_statistic_median_ci` of ``n`` values covers: ``confidence`` or more
+    from the pairs it needs on (6 at 95%), less below (the whole range: ``1 - 2 / 2**n``)."""
+    if n < 2:
+        return 0.0
+    best = 1 - 2 / 2**n
+    for k in range(2, n // 2 + 1):
+        tail = sum(math.comb(n, i) for i in range(k)) / 2**n
+        if 1 - 2 * tail >= confidence:
+            best = 1 - 2 * tail
+    return best
+
+
+def pairs_for(confidence: float) -> int:
+    """The fewest values whose order-statistic interval of the median covers ``confidence``
+    (6 at 95%, 8 at 99%)."""
+    n = 2
+    while 1 - 2 / 2**n < confidence:
+        n += 1
+    return n
+
+
 def order_statistic_median_ci(values: Sequence[float],
                               confidence: float) -> tuple[float, float]:
     """Distribution-free interval of the median: the order statistics ``x(k)`` and

@@ -29,6 +29,7 @@ from r3tui.engine.app_run import (
 from r3tui.engine.application import RecordingContext, prediction_lines, recording_context
 from r3tui.engine.apply import ApplyResult, check_into, load_bests, write_tree
 from r3tui.errors import R3Error
+from r3tui.search.winner import median_ci_coverage, pairs_for
 from tests.unit.test_app_tune import (
     CG,
     SPMV,
@@ -79,7 +80,8 @@ def test_a_ratio_beyond_the_noise_within_it_and_slower() -> None:
     # the 1.00-1.31 s spread of the issue: three runs of each say nothing
     same = ratio([1.00, 1.31, 1.15], [1.31, 1.00, 1.2])
     assert same is not None and same.verdict == "within noise"
-    assert same.render().endswith(" within noise") and same.low <= 1 <= same.high
+    assert same.render().endswith(" within noise (3 pairs: a 75.0% interval; 95% needs 6)")
+    assert same.low <= 1 <= same.high
     slower = ratio(original, _jitter(rng, 1.1, 0.01, 12))
     assert slower is not None and slower.verdict == "slower" and slower.high < 1
     assert ratio([1.0, float("nan")], [0.0, 1.0]) is None  # no usable pair
@@ -134,11 +136,12 @@ def test_pairs_stop_once_intervals_are_narrow_and_each_kind_stops_on_its_own(
 ) -> None:
     a, b = tmp_path / "a", tmp_path / "b"
     opts = MeasureOptions(time_key="solve_time_s", min_runs=5, max_runs=12, ci_width=0.05)
-    # quiet kernels, a noisy application: timed pairs stop at 5, plain pairs run to 12
+    # quiet kernels, a noisy application: timed pairs stop at 6 (the first look: --runs 5 is
+    # below the 6 pairs a 95% interval needs), plain pairs run to 12
     timer = FakeTimer({SPMV: (1e-3, None, 1.0)}, spread=0.002)
     runner, calls = _runner(spread=0.3)
     result = measure(a, b, ("./app",), opts, [SPMV], runner, timer)
-    assert len(result.original_times) == len(result.patched_times) == 5
+    assert len(result.original_times) == len(result.patched_times) == 6
     assert len(result.original) == len(result.patched) == 12
     assert result.kernels_done() and not result.app_done()
     # interleaved, the first side swapped every pair
@@ -148,7 +151,7 @@ def test_pairs_stop_once_intervals_are_narrow_and_each_kind_stops_on_its_own(
     lines = result.lines()
     assert lines[0].startswith("kernel_time_speedup_measured: ")  # the same kernel time
     assert lines[0].endswith("] within noise")
-    assert "5 interleaved pairs)" in lines[1]
+    assert "6 interleaved pairs)" in lines[1]
     assert lines[2].startswith("app_speedup_measured: ") and lines[2].endswith("within noise")
     assert "solve_time_s; 12 interleaved pairs; stopped at --max-runs" in lines[3]
     assert lines[4].startswith("wall_speedup_measured: ")
@@ -159,7 +162,7 @@ def test_pairs_stop_once_intervals_are_narrow_and_each_kind_stops_on_its_own(
     runner, _ = _runner(spread=0.001)
     quiet = measure(a, b, ("./app",), opts, [SPMV], runner,
                     FakeTimer({SPMV: (1e-3, None, 1.0)}, 0.002))
-    assert len(quiet.original) == 5 and len(quiet.original_times) == 5
+    assert len(quiet.original) == 6 and len(quiet.original_times) == 6
 
 
 def test_measure_options_refuse_what_gives_no_interval() -> None:
@@ -168,6 +171,7 @@ def test_measure_options_refuse_what_gives_no_interval() -> None:
         (MeasureOptions(min_runs=1), "--runs must be at least 2"),
         (MeasureOptions(min_runs=10, max_runs=5), r"--max-runs \(5\) is below --runs \(10\)"),
         (MeasureOptions(ci_width=0), "--ci-width"),
+        (MeasureOptions(min_runs=2, max_runs=5), r"--max-runs \(5\) is below the 6 pairs a 95%"),
     ):
         with pytest.raises(R3Error, match=match):
             bad.check()
@@ -324,8 +328,30 @@ def test_prediction_lines_name_both_figures_and_their_basis() -> None:
 
 
 def test_apply_refuses_measurement_settings_that_give_no_interval(tmp_path: Path) -> None:
-    for bad in (("--runs", "1"), ("--runs", "10", "--max-runs", "5"), ("--ci-width", "0")):
+    for bad in (("--runs", "1"), ("--runs", "10", "--max-runs", "5"), ("--ci-width", "0"),
+                ("--runs", "3", "--max-runs", "4")):
         result = r3("apply", "1", "--into", str(tmp_path / "x"), *bad,
                     "--db", str(tmp_path / "r3.sqlite"), cwd=tmp_path)
         assert result.returncode == 2, (bad, result.stderr)
         assert result.stderr.startswith("r3: error:") and result.stderr.count("\n") == 1, bad
+
+
+def test_an_interval_of_fewer_pairs_than_its_confidence_needs_says_neither_way() -> None:
+    """gelu on the H200 (2026-12-05): 4 pairs, the patched build slower in each, were called
+    a regression at 95%; the whole range of 4 pairs covers the median 87.5% of the time."""
+    assert pairs_for(0.95) == 6 and pairs_for(0.99) == 8
+    assert median_ci_coverage(4, 0.95) == pytest.approx(0.875)
+    assert median_ci_coverage(6, 0.95) == pytest.approx(1 - 2 / 64)
+    assert median_ci_coverage(10, 0.95) == pytest.approx(1 - 2 * 11 / 1024)
+    slower4 = ratio([1.0, 1.0, 1.0, 1.0], [1.10, 1.05, 1.08, 1.12])
+    assert slower4 is not None and slower4.high < 1 and slower4.too_few
+    assert slower4.verdict == "within noise"
+    assert slower4.render().endswith(
+        "within noise (4 pairs: a 87.5% interval; 95% needs 6)")
+    assert slower4.to_json()["coverage"] == pytest.approx(0.875)
+    faster4 = ratio([1.1] * 4, [1.0] * 4)
+    assert faster4 is not None and faster4.verdict == "within noise"  # nothing ships on it
+    slower6 = ratio([1.0] * 6, [1.10, 1.05, 1.08, 1.12, 1.07, 1.09])
+    assert slower6 is not None and not slower6.too_few and slower6.verdict == "slower"
+    faster6 = ratio([1.1] * 6, [1.0] * 6)
+    assert faster6 is not None and faster6.verdict == "faster"
