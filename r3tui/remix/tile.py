@@ -14,10 +14,14 @@ that depends on the counter alone (nbody's ``pos[j]``) is the same for every thr
 Each such read gets a tile of ``blockDim.A x R3_TILE`` elements (``R3_TILE`` for a read of the
 counter alone) in dynamic shared memory, declared with ``// r3: shared`` so the search launches
 each point with its own size.  For each tile of iterations every thread of the block, the
-ones past the bounds included, takes its share of the loads, then ``__syncthreads()``, the
-original loop over the tile's iterations reads the tiles, and ``__syncthreads()`` again.
-Threads that a bound check ends (``if (row >= M || col >= N) return;``) still take part in
-the loads and the barriers before they return, so every thread reaches every barrier.
+ones past the bounds included, takes its share of the loads, then a barrier, the original
+loop over the tile's iterations reads the tiles, and a barrier again.  Threads that a bound
+check ends (``if (row >= M || col >= N) return;``) still take part in the loads and the
+barriers before they return, so every thread reaches every barrier.  Those barriers are
+elsewhere in the code than the others' (and a warp may hold threads of both kinds), so they
+are PTX's ``barrier.sync`` (``R3_BARRIER()``), which counts each thread where it arrives:
+``__syncthreads()`` is the ``.aligned`` form, undefined unless every thread of the block runs
+the same one.
 
 A tile's element is loaded only where the original reads it: where the iteration is within
 the loop and the thread at that place of the block (the first one along the other axes) passes
@@ -68,7 +72,11 @@ from r3tui.analysis.text import mask
 from r3tui.remix.edits import find_kernel
 
 TILES = (0, 4, 8, 16, 32, 64, 128, 256)
-MACRO, SMEM, STAGE, K0 = "R3_TILE", "r3_smem", "r3_stage", "r3_k0"
+MACRO, SMEM, STAGE, K0, BARRIER = "R3_TILE", "r3_smem", "r3_stage", "r3_k0", "R3_BARRIER"
+# the threads a check ends meet the others at barriers of their own, elsewhere in the code:
+# `__syncthreads()` (`bar.sync`, PTX's `barrier.sync.aligned`) is undefined there, where
+# `barrier.sync` without `.aligned` (sm_70 and later) counts each thread where it arrives
+BARRIER_ASM = 'asm volatile("barrier.sync 0;" ::: "memory")'
 MAX_TILES = 4
 
 Declined = Unsupported
@@ -122,7 +130,7 @@ def tile_loop(source: str, kernel: str, rng: random.Random) -> tuple[str, str]:
         raise Declined(f"no __global__ function {kernel!r} is defined in the source")
     body, parsed = found
     check_alone(body, parsed)
-    for name in (MACRO, SMEM, STAGE, K0, "r3_rank", "r3_team", "r3_e", "r3_p"):
+    for name in (MACRO, SMEM, STAGE, K0, BARRIER, "r3_rank", "r3_team", "r3_e", "r3_p"):
         if re.search(rf"\b{name}\b", source):
             raise Declined(f"{name} is already a name in the source")
     if re.search(r"//\s*r3:\s*shared\b", source):
@@ -414,14 +422,14 @@ def _rewrite(source: str, parsed: Parsed, reading: IndexDependence,
     tiled = raw.decode()
     tiled = "\n".join(("    " + line if line.strip() else line) for line in tiled.split("\n"))
     outer = (f"{indent}for ({ctype} {K0} = {start}; {K0} {loop.op} {end}; {K0} += {MACRO}) {{\n"
-             f"{inner}{STAGE}({K0});\n{inner}__syncthreads();\n"
-             f"{tiled}\n{inner}__syncthreads();\n{indent}}}")
+             f"{inner}{STAGE}({K0});\n{inner}{BARRIER}();\n"
+             f"{tiled}\n{inner}{BARRIER}();\n{indent}}}")
     edits = [(region_start, loop.node.end_byte,
               f"#if {MACRO} > 0\n{outer}\n#else\n{region}\n#endif")]
 
     # the threads a check ends take part in the loads and barriers first
     helper = (f"for ({ctype} {K0} = {start}; {K0} {loop.op} {end}; {K0} += {MACRO}) {{ "
-              f"{STAGE}({K0}); __syncthreads(); __syncthreads(); }}")
+              f"{STAGE}({K0}); {BARRIER}(); {BARRIER}(); }}")
     for guard in loop.guards:
         _, consequence = r.guard_parts(guard, {ix.name for ix in indices})  # type: ignore[misc]
         at = parsed.indent_at(guard.start_byte)
@@ -469,6 +477,7 @@ def _declarations(indent: str, loop: _Loop, indices: list[GridIndex]) -> str:
     lines = [f"{indent}// r3: tune {MACRO} {values}",
              f"{indent}// r3: shared {shared}",
              f"#ifndef {MACRO}", f"#define {MACRO} 0", "#endif", f"#if {MACRO} > 0",
+             f"#ifndef {BARRIER}", f"#define {BARRIER}() {BARRIER_ASM}", "#endif",
              f"{indent}extern __shared__ __align__(16) unsigned char {SMEM}[];"]
     offset = "0"
     for t, tile in enumerate(loop.tiles):

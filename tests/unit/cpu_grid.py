@@ -83,6 +83,9 @@ static void launch(dim3 grid, dim3 block, F kernel) {
 static std::barrier<>* r3_block_barrier = nullptr;
 static thread_local unsigned long r3_barriers;
 static void __syncthreads() { ++r3_barriers; r3_block_barrier->arrive_and_wait(); }
+// the rewrites' barrier for threads at different places of the code (PTX's barrier.sync
+// without .aligned): here the same as __syncthreads, which meets threads wherever they are
+#define R3_BARRIER() __syncthreads()
 
 // warp shuffles: the lanes of one mask of one warp meet at a barrier of their own
 struct r3_exchange {
