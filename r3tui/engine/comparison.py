@@ -44,7 +44,7 @@ def compare_with_original(run: CampaignRun, rounds: int = 15) -> dict[str, Any] 
     ):
         return None
     base, times = original.interleave_with(tuned, space.baseline_config(), fit.config, rounds)
-    f = summarize(fit.config, base, times, seed=run.settings.seed)
+    f = summarize(fit.config, base, times)
     data = {
         "variant_id": variant.id,
         "seed_variant_id": seed.id,

@@ -458,7 +458,7 @@ def run_inner(
     while finalists:
         try:
             winner = choose_winner(finalists, baseline, evaluator.retime,
-                                   rounds=settings.rounds, seed=settings.seed)
+                                   rounds=settings.rounds)
             break
         except NotRetimed as exc:
             if config_key(exc.config) == config_key(baseline):
