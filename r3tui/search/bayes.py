@@ -26,21 +26,16 @@ How the optimizer is used, and why (scikit-optimize 0.10.2, scikit-learn 1.9, nu
   12-trial search and four 5-trial children reached 0.901 of the optimum on mean over 10
   seeds without the prior and 0.9975 with it
   (``test_a_lineage_told_its_ancestors_trials_searches_like_one_long_search``).  A search
-  told a prior runs other settings than a cold one: see "Two regimes" below.
+  told a prior runs other settings than a cold one: see "Two regimes" in
+  :mod:`r3tui.search.bayes_settings`.
 - **Valid proposals.**  :meth:`SearchSpace.is_valid_point` is passed as ``space_constraint``,
   so skopt samples acquisition candidates from valid points only (this forces
   ``acq_optimizer="sampling"``).  With ``constrain_sampling=False`` the optimizer sees the raw
   space, and each invalid point it proposes is told the failure penalty without being
   evaluated, counted in ``invalid_count`` and kept in the history.
-- **Local candidates** (``local_candidates=N``, 3 by default, 0 when told a prior).  skopt
-  scores the acquisition function on ``n_candidates`` uniformly random valid points; with
-  ``N > 0`` the valid neighbours (:func:`neighbours`: one step in one or two dimensions) of the
-  ``N`` best told points (pending lies included) are scored too, with the model of the same tell
-  (``opt.models[-1]``, ``skopt.acquisition.gaussian_ei`` and friends), and the best new point
-  of skopt's proposal and those neighbours is asked.  Deterministic: ties go to skopt's
-  proposal, then to the neighbours' fixed order.  On these tables (1470-2040 valid configs)
-  the 2000 random candidates already hold about 2/3 of the space, yet a neighbour won 20-41 %
-  of the model's asks (two seeds, 50 evaluations, hard tables and stencil7).
+- **Local candidates** (``local_candidates=N``, 3 by default, 0 when told a prior).  The valid
+  neighbours of the ``N`` best told points are scored beside skopt's proposal, and the best new
+  one is asked (:mod:`r3tui.search.local_candidates`).
 - **Batches: constant liar.**  Pending trials and the points already chosen for this batch are
   told a lie (``cl_min``: the best value so far; ``cl_mean``, ``cl_max``) before the next point
   is asked, as ``Optimizer.ask(n_points=..., strategy=...)`` does, so a batch holds distinct
@@ -55,247 +50,35 @@ How the optimizer is used, and why (scikit-optimize 0.10.2, scikit-learn 1.9, nu
   100, but with it the BO-beats-random test at 20 evaluations failed on hard sgemm; so
   ``auto`` asks what ``point`` asks until the model is told ``batch_after`` points (own and
   prior) and batches from there (bench/results/2026-12-05-search-cost-cpu.txt).
-- **Output transforms** (``transform``).  ``log`` tells the model log(time); ``rank`` the
-  normal scores of the told values' ranks (:func:`normal_scores`); ``power`` a Yeo-Johnson
-  transform of the log-times fitted at each ask (scikit-learn's ``PowerTransformer``), so the
-  slow tail (``-O0``, tiny blocks, failures) weighs less in the fit; ``cap`` and ``mixed`` see
-  ``BayesSettings.transform``.
+- **Output transforms** (``transform``): what the model fits from the told log-times
+  (:mod:`r3tui.search.output_transform`).
 - **Acquisition.**  ``gp_hedge`` (skopt's portfolio of EI, LCB and PI) is, since each ask builds
   a fresh optimizer and its gains do not carry over, a seeded random choice among the three
   per ask; ``EI`` aims ``xi`` (0.01 in log time, about 1 %) past the best.
-- **Two regimes, two defaults.**  A cold search (``r3 tune --inner-only``, a campaign's
-  original source) runs ``acq_func=gp_hedge, transform=power, local_candidates=3``; a search
-  told a usable prior (a campaign child) switches to ``prior_acq_func=EI, prior_transform=log,
-  prior_local_candidates=0`` (:meth:`BayesSettings.with_prior`, ``in_force``).  Both chosen in
-  simulation on the nine recorded H200 tables (``bench/inner_bo.py``), ranked by the mean over
-  every run of 100*log(best / optimum) ("loss"):
-
-  - *Cold.*  EI on log time was the default through session 15 (first of 17 settings on seeds
-    0-9 in session 12, ``bench/results/2026-12-03-inner-bo-settings-sweep.txt``; no other GP
-    setting whose design varies with the seed did measurably better over seeds 0-29).  Its
-    weak cell was hard sgemm at 20 evaluations, where its median tied random search's (0.02 %
-    behind on seeds 0-9).  Session 15 found gp_hedge + power + 3 local candidates
-    (``bench/results/2026-12-03-inner-bo-s15.txt``; loss 0.786 against 1.000 over seeds 0-29,
-    partly picked on seeds 20-29).  Session 16 checked it on seeds 30-49, never run before,
-    under a rule written down first (``bench/results/2026-12-03-inner-bo-s16.txt``): loss 0.826
-    against 1.238 (paired difference -0.412, standard error 0.175), at or above random's median
-    in 16 and 15 of 16 cells on seeds 30-39 and 40-49, against 15 and 13.  Over seeds 0-49:
-    0.802 against 1.095, 16 of 16 cells, hard sgemm at 20 0.9937 against random's 0.9927.
-    ``power`` alone or with gp_hedge hurt hard nbody (runs stuck in its ``-O1`` + fast-math
-    local optimum, 0.76 of the optimum); the local candidates took that away.
-  - *Told a prior.*  A campaign lineage on hard nbody (a 12-trial search, then four 5-trial
-    children told their ancestors' trials; the lineage test in
-    ``tests/unit/test_search_simulation.py``) reaches 0.999 of the optimum on mean over seeds
-    0-9 with EI on log time everywhere, 0.930 with the cold setting everywhere; with the cold
-    setting at the root and, in the children, EI on log time 0.9975, or one part of the cold
-    setting 0.948 (power), 0.970 (gp_hedge), 0.952 (3 local candidates): with each part some
-    lineages end in hard nbody's ``-O1`` local optimum (0.76 of the optimum).
-
-  Not the default, in those sweeps: ``halton`` (better only because skopt's ``Halton`` ignores
-  the seed: every seed starts from the same ten points, good on these tables), LCB, PI, other
-  ``xi``, 5/8/15 initial points, LHS or random designs, 5000 candidates, ``rank``, ``cap``,
-  ``mixed``; RF and ET (ET leads on hard sgemm at 20 but stays near random on hard nbody).
-- **Estimators.**  ``GP`` (default), ``RF`` and ``ET`` work.  ``GBRT`` and ``dummy`` fail
-  inside ``Optimizer.__init__`` on this scikit-learn (``is_regressor`` rejects skopt's
-  ``GradientBoostingQuantileRegressor``; ``None`` has no ``__sklearn_tags__``), so they are
-  refused with a :class:`~r3tui.errors.ConfigError`; :class:`RandomSearch` replaces ``dummy``.
-  (``Space.rvs`` itself works: skopt's random initial points and duplicate fallback use it.)
+- **Settings.**  Every setting, what it may be, the two regimes' defaults (a cold search and
+  one told a prior) with the sweeps that chose them, and the estimators that work are in
+  :mod:`r3tui.search.bayes_settings`.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import itertools
 import math
 import random
 import statistics
 import warnings
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from r3tui.domain import TrialConfig
-from r3tui.errors import ConfigError
+from r3tui.search.bayes_settings import GENERATORS, BayesSettings
+from r3tui.search.local_candidates import best_local, neighbours
+from r3tui.search.output_transform import normal_scores, transformed
 from r3tui.search.space import SearchSpace, config_key
 from r3tui.search.strategy import InnerSearch, TrialRecord, derive_seed
 
-ESTIMATORS = ("GP", "RF", "ET")
-BROKEN_ESTIMATORS = {
-    "GBRT": "skopt's GradientBoostingQuantileRegressor is not a regressor to scikit-learn 1.9",
-    "DUMMY": "skopt's dummy estimator (None) fails scikit-learn 1.9's estimator-tag check",
-}
-GENERATORS = ("sobol", "lhs", "halton", "hammersly", "grid", "random")
-ACQ_FUNCS = ("gp_hedge", "EI", "LCB", "PI")
-BATCH_STRATEGIES = ("cl_min", "cl_mean", "cl_max")
-
-
-TRANSFORMS = ("log", "rank", "power", "cap", "mixed")
-FIT_PER = ("point", "batch", "auto")
-
-
-def normal_scores(values: Sequence[float]) -> list[float]:
-    """Each value's rank (ties share their mean rank) as a standard normal quantile.  (scipy
-    and scikit-learn come with scikit-optimize.)"""
-    from scipy.stats import norm, rankdata  # type: ignore[import-untyped]
-
-    return [float(q) for q in norm.ppf((rankdata(values) - 0.5) / len(values))] if values else []
-
-
-def transformed(values: list[float], transform: str) -> list[float]:
-    """What the model fits, from the told log-times: see ``BayesSettings.transform``."""
-    if transform == "rank":
-        return normal_scores(values)
-    if transform == "mixed":
-        # A portfolio of two fits: power on an even number of told values, log on an odd one.
-        transform = "power" if len(values) % 2 == 0 else "log"
-    if transform == "cap":
-        # Winsorized from above: every value past the told median counts as the median, so
-        # the slow tail (ptxas -O0, tiny blocks) stops dominating the fit.
-        ceiling = statistics.median(values)
-        return [min(v, ceiling) for v in values]
-    if transform == "power" and len(set(values)) > 2:
-        from sklearn.preprocessing import PowerTransformer  # type: ignore[import-untyped]
-
-        low = min(values)
-        fitted = PowerTransformer(method="yeo-johnson").fit_transform([[v - low] for v in values])
-        return [float(row[0]) for row in fitted]
-    return values
-
-
-@dataclass(frozen=True)
-class BayesSettings:
-    """How :class:`BayesSearch` drives scikit-optimize."""
-
-    estimator: str = field(default="GP", metadata={"help": "surrogate model: GP, RF or ET"})
-    n_initial_points: int = field(
-        default=10, metadata={"help": "finished trials (warm starts included) before the model"})
-    initial_point_generator: str = field(
-        default="sobol", metadata={"help": "sobol, lhs, halton, hammersly, grid or random"})
-    acq_func: str = field(default="gp_hedge", metadata={"help": "gp_hedge, EI, LCB or PI"})
-    xi: float = field(
-        default=0.01, metadata={"help": "EI/PI: improvement over the best log(time) to aim past"})
-    kappa: float = field(
-        default=1.96, metadata={"help": "LCB: weight of the model's uncertainty"})
-    n_candidates: int = field(
-        default=2000, metadata={"help": "valid points the acquisition function is sampled on"})
-    batch_strategy: str = field(
-        default="cl_min", metadata={"help": "constant-liar lie for batched asks"})
-    penalty_factor: float = field(
-        default=2.0, metadata={"help": "a failed trial counts as this multiple of the worst time"})
-    constrain_sampling: bool = field(
-        default=True, metadata={"help": "sample acquisition candidates from valid points only"})
-    transform: str = field(
-        default="power", metadata={"help": "what the model fits: log (log time), rank (normal "
-                                 "scores of the ranks), power (Yeo-Johnson of log time) or "
-                                 "cap (log time, capped at the told median); mixed: power "
-                                 "and log by turns"})
-    local_candidates: int = field(
-        default=3, metadata={"help": "the best N told points' valid neighbours (one step in one "
-                             "or two dimensions) join the acquisition candidates; 0: off"})
-    fit_per: str = field(
-        default="auto", metadata={"help": "point: skopt's Optimizer, its GP refitted with a "
-                                 "hyperparameter search for every point of a batch; batch: one "
-                                 "hyperparameter search per batch, the batch's later points "
-                                 "told their lie with the hyperparameters fixed "
-                                 "(r3tui.search.surrogate); auto: point until the model is told "
-                                 "batch_after points, batch from then on; RF, ET and "
-                                 "constrain_sampling=false always run point"})
-    batch_after: int = field(
-        default=40, metadata={"help": "fit_per=auto: the points told the model (own trials and "
-                              "a prior's) from which a batch costs one hyperparameter search"})
-    gp_restarts: int = field(
-        default=2, metadata={"help": "fit_per=batch: random restarts of the GP's hyperparameter "
-                             "search (skopt's GP: 2)"})
-    gp_search_growth: float = field(
-        default=1.5, metadata={"help": "fit_per=batch: the GP's hyperparameters are searched "
-                               "again once the history has grown by this factor (1: at every "
-                               "ask); in between they are held and only the posterior is "
-                               "recomputed"})
-    prior_acq_func: str = field(
-        default="EI", metadata={"help": "acq_func of a search told a prior (a campaign "
-                                "child told its ancestors' trials)"})
-    prior_transform: str = field(
-        default="log", metadata={"help": "transform of a search told a prior"})
-    prior_local_candidates: int = field(
-        default=0, metadata={"help": "local_candidates of a search told a prior"})
-
-    def __post_init__(self) -> None:
-        if self.estimator.upper() in BROKEN_ESTIMATORS:
-            raise ConfigError(f"estimator {self.estimator} does not work here: "
-                              f"{BROKEN_ESTIMATORS[self.estimator.upper()]}",
-                              hint=f"use one of {', '.join(ESTIMATORS)}, or RandomSearch")
-        checks = (("estimator", self.estimator, ESTIMATORS),
-                  ("initial_point_generator", self.initial_point_generator, GENERATORS),
-                  ("acq_func", self.acq_func, ACQ_FUNCS),
-                  ("prior_acq_func", self.prior_acq_func, ACQ_FUNCS),
-                  ("batch_strategy", self.batch_strategy, BATCH_STRATEGIES))
-        for name, value, allowed in checks:
-            if value not in allowed:
-                raise ConfigError(f"{name} {value!r} is not one of {', '.join(allowed)}")
-        if self.n_initial_points < 1 or self.n_candidates < 1:
-            raise ConfigError("n_initial_points and n_candidates must be at least 1")
-        for name, value in (("transform", self.transform),
-                            ("prior_transform", self.prior_transform)):
-            if value not in TRANSFORMS:
-                raise ConfigError(f"{name} {value!r} is not one of {', '.join(TRANSFORMS)}")
-        if self.fit_per not in FIT_PER:
-            raise ConfigError(f"fit_per {self.fit_per!r} is not one of {', '.join(FIT_PER)}")
-        if self.batch_after < 1:
-            raise ConfigError("batch_after must be at least 1")
-        if self.gp_restarts < 0:
-            raise ConfigError("gp_restarts must be at least 0")
-        if not (math.isfinite(self.gp_search_growth) and self.gp_search_growth >= 1.0):
-            raise ConfigError("gp_search_growth must be at least 1")
-        if self.local_candidates < 0 or self.prior_local_candidates < 0:
-            raise ConfigError("local_candidates and prior_local_candidates must be at least 0")
-        if not self.penalty_factor >= 1.0:
-            raise ConfigError("penalty_factor must be at least 1")
-        if not (math.isfinite(self.xi) and self.xi >= 0.0
-                and math.isfinite(self.kappa) and self.kappa >= 0.0):
-            raise ConfigError("xi and kappa must be finite and at least 0")
-
-    @classmethod
-    def parse(cls, spec: str, **base: Any) -> BayesSettings:
-        """``defaults`` or ``NAME=VALUE,NAME=VALUE`` over these fields (``r3 tune --bo``,
-        ``bench/inner_bo.py --set``), on top of ``base``; a bad spec raises ``ConfigError``."""
-        kinds = {f.name: str(f.type) for f in dataclasses.fields(cls)}
-        values: dict[str, Any] = dict(base)
-        for item in ([] if spec.strip() in ("", "defaults") else spec.split(",")):
-            name, _, text = item.partition("=")
-            name, text = name.strip(), text.strip()
-            if name not in kinds or not text:
-                raise ConfigError(f"bad Bayesian search setting {item!r}: want NAME=VALUE",
-                                  hint=f"NAME is one of {', '.join(kinds)}")
-            kind = kinds[name]
-            try:
-                values[name] = (int(text) if kind == "int" else float(text) if kind == "float"
-                                else _flag(text) if kind == "bool" else text)
-            except ValueError:
-                raise ConfigError(f"bad Bayesian search setting {item!r}: {name} is "
-                                  f"{kind}") from None
-        return cls(**values)
-
-    def changed(self) -> str:
-        """The fields that differ from the defaults, as a spec (``defaults`` when none)."""
-        default = BayesSettings()
-        items = [f"{f.name}={getattr(self, f.name)}" for f in dataclasses.fields(self)
-                 if getattr(self, f.name) != getattr(default, f.name)]
-        return ",".join(items) or "defaults"
-
-    def with_prior(self) -> BayesSettings:
-        """The settings in force once a search is told a prior: the ``prior_*`` fields in
-        place of ``acq_func``, ``transform`` and ``local_candidates``."""
-        return dataclasses.replace(self, acq_func=self.prior_acq_func,
-                                   transform=self.prior_transform,
-                                   local_candidates=self.prior_local_candidates)
-
-
-def _flag(text: str) -> bool:
-    if text.lower() in ("1", "true", "yes", "on"):
-        return True
-    if text.lower() in ("0", "false", "no", "off"):
-        return False
-    raise ValueError(text)
+# The names importers know from when this module held the settings, transforms and neighbours.
+__all__ = ["GENERATORS", "BayesSearch", "BayesSettings", "neighbours", "normal_scores",
+           "transformed"]
 
 
 class BayesSearch(InnerSearch):
@@ -519,7 +302,8 @@ class BayesSearch(InnerSearch):
                     self._optimizer_fits += 1
                     continue
                 if self.in_force.local_candidates:
-                    local = self._best_local(opt, point, taken)
+                    local = best_local(opt, self.space, point, self.in_force,
+                                       lambda p: self._is_new(p, taken))
                     point = point if local is None else local
                 config = self.space.to_config(point)
                 key = config_key(config)
@@ -534,6 +318,12 @@ class BayesSearch(InnerSearch):
         self.model_repeats += sum("has been evaluated at point" in str(w.message)
                                   for w in caught)
         return out
+
+    def _is_new(self, point: list[Any], taken: set[str]) -> bool:
+        """Whether ``point`` is neither known to this search (finished or pending) nor ``taken``
+        by this ask."""
+        key = self.space.key(point)
+        return not self._known(key) and key not in taken
 
     def _lie(self, values: Sequence[float]) -> float:
         """What a pending point or an earlier point of the batch is told (constant liar)."""
@@ -569,13 +359,9 @@ class BayesSearch(InnerSearch):
                               derive_seed(self.seed, "candidates", *step),
                               derive_seed(self.seed, "hedge", *step))
 
-        def is_new(point: list[Any]) -> bool:
-            key = self.space.key(point)
-            return not self._known(key) and key not in taken
-
         out: list[TrialConfig] = []
         for point in self._batch.propose(points + pending, values + [lie] * len(pending), lie,
-                                         hyper, plan, is_new):
+                                         hyper, plan, lambda p: self._is_new(p, taken)):
             config = self.space.to_config(point)
             out.append(config)
             taken.add(config_key(config))
@@ -584,68 +370,3 @@ class BayesSearch(InnerSearch):
         if len(out) < n:
             self.fallbacks += 1  # every candidate is known; the caller fills at random
         return out
-
-    def _best_local(self, opt: Any, proposal: list[Any], taken: set[str]) -> list[Any] | None:
-        """The candidate with the best acquisition value among skopt's ``proposal`` (its best
-        of ``n_candidates`` random valid points) and the neighbours of the best
-        ``local_candidates`` points the optimizer has been told (pending lies included), or
-        None when none of them is new.  Ties go to ``proposal``, then to the neighbours' order,
-        so the choice is deterministic."""
-        import numpy as np
-
-        told = {tuple(x) for x in opt.Xi}
-        order = sorted(range(len(opt.yi)), key=lambda i: (opt.yi[i], i))
-        candidates = [proposal] if tuple(proposal) not in told else []
-        seen = {tuple(proposal)} | told
-        for i in order[:self.in_force.local_candidates]:
-            for move in neighbours(self.space, opt.Xi[i]):
-                if tuple(move) not in seen:
-                    seen.add(tuple(move))
-                    candidates.append(move)
-        if not candidates:
-            return None
-        scores = self._acquisition(opt, np.asarray(opt.space.transform(candidates)))
-        for i in np.argsort(scores, kind="stable"):
-            point = candidates[int(i)]
-            key = self.space.key(point)
-            if not self._known(key) and key not in taken:
-                return point
-        return None
-
-    def _acquisition(self, opt: Any, x: Any) -> Any:
-        """skopt's acquisition values at transformed points ``x`` (lower is better), with the
-        model of the last tell; ``gp_hedge`` is scored with EI (its choice per ask is not
-        public)."""
-        import numpy as np
-        from skopt.acquisition import gaussian_ei, gaussian_lcb, gaussian_pi
-
-        model, s = opt.models[-1], self.in_force
-        if s.acq_func == "LCB":
-            return np.asarray(gaussian_lcb(x, model, kappa=s.kappa))
-        gain = gaussian_pi if s.acq_func == "PI" else gaussian_ei
-        return -np.asarray(gain(x, model, y_opt=float(np.min(opt.yi)), xi=s.xi))
-
-
-def neighbours(space: SearchSpace, point: Sequence[Any]) -> list[list[Any]]:
-    """The valid points one step from ``point`` in one dimension, then in two: an ordinal
-    dimension moves to the next index up or down, a categorical one to each other label.
-    Distinct, ``point`` itself excluded, in a fixed order."""
-    here = space.normalize(point)
-    if here is None:
-        return []
-    moves: list[list[Any]] = []
-    for j, dim in enumerate(space.dims):
-        if dim.ordinal:
-            moves.append([v for v in (here[j] - 1, here[j] + 1) if 0 <= v < len(dim.choices)])
-        else:
-            moves.append([label for label in dim.labels if label != here[j]])
-    out: list[list[Any]] = []
-    for j, values in enumerate(moves):
-        for value in values:
-            out.append([*here[:j], value, *here[j + 1:]])
-    for j, k in itertools.combinations(range(len(moves)), 2):
-        for a, b in itertools.product(moves[j], moves[k]):
-            moved = list(here)
-            moved[j], moved[k] = a, b
-            out.append(moved)
-    return [p for p in out if space.is_valid_point(p)]

@@ -309,9 +309,9 @@ class BatchProposer:
                      told: set[tuple[int, ...]], plan: Plan,
                      is_new: Callable[[list[Any]], bool]) -> tuple[int, ...] | None:
         """The best new point by the acquisition function (EI for ``gp_hedge``, as
-        ``BayesSearch._best_local`` scores skopt's proposal) among ``proposal`` and the
-        neighbours of the best ``local_candidates`` told points (lies included); ties go to
-        ``proposal``, then to the neighbours' fixed order."""
+        :func:`~r3tui.search.local_candidates.best_local` scores skopt's proposal) among
+        ``proposal`` and the neighbours of the best ``local_candidates`` told points (lies
+        included); ties go to ``proposal``, then to the neighbours' fixed order."""
         order = sorted(range(len(values)), key=lambda i: (values[i], i))
         candidates = [] if proposal is None else [proposal]
         seen = told | set(candidates)
