@@ -55,11 +55,13 @@ from r3tui.search.strategy import Budget  # noqa: E402
 # of BayesSearch calls the same scikit-learn fits and its own sampler.
 PARTS = {
     "fit": ("sklearn/gaussian_process/_gpr.py:fit", "sklearn/ensemble/_forest.py:fit",
-            "r3tui/search/bayes.py:_refit_fixed"),
-    "candidates": ("skopt/space/space.py:rvs", "r3tui/search/bayes.py:_candidates"),
+            "r3tui/search/surrogate.py:fit_gp"),
+    "candidates": ("skopt/space/space.py:rvs", "r3tui/search/surrogate.py:sample",
+                   "r3tui/search/local_candidates.py:neighbours"),
     "acquisition": ("skopt/acquisition.py:_gaussian_acquisition",
                     "skopt/acquisition.py:gaussian_ei", "skopt/acquisition.py:gaussian_pi",
-                    "skopt/acquisition.py:gaussian_lcb", "r3tui/search/bayes.py:_scores"),
+                    "skopt/acquisition.py:gaussian_lcb", "r3tui/search/surrogate.py:acquisition",
+                    "r3tui/search/local_candidates.py:acquisition"),
 }
 
 
