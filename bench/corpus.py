@@ -553,6 +553,13 @@ STAGES["all"] = ("all", stage_all)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from r3tui.search.winner import pairs_for
+
+    if args.stage in ("apply", "all") and args.max_runs < pairs_for(0.95):
+        # r3 apply refuses it; failing here keeps a device call from recording 20 failures
+        print(f"corpus.py: error: --max-runs ({args.max_runs}) is below the "
+              f"{pairs_for(0.95)} pairs r3 apply's 95% interval needs", file=sys.stderr)
+        return 2
     ctx = StageContext(args, time.perf_counter() + args.deadline_s)
     step, stage = STAGES[args.stage]
     STATE.mkdir(parents=True, exist_ok=True)

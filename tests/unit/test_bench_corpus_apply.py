@@ -38,3 +38,16 @@ def test_apply_never_asks_more_runs_than_its_max(monkeypatch: pytest.MonkeyPatch
     assert argv[argv.index("--runs") + 1] == asked
     assert argv[argv.index("--max-runs") + 1] == str(max_runs)
     assert int(asked) <= max_runs
+
+
+def test_a_run_with_too_few_apply_pairs_stops_before_any_step(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """R3_CORPUS_MAX_RUNS=4 once ran a whole device call; r3 apply now refuses fewer than the
+    6 pairs of a 95% interval, so the harness says so at once, with exit 2."""
+    monkeypatch.setattr(corpus, "STATE", tmp_path)
+    monkeypatch.setattr(corpus, "run_step", lambda *a, **k: pytest.fail("a step ran"))
+    assert corpus.main(["run", "--stage", "all", "--max-runs", "4"]) == 2
+    err = capsys.readouterr().err
+    assert err == ("corpus.py: error: --max-runs (4) is below the 6 pairs r3 apply's 95% "
+                   "interval needs\n")
