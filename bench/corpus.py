@@ -26,6 +26,7 @@ The build of every program: `nvcc -O3 -arch=sm_90` plus only the fixes of
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
 import json
 import os
@@ -278,6 +279,21 @@ def r3_argv(*args: str) -> list[str]:
     return [sys.executable, "-m", "r3tui", *args]
 
 
+@functools.cache
+def code_version() -> str:
+    """The commit the steps run (``+dirty`` with tracked files changed), so that the report
+    can say whether every program's figures come from one version of the code."""
+    try:
+        head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
+                              capture_output=True, text=True, timeout=30, check=True)
+        dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain",
+                                "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=30, check=True)
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
+
+
 def run_step(argv: Sequence[str], cwd: Path, timeout_s: float) -> dict[str, Any]:
     """One command, as data: rc (None on timeout), wall time, the last lines of its output."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("R3_")}
@@ -298,7 +314,8 @@ def run_step(argv: Sequence[str], cwd: Path, timeout_s: float) -> dict[str, Any]
     wall = time.perf_counter() - started
     status = "timeout" if rc is None else ("ok" if rc == 0 else "failed")
     return {"status": status, "rc": rc, "wall_s": round(wall, 4), "command": shlex.join(argv),
-            "at": time.strftime("%Y-%m-%d %H:%M:%S"), "tail": output.splitlines()[-25:],
+            "at": time.strftime("%Y-%m-%d %H:%M:%S"), "code": code_version(),
+            "tail": output.splitlines()[-25:],
             "stdout_tail": output.splitlines()[-200:]}
 
 

@@ -176,6 +176,22 @@ def program_row(recipe: Recipe, state: dict[str, Any],
     return row
 
 
+def code_versions(states: dict[str, dict[str, Any]]) -> str:
+    """Which commits the programs' steps ran: ``dec75af 16`` when one version made every
+    figure; a program whose steps ran different versions counts as ``mixed``, one whose state
+    predates the version being stored as ``unknown``."""
+    counts: dict[str, int] = {}
+    for state in states.values():
+        steps = [state["steps"][name] for name in ("record", "tune", "tune_bo", "apply")
+                 if name in state["steps"]]
+        if not steps:
+            continue
+        codes = {step.get("code", "unknown") for step in steps}
+        code = codes.pop() if len(codes) == 1 else "mixed"
+        counts[code] = counts.get(code, 0) + 1
+    return ", ".join(f"{code} {n}" for code, n in sorted(counts.items(), key=lambda c: -c[1]))
+
+
 def report_lines() -> list[str]:
     states = {r.name: load_state(r.name) for r in RECIPES}
     ids = [int(k["campaign_id"]) for st in states.values()
@@ -204,6 +220,8 @@ def report_lines() -> list[str]:
                    f"{r['yield'] or '-':<22} {r.get('best') or '-':<30} {kernel:<24} {wall:<30} "
                    f"{r.get('note', '')}")
     n = len(RECIPES)
+    out.append(f"corpus_code_versions: {code_versions(states) or 'n/a (nothing run yet)'} "
+               "(programs by the commit their steps ran)")
     out.append(f"corpus_recorded: {sum(r['recorded'] for r in rows)}/{n}")
     out.append(f"corpus_searched_all_levels: {sum(r['levels'] == 'SCL' for r in rows)}/{n}")
     recorded = [r for r in rows if "fault" in r]

@@ -51,3 +51,21 @@ def test_a_run_with_too_few_apply_pairs_stops_before_any_step(
     err = capsys.readouterr().err
     assert err == ("corpus.py: error: --max-runs (4) is below the 6 pairs r3 apply's 95% "
                    "interval needs\n")
+
+
+def test_each_step_keeps_the_commit_it_ran_and_the_report_counts_them(tmp_path: Path) -> None:
+    import re
+
+    from corpus_report import code_versions
+
+    step = corpus.run_step([sys.executable, "-c", "print('x: 1')"], tmp_path, 60)
+    assert step["status"] == "ok"
+    assert re.fullmatch(r"[0-9a-f]{7,}(\+dirty)?", step["code"]), step["code"]
+    states = {
+        "one": {"steps": {"record": {"code": "abc1234"}, "tune": {"code": "abc1234"}}},
+        "two": {"steps": {"record": {"code": "abc1234"}, "apply": {"code": "abc1234"}}},
+        "mixed": {"steps": {"record": {"code": "abc1234"}, "tune": {"code": "def5678"}}},
+        "old": {"steps": {"record": {"status": "ok"}}},  # stored before steps kept a commit
+        "never": {"steps": {}},
+    }
+    assert code_versions(states) == "abc1234 2, mixed 1, unknown 1"
