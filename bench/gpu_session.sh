@@ -15,6 +15,8 @@ cd "$(dirname "$0")/.."
 
 {
   echo "== environment"
+  # the commit that runs (+dirty: tracked files changed; `git stash -u` first keeps to HEAD)
+  echo "code $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD 2>/dev/null || echo +dirty)"
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm --format=csv,noheader || true
   python3 - <<'PY'
 import importlib.metadata as md
