@@ -39,6 +39,10 @@ The loop's start and end may read parameters, macros and locals that every threa
 same value in (declared before the bound checks, from those alone, reading no memory and never
 assigned again).
 
+A kernel the coarsening rule has register-blocked (each thread computing several outputs held
+in arrays) is tiled by :mod:`r3tui.remix.tile_blocked`: the two together are what a fast
+naive matrix product needs.
+
 It declines where the block's threads already work together (barriers, shared memory, warp
 operations), where a thread's position is read other than through its grid indices, where the
 loop's start or end reads memory or another local, where the loop leaves early or writes memory,
@@ -129,6 +133,10 @@ def tile_loop(source: str, kernel: str, rng: random.Random) -> tuple[str, str]:
     if found is None or span is None:
         raise Declined(f"no __global__ function {kernel!r} is defined in the source")
     body, parsed = found
+    from r3tui.remix.tile_blocked import coarsened, tile_coarsened
+
+    if coarsened(source, kernel):  # register-blocked by the coarsening rule: tiles on top
+        return tile_coarsened(source, kernel, rng)
     check_alone(body, parsed)
     for name in (MACRO, SMEM, STAGE, K0, BARRIER, "r3_rank", "r3_team", "r3_e", "r3_p"):
         if re.search(rf"\b{name}\b", source):

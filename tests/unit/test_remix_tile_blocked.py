@@ -1,0 +1,182 @@
+"""Shared-memory tiles on a register-blocked kernel (r3tui.remix.tile_blocked): the coarsening
+rule's variant of sgemm, nbody and a kernel written here, tiled, computes what the original
+computes, to the bit, at every coarsening factor, tile and block shape tried, with every thread
+reaching every barrier and no read outside the arrays (g++ with AddressSanitizer, each block's
+threads at once with shared memory between them: tests/unit/cpu_grid.py); the variants compile
+with real NVRTC for sm_90 and declare the shared memory each point launches with."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+
+from r3tui.compile import CompileRequest, get_toolchain
+from r3tui.domain import Dim3
+from r3tui.remix.coarsen import coarsen
+from r3tui.remix.rules import apply_rule
+from r3tui.remix.tile import MACRO, Declined, tile_loop
+from r3tui.remix.tile_blocked import coarsened
+from r3tui.search.source import shared_bytes_at
+from tests.unit import cpu_grid
+from tests.unit.test_remix_split import DRIVERS, example
+
+# Written here: the work in a closing `if (i < n) { ... }`, a read along x and one of the
+# counter alone.
+ROWDOT = r"""
+__global__ void rowdot(int n, int m, const double* a, const double* b, double* out) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {
+        double s = 0.0;
+        for (int j = 0; j < m; ++j) {
+            s += a[(long long)j * n + i] * b[j];
+        }
+        out[i] = s;
+    }
+}
+"""
+
+_DIVISORS = """
+#ifndef DX
+#define DX 1
+#endif
+#ifndef DY
+#define DY 1
+#endif
+"""
+# the examples' drivers, the grid divided by the elements a thread computes (as the replay
+# derives it from `// r3: work_per_thread`)
+BLOCKED_DRIVERS = {
+    "sgemm": _DIVISORS + DRIVERS["sgemm"].replace("r3_cover(N * SX, 1, BX)",
+                                                  "r3_cover(N, DX, BX)").replace(
+        "r3_cover(M, 1, BY)", "r3_cover(M, DY, BY)"),
+    "nbody": _DIVISORS + DRIVERS["nbody"].replace("r3_cover(n * SX, 1, BX)",
+                                                  "r3_cover(n, DX, BX)"),
+    "rowdot": _DIVISORS + r"""
+int main() {
+    const int n = 29, m = 23;
+    std::vector<double> a((size_t)n * m), b(m), out(n, -2.0);
+    for (int i = 0; i < n * m; ++i) a[i] = (double)((i * 7) % 19) / 8.0 - 1.0;
+    for (int j = 0; j < m; ++j) b[j] = 0.25 * j - 2.0;
+    dim3 block(BX, BY, BZ);
+    dim3 grid(r3_cover(n, DX, BX), 1, 1);
+    launch_threads(grid, block, [&] { rowdot(n, m, a.data(), b.data(), out.data()); });
+    for (double v : out) printf("%a\n", v);
+}
+""",
+}
+SOURCES = {"sgemm": example("sgemm"), "nbody": example("nbody"), "rowdot": ROWDOT}
+# (R3_CF_X, R3_CF_Y, R3_TILE) each built once; blocks run at run time
+POINTS = {
+    "sgemm": [(2, 2, 4), (4, 2, 16), (1, 4, 64), (2, 1, 0)],
+    "nbody": [(2, 1, 8), (4, 1, 64)],
+    "rowdot": [(2, 1, 4), (8, 1, 16)],
+}
+BLOCKS = {
+    "sgemm": [(4, 4, 1), (8, 2, 2), (3, 5, 1)],
+    "nbody": [(8, 1, 1), (5, 1, 1)],
+    "rowdot": [(4, 1, 1), (3, 2, 1)],
+}
+_AT_RUN = {axis: cpu_grid.RUNTIME.format(axis) for axis in ("BX", "BY", "BZ")}
+
+
+def blocked(kernel: str, axes: int) -> str:
+    """The coarsening rule's variant of ``kernel`` along ``axes`` axes (the first seed that
+    gives that many)."""
+    for seed in range(40):
+        variant, _ = coarsen(SOURCES[kernel], kernel, random.Random(seed))
+        if sum(f"R3_CF_{a}" in variant for a in "XYZ") == axes:
+            return variant
+    raise AssertionError(f"no coarsening of {kernel} along {axes} axes")
+
+
+AXES = {"sgemm": 2, "nbody": 1, "rowdot": 1}
+
+
+@pytest.mark.parametrize("kernel", sorted(BLOCKED_DRIVERS))
+def test_tiles_on_a_coarsened_kernel_compute_what_the_original_does(
+        kernel: str, tmp_path: Path) -> None:
+    coarse = blocked(kernel, AXES[kernel])
+    assert coarsened(coarse, kernel) and not coarsened(SOURCES[kernel], kernel)
+    variant, detail = tile_loop(coarse, kernel, random.Random(0))
+    assert "coarsened loop" in detail and "both copies" in detail
+    assert variant.count("R3_BARRIER();") == 4  # two barriers in each copy
+    driver = BLOCKED_DRIVERS[kernel]
+    expected_exe = cpu_grid.build(SOURCES[kernel], driver, tmp_path, _AT_RUN, "original", True)
+    for fx, fy, tile in POINTS[kernel]:
+        defines = {**_AT_RUN, "R3_CF_X": fx, "DX": fx, MACRO: tile}
+        if "R3_CF_Y" in variant:
+            defines.update({"R3_CF_Y": fy, "DY": fy})
+        exe = cpu_grid.build(variant, driver, tmp_path, defines, f"v{fx}{fy}{tile}", True)
+        for bx, by, bz in BLOCKS[kernel]:
+            block = {"BX": bx, "BY": by, "BZ": bz}
+            expected = cpu_grid.execute(expected_exe, block).split()
+            assert len(expected) > 20 and not any("nan" in v for v in expected)
+            assert cpu_grid.execute(exe, block).split() == expected, (kernel, fx, fy, tile,
+                                                                      block)
+
+
+def test_a_tile_that_skips_loads_shows_in_the_output(tmp_path: Path) -> None:
+    """The comparison can fail: half the threads not loading leaves tile elements unwritten
+    (NaN), and a loader whose live test is dropped reads past the arrays (AddressSanitizer)."""
+    variant, _ = tile_loop(blocked("sgemm", 2), "sgemm", random.Random(0))
+    driver = BLOCKED_DRIVERS["sgemm"]
+    defines = {"BX": 4, "BY": 4, "BZ": 1, "R3_CF_X": 2, "DX": 2, "R3_CF_Y": 2, "DY": 2,
+               MACRO: 8}
+    expected = cpu_grid.run(SOURCES["sgemm"], driver, tmp_path, defines, "original").split()
+    lazy = variant.replace("r3_s += r3_team", "r3_s += 2 * r3_team")
+    assert lazy != variant
+    assert cpu_grid.run(lazy, driver, tmp_path, defines, "lazy").split() != expected
+    unchecked = variant.replace("if (k < K && !(", "if (k < K + 8 && !(")
+    assert unchecked != variant
+    with pytest.raises(AssertionError, match="AddressSanitizer"):
+        cpu_grid.run(unchecked, driver, tmp_path, defines, "unchecked", sanitize=True)
+
+
+def test_the_variants_compile_with_nvrtc_and_declare_their_shared_memory() -> None:
+    nvrtc = get_toolchain("nvrtc")
+    variant, _ = tile_loop(blocked("sgemm", 2), "sgemm", random.Random(0))
+    # A: 16 rows x 2 elements a thread x 32 iterations; B: 16 columns x 4 x 32; floats
+    assert shared_bytes_at(variant, Dim3(16, 16, 1),
+                           {"R3_CF_X": 4, "R3_CF_Y": 2, MACRO: 32}) == (32 + 64) * 32 * 4
+    assert shared_bytes_at(variant, Dim3(16, 16, 1), {}) == 0  # R3_TILE's default: untiled
+    for fx, fy, tile in ((1, 1, 0), (2, 2, 16), (4, 4, 32), (8, 1, 256)):
+        compiled = nvrtc.compile(CompileRequest(
+            variant, "sgemm", arch="sm_90",
+            defines=(("R3_CF_X", str(fx)), ("R3_CF_Y", str(fy)), (MACRO, str(tile)))))
+        assert compiled.ok, f"{fx} {fy} {tile}:\n{compiled.log}"
+    nbody, _ = tile_loop(blocked("nbody", 1), "nbody", random.Random(0))
+    assert shared_bytes_at(nbody, Dim3(64, 1, 1), {"R3_CF_X": 4, MACRO: 64}) == 64 * 16
+    compiled = nvrtc.compile(CompileRequest(nbody, "nbody", arch="sm_90",
+                                            defines=(("R3_CF_X", "4"), (MACRO, "64"))))
+    assert compiled.ok, compiled.log
+
+
+def test_the_rule_composes_in_either_order_of_the_campaign() -> None:
+    """Coarsening first, then tiling, is the composition; a tiled kernel is not coarsened
+    (its threads work together), so the other order declines with the reason."""
+    coarse = apply_rule("coarsen", SOURCES["sgemm"], "sgemm", random.Random(3))
+    assert coarse.ok and coarse.source is not None
+    both = apply_rule("tile_shared", coarse.source, "sgemm", random.Random(0))
+    assert both.ok and both.detail is not None and "coarsened loop" in both.detail
+    tiled = apply_rule("tile_shared", SOURCES["sgemm"], "sgemm", random.Random(0))
+    assert tiled.ok and tiled.source is not None
+    again = apply_rule("coarsen", tiled.source, "sgemm", random.Random(0))
+    assert not again.ok
+
+
+@pytest.mark.parametrize(("edit", "reason"), [
+    # the loop's end read from an element array: the block's threads may not share it
+    (("for (int k = 0; k < K; ++k)", "for (int k = 0; k < col[0]; ++k)"), "reads"),
+    # a guard that is not an upper bound: a position's predecessors may fail it
+    (("row[r3_e] >= M ||", "row[r3_e] <= M ||"), "not an upper bound"),
+    # a position set otherwise than the coarsening sets it
+    (("* R3_CF_Y + r3_e / (R3_CF_X) % R3_CF_Y", "* R3_CF_Y + 1"), "not set as the coarsening"),
+])
+def test_it_declines_what_would_change_what_the_kernel_reads(edit: tuple[str, str],
+                                                             reason: str) -> None:
+    coarse = blocked("sgemm", 2)
+    assert edit[0] in coarse
+    with pytest.raises(Declined, match=reason):
+        tile_loop(coarse.replace(*edit), "sgemm", random.Random(0))
