@@ -7,8 +7,8 @@ and the verified variants are re-timed against the original in interleaved round
 recorded block.  A rule whose variant pays only with a smaller grid
 (``// r3: work_per_thread``) is launched with that grid.  Prints one line per variant and
 ``rule_gain_<example>_<rule>: <ratio> [<low>, <high>]`` for the best value of each rule (the
-ratio original/variant, a bootstrap interval over the rounds' ratios; "within noise" where
-the interval includes 1).  This is the gain of the transformation alone, before any search
+ratio original/variant, the order-statistic interval of the rounds' ratios; "within noise"
+where the interval includes 1).  This is the gain of the transformation alone, before any search
 of options or block shape.
 
     python bench/rule_gains.py [--examples reduce_sum,softmax] [--scale 1.0] [--rounds 15]
@@ -64,13 +64,21 @@ def variants(source: str, example: str, rules: tuple[str, ...] | None = None
                           random.Random(0))
         if both.ok and both.source is not None:
             made.append(("strided_accumulate+warp_shuffle_reduction", both.source))
+    # register blocking with shared-memory tiles: each coarsening of the example, tiled
+    for text in [t for rule, t in made if rule == "coarsen"]:
+        both = apply_rule("tile_shared", text, example, random.Random(0))
+        if both.ok and both.source is not None:
+            made.append(("coarsen+tile_shared", both.source))
     out = []
     for label, text in made:
         tunables = [t for t in parse_tunables(text) if t.name.startswith("R3_")]
         if not tunables:
             out.append((label, text, ()))
-        if label == "coarsen":  # a tile: every combination of the axes' factors
-            for values in itertools.product(*(t.values for t in tunables)):
+        if label.startswith("coarsen"):  # a tile: every combination of the axes' factors
+            # (with tiles: of 8 to 64 iterations; 0 is the coarsening alone)
+            choices = [[v for v in t.values if t.name != "R3_TILE" or v in (8, 16, 32, 64)]
+                       for t in tunables]
+            for values in itertools.product(*choices):
                 defines = tuple((t.name, str(v)) for t, v in zip(tunables, values, strict=True))
                 out.append((f"{label} " + ",".join(f"{n}={v}" for n, v in defines), text,
                             defines))

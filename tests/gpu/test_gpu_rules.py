@@ -84,6 +84,29 @@ def test_every_rule_variant_replays_to_the_recorded_epilogue(example: str,
                 ran.append((rule, defines, scaling))
                 if rule == "tile_shared":
                     tiled.append((defines, shared_bytes))
+        if example in ("sgemm", "nbody"):  # register blocking with tiles: coarsened, tiled
+            axes = ("R3_CF_X", "R3_CF_Y") if example == "sgemm" else ("R3_CF_X",)
+            coarse = next(m.source for seed in range(40)
+                          if (m := apply_rule("coarsen", source, example,
+                                              random.Random(seed))).source
+                          and all(a in m.source for a in axes))
+            both = apply_rule("tile_shared", coarse, example, random.Random(0))
+            assert both.ok and both.source is not None, both.reason
+            for factor, tile in ((2, 16), (4, 32)):
+                defines = (*((a, str(factor)) for a in axes), ("R3_TILE", str(tile)))
+                compiled = nvrtc.compile(CompileRequest(both.source, example, defines=defines))
+                assert compiled.ok, (defines, compiled.log[:400])
+                divisor, multiplier = scaling = grid_scaling(both.source, dict(defines))
+                shared_bytes = shared_bytes_at(both.source, block,
+                                               {name: int(value) for name, value in defines})
+                assert shared_bytes
+                measured = worker.evaluate(
+                    Candidate.from_compiled(compiled, block=block, work_divisor=divisor,
+                                            work_multiplier=multiplier,
+                                            shared_mem_bytes=shared_bytes), timed=False)
+                assert measured.status is MeasurementStatus.OK, (defines, measured.error_text)
+                assert measured.verified is True
+                ran.append(("coarsen+tile_shared", defines, scaling))
         if example == "softmax":  # all three of its loops vectorized, one after the other
             text = source
             for step in range(3):
