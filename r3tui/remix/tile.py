@@ -55,6 +55,7 @@ from __future__ import annotations
 
 import random
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import tree_sitter as ts
@@ -358,18 +359,27 @@ class _Loop:
                 continue  # the same in every thread
             if len(read) > 1 or part.type != "binary_expression":
                 raise Declined(f"the bound check `{text}` is not one index against a bound")
-            op = part.child_by_field_name("operator")
-            left = part.child_by_field_name("left")
-            right = part.child_by_field_name("right")
-            assert op is not None and left is not None and right is not None
-            operator = r.text(op)
-            if r.text(right) in names:
-                left, right, operator = right, left, _MIRROR.get(operator, "")
-            kind = ops.get(operator)
-            if r.text(left) not in names or r.mentions(right, names) or kind is None or (
-                    kind == "zero" and not re.fullmatch(r"0[uUlL]*", r.text(right).strip())):
-                raise Declined(f"the bound check `{text}` is not an upper bound (or `== 0`) "
-                               "on one index, which a thread's predecessors pass when it does")
+            monotone(part, r.text, lambda n: r.text(n) in names,
+                     lambda n: r.mentions(n, names), ops)
+
+
+def monotone(part: ts.Node, text: Callable[[ts.Node], str], is_index: Callable[[ts.Node], bool],
+             mentions_index: Callable[[ts.Node], bool], ops: dict[str, str]) -> None:
+    """:class:`Declined` unless ``part`` (a comparison reading one index) is an upper bound
+    on the index (or ``== 0``, ``!= 0``) of the kind ``ops`` allows: one that a thread's
+    predecessors along every axis pass when it does."""
+    op = part.child_by_field_name("operator")
+    left = part.child_by_field_name("left")
+    right = part.child_by_field_name("right")
+    assert op is not None and left is not None and right is not None
+    operator = text(op)
+    if is_index(right):
+        left, right, operator = right, left, _MIRROR.get(operator, "")
+    kind = ops.get(operator)
+    if not is_index(left) or mentions_index(right) or kind is None or (
+            kind == "zero" and not re.fullmatch(r"0[uUlL]*", text(right).strip())):
+        raise Declined(f"the bound check `{text(part)}` is not an upper bound (or `== 0`) "
+                       "on one index, which a thread's predecessors pass when it does")
 
 
 def _index_text(reading: IndexDependence, read: ts.Node) -> str:

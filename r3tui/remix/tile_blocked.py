@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import random
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import tree_sitter as ts
@@ -57,7 +58,6 @@ from r3tui.remix.tile import (
     _BLOCK,
     _DEAD_OPS,
     _LIVE_OPS,
-    _MIRROR,
     _UNCONDITIONAL,
     BARRIER,
     BARRIER_ASM,
@@ -69,6 +69,7 @@ from r3tui.remix.tile import (
     STAGE,
     TILES,
     _split,
+    monotone,
 )
 
 Declined = Unsupported
@@ -275,18 +276,8 @@ class _Reading:
                 continue
             if len(read) > 1 or part.type != "binary_expression":
                 raise Declined(f"the bound check `{text}` is not one position against a bound")
-            op = part.child_by_field_name("operator")
-            left = part.child_by_field_name("left")
-            right = part.child_by_field_name("right")
-            assert op is not None and left is not None and right is not None
-            operator = self.text(op)
-            if right.id == read[0].id:
-                left, right, operator = right, left, _MIRROR.get(operator, "")
-            kind = ops.get(operator)
-            if left.id != read[0].id or self.positions_in(right) or kind is None or (
-                    kind == "zero" and not re.fullmatch(r"0[uUlL]*", self.text(right).strip())):
-                raise Declined(f"the bound check `{text}` is not an upper bound (or `== 0`) "
-                               "on one position, which its predecessors pass when it does")
+            monotone(part, self.text, _node_is(read[0]), lambda n: bool(self.positions_in(n)),
+                     ops)
 
     def _branch(self) -> tuple[ts.Node, ts.Node, ts.Node]:
         """``if (r3_all) { FAST } else { CHECKED }``: the statement and its two blocks."""
@@ -300,6 +291,10 @@ class _Reading:
                 if fast is not None and checked is not None:
                     return n, fast, checked
         raise Declined("no `if (r3_all) { ... } else { ... }` after the guards")
+
+
+def _node_is(node: ts.Node) -> Callable[[ts.Node], bool]:
+    return lambda n: n.id == node.id
 
 
 class _Loop:
