@@ -15,6 +15,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
 import corpus
+import corpus_stages
 from corpus_recipes import RECIPES
 
 
@@ -23,13 +24,14 @@ def test_apply_never_asks_more_runs_than_its_max(monkeypatch: pytest.MonkeyPatch
                                                  tmp_path: Path, runs: int, max_runs: int,
                                                  asked: str) -> None:
     seen: list[list[str]] = []
-    monkeypatch.setattr(corpus, "STATE", tmp_path)  # the stage clears its patched trees there
+    # the stage clears its patched trees there
+    monkeypatch.setattr(corpus_stages, "STATE", tmp_path)
 
     def step(argv: list[str], cwd: Path, timeout_s: float) -> dict[str, Any]:
         seen.append(list(argv))
         return {"status": "ok"}
 
-    monkeypatch.setattr(corpus, "run_step", step)
+    monkeypatch.setattr(corpus_stages, "run_step", step)
     args = argparse.Namespace(runs=runs, max_runs=max_runs, jobs=2, apply_args=[])
     state = {"steps": {"tune": {"status": "ok", "plan": {"kernels": [{"campaign_id": 3}]}}}}
     context = corpus.StageContext(args, time.perf_counter() + 3600)
@@ -46,7 +48,8 @@ def test_a_run_with_too_few_apply_pairs_stops_before_any_step(
     """R3_CORPUS_MAX_RUNS=4 once ran a whole device call; r3 apply now refuses fewer than the
     6 pairs of a 95% interval, so the harness says so at once, with exit 2."""
     monkeypatch.setattr(corpus, "STATE", tmp_path)
-    monkeypatch.setattr(corpus, "run_step", lambda *a, **k: pytest.fail("a step ran"))
+    monkeypatch.setattr(corpus_stages, "STATE", tmp_path)
+    monkeypatch.setattr(corpus_stages, "run_step", lambda *a, **k: pytest.fail("a step ran"))
     assert corpus.main(["run", "--stage", "all", "--max-runs", "4"]) == 2
     err = capsys.readouterr().err
     assert err == ("corpus.py: error: --max-runs (4) is below the 6 pairs r3 apply's 95% "
