@@ -1,0 +1,201 @@
+"""Evaluating configurations of one source variant through a runner.
+
+:class:`KernelSource` is the source variant; :func:`compile_request` turns it and a
+configuration into what the compile pool builds; :class:`ReplayEvaluator` compiles and
+replays configurations on a runner (:mod:`r3tui.runners`) and re-times the finalists;
+:class:`NotRetimed` says which configuration could not be re-timed and why.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass, replace
+from functools import partial
+from typing import TYPE_CHECKING
+
+from r3tui.domain import Measurement, MeasurementStatus, TrialConfig
+
+if TYPE_CHECKING:
+    from r3tui.compile.base import CompiledKernel, CompileRequest
+    from r3tui.replay.candidate import Candidate
+    from r3tui.runners import ReplayJob, Runner
+
+
+@dataclass(frozen=True)
+class KernelSource:
+    """One source variant of the recorded kernel."""
+
+    text: str
+    kernel_name: str
+    source_name: str = "kernel.cu"
+    defines: tuple[tuple[str, str], ...] = ()  # the recording's own -D values
+    include_dirs: tuple[str, ...] = ()
+    # an application's kernel (a device unit): only its definition may change, since that is
+    # what `r3 apply` writes back to the application's file
+    confined: bool = False
+
+
+def compile_request(source: KernelSource, config: TrialConfig, arch: str) -> CompileRequest:
+    """What to compile for one configuration: launch bounds injected, tunables as -D."""
+    from r3tui.compile.base import CompileRequest
+    from r3tui.search import guard_defines, inject_launch_bounds
+
+    text = source.text
+    if config.tunables:
+        # a tunable's own `#define` must yield to the -D value the search chose
+        text = guard_defines(text, frozenset(config.tunables))
+    if config.launch_bounds is not None:
+        max_threads, min_blocks = config.launch_bounds
+        text = inject_launch_bounds(text, source.kernel_name, max_threads, min_blocks)
+    options = list(config.options)
+    if config.pipeline:
+        options.append(f"--passes={config.pipeline}")
+    tunables = {k: str(v) for k, v in config.tunables.items()}
+    defines = {**dict(source.defines), **tunables}
+    return CompileRequest(
+        source=text,
+        kernel_name=source.kernel_name,
+        arch=arch,
+        options=tuple(options),
+        defines=tuple(sorted(defines.items())),
+        include_dirs=source.include_dirs,
+        source_name=source.source_name,
+    )
+
+
+def compile_failure(compiled: CompiledKernel) -> Measurement:
+    from r3tui.compile.base import first_error_line
+
+    return Measurement(
+        MeasurementStatus.COMPILE_ERROR,
+        compile_time_s=compiled.seconds,
+        error_text=first_error_line(compiled.log),
+        compile_log=compiled.log,
+    )
+
+
+class ReplayEvaluator:
+    """Evaluates configurations of one source variant on a runner (:mod:`r3tui.runners`).
+
+    Every configuration's compile is submitted at once; each is queued for replay the moment
+    its compile completes, so the GPUs replay while the cores compile the rest of the batch.
+    Results come back in request order.
+    """
+
+    def __init__(self, source: KernelSource, runner: Runner, *, arch: str | None = None) -> None:
+        self.source = source
+        self.runner = runner
+        self.arch = arch or runner.info.arch
+        # what each successfully measured config ran as, for re-timing the finalists
+        self.jobs: dict[str, ReplayJob] = {}
+
+    def with_source(self, source: KernelSource) -> ReplayEvaluator:
+        return ReplayEvaluator(source, self.runner, arch=self.arch)
+
+    def candidate(self, config: TrialConfig, compiled: CompiledKernel) -> Candidate:
+        from r3tui.replay.candidate import Candidate
+        from r3tui.search.source import grid_scaling
+
+        divisor, multiplier = grid_scaling(self.source.text, config.tunables)
+        return Candidate.from_compiled(compiled, block=config.block,
+                                       shared_mem_bytes=config.shared_mem_bytes,
+                                       label=str(config.options), work_divisor=divisor,
+                                       work_multiplier=multiplier)
+
+    def submit(self, config: TrialConfig) -> Future[tuple[Measurement, ReplayJob | None]]:
+        """``config`` compiled, then replayed: its measurement and what it ran as."""
+        out: Future[tuple[Measurement, ReplayJob | None]] = Future()
+        self._compile(config).add_done_callback(partial(self._compiled, config, out))
+        return out
+
+    def _compile(self, config: TrialConfig) -> Future[CompiledKernel]:
+        return self.runner.compile(config.toolchain,
+                                   compile_request(self.source, config, self.arch))
+
+    def _compiled(self, config: TrialConfig, out: Future[tuple[Measurement, ReplayJob | None]],
+                  compiling: Future[CompiledKernel]) -> None:
+        from r3tui.runners import ReplayJob
+        from r3tui.search import config_key
+
+        try:
+            compiled = compiling.result()
+            if not compiled.ok:
+                out.set_result((compile_failure(compiled), None))
+                return
+            job = ReplayJob(self.candidate(config, compiled), config_key(config))
+            replaying = self.runner.replay(job)
+        except BaseException as exc:  # the runner failed, not the candidate
+            out.set_exception(exc)
+            return
+
+        def replayed(done: Future[Measurement]) -> None:
+            try:
+                measured = done.result()
+            except BaseException as exc:
+                out.set_exception(exc)
+                return
+            out.set_result((replace(measured, compile_time_s=compiled.seconds), job))
+
+        replaying.add_done_callback(replayed)
+
+    def code_hash(self, config: TrialConfig) -> str | None:
+        """The compiler's code hash of ``config`` (None where it does not compile): the compile
+        the evaluation of ``config`` makes, which the compile cache then answers."""
+        compiled = self._compile(config).result()
+        return compiled.binary_sha256 if compiled.ok else None
+
+    def start(self, configs: Sequence[TrialConfig]) -> Callable[[], list[Measurement]]:
+        """Submit ``configs``; the returned call waits for their measurements (request order)."""
+        from r3tui.search import config_key
+
+        pending = [self.submit(c) for c in configs]
+
+        def results() -> list[Measurement]:
+            out = []
+            for config, future in zip(configs, pending, strict=True):
+                measured, job = future.result()
+                if measured.ok and job is not None:
+                    self.jobs[config_key(config)] = job
+                out.append(measured)
+            return out
+
+        return results
+
+    def evaluate(self, configs: Sequence[TrialConfig]) -> list[Measurement]:
+        return self.start(configs)()
+
+    def interleave_with(
+        self, other: ReplayEvaluator, mine: TrialConfig, theirs: TrialConfig, rounds: int
+    ) -> tuple[list[float], list[float]]:
+        """Times of ``mine`` (this source) and ``theirs`` (``other``'s source), interleaved on
+        one GPU round by round; both must have been measured OK before."""
+        from r3tui.search import config_key
+
+        a = self.jobs[config_key(mine)]
+        b = other.jobs[config_key(theirs)]
+        per_job = self.runner.interleaved([a, b], rounds)
+        return list(per_job[0]), list(per_job[1])
+
+    def retime(self, configs: Sequence[TrialConfig], rounds: int) -> list[list[float]]:
+        """``samples[round][i]`` for ``configs`` (measured OK before), interleaved on one GPU."""
+        from r3tui.search import config_key
+
+        missing = [c for c in configs if config_key(c) not in self.jobs]
+        if missing:
+            for config, measured in zip(missing, self.evaluate(missing), strict=True):
+                if config_key(config) not in self.jobs:
+                    raise NotRetimed(config, measured)
+        jobs = [self.jobs[config_key(c)] for c in configs]
+        per_job = self.runner.interleaved(jobs, rounds)
+        return [[per_job[i][r] for i in range(len(configs))] for r in range(rounds)]
+
+
+class NotRetimed(Exception):
+    """A configuration to re-time that did not measure OK when it was evaluated for it (one
+    the search never measured: the recorded one, or a finalist told on resume)."""
+
+    def __init__(self, config: TrialConfig, measured: Measurement) -> None:
+        detail = (measured.error_text or "").strip().splitlines()
+        super().__init__(f"{measured.status.value}" + (f": {detail[0][:200]}" if detail else ""))
+        self.config, self.measured = config, measured

@@ -1,0 +1,319 @@
+"""The inner loop: one source variant's configurations searched on an evaluator.
+
+:class:`InnerSettings` says how (strategy, batch, finalists); :func:`build_space` and
+:func:`make_strategy` make the variant's search space and search; :func:`run_inner` asks,
+evaluates, stores and tells batch by batch, then re-times the finalists against the
+recorded configuration.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
+
+from r3tui.domain import Measurement, TrialConfig
+from r3tui.engine.evaluator import NotRetimed
+from r3tui.engine.options import option
+
+if TYPE_CHECKING:
+    from db.session import Database
+    from r3tui.engine.evaluator import KernelSource
+    from r3tui.record.manifest import LaunchInfo
+    from r3tui.search import BayesSettings, Budget, DeviceLimits, InnerSearch, SearchSpace, Winner
+    from r3tui.search.block import BlockFacts
+    from r3tui.search.source import Tunable
+
+
+@dataclass(frozen=True)
+class InnerSettings:
+    """How one variant's configurations are searched."""
+
+    # the fields with an option() are the user's: flags and r3.toml's [search] section
+    strategy: str = option("bayes", "--strategy", "how configurations are chosen",
+                           choices=("bayes", "random", "exhaustive"))
+    estimator: str = option("GP", "--estimator", "surrogate model of the Bayesian search",
+                            choices=("GP", "RF", "ET"))
+    bayes: str = option("defaults", "--bo", "more settings of the Bayesian search, e.g. "
+                        "acq_func=EI,xi=0.05 (a wrong NAME lists the valid ones)",
+                        metavar="NAME=VALUE,...")
+    # configurations asked at once, so the compile pool stays busy
+    batch: int = option(8, "--batch", "configurations asked at once")
+    # batches evaluated at once: with 2 the next batch is asked, and compiled, while one is
+    # replayed, so the GPU does not wait for the search or the compiler (the search asks it
+    # with the batch in flight as pending points)
+    in_flight: int = option(2, "--in-flight", "batches evaluated at once (1: ask each batch "
+                            "after the last one's results)")
+    finalists: int = 3  # best configurations re-timed against the baseline
+    rounds: int = 9  # interleaved re-timing rounds
+    seed: int = 0
+    toolchain: str = "nvrtc"
+    launch_bounds: bool = option(True, "--no-launch-bounds", "do not search __launch_bounds__",
+                                 negate=True)  # inject __launch_bounds__ as a dimension
+    # the most threads per block the application launches the kernel with over all its
+    # recorded configurations (with_app_limits): injected bounds below it would fail those
+    # launches in the application, so the search never tries them (0: the recorded block only)
+    launch_bounds_floor: int = 0
+    # the application's host code computes the kernel's grid (any bundle of an application
+    # recording): a `// r3: work_per_thread` tunable is held at 1, since r3 apply could not
+    # ship a smaller grid
+    grid_fixed: bool = False
+
+
+@dataclass(frozen=True)
+class InnerResult:
+    trials: int
+    failures: dict[str, int]
+    best: TrialConfig | None
+    best_s: float | None
+    winner: Winner | None
+    # what the space did with the block (SearchSpace.launch_notes): fixed shapes and why
+    launch_notes: tuple[str, ...] = ()
+    campaign_id: int | None = None  # where run_inner_campaign stored the trials
+
+
+def with_app_limits(settings: InnerSettings, bundle_path: Path) -> InnerSettings:
+    """``settings`` for a bundle of an application recording (unchanged for a kernel
+    recording, also when `r3 tune` is given the bundle directly): no ``__launch_bounds__``
+    below a block the application launches the kernel with, and no smaller grid (its host
+    code computes the grid)."""
+    from r3tui.engine.app_recording import most_threads_launched
+
+    most = most_threads_launched(bundle_path)
+    return replace(settings, launch_bounds_floor=max(settings.launch_bounds_floor, most),
+                   grid_fixed=settings.grid_fixed or most > 0)
+
+
+def build_space(
+    launch: LaunchInfo, source: KernelSource, settings: InnerSettings, limits: DeviceLimits
+) -> SearchSpace:
+    """The variant's space: the toolchain's options, the launch, the source's tunables."""
+    from r3tui.compile.llvm import PIPELINES
+    from r3tui.compile.options import accepted_options
+    from r3tui.search import (
+        LaunchSpec,
+        SearchSpace,
+        option_dims,
+        parse_relations,
+        parse_shared,
+        parse_tunables,
+    )
+    from r3tui.search.source import Tunable, grid_tunables
+
+    specs = [s for s in accepted_options(settings.toolchain) if s.name != "passes"]
+    tunables = parse_tunables(source.text)
+    per_thread = grid_tunables(source.text)
+    fixed = None
+    app = source.confined or settings.grid_fixed
+    if per_thread and (app or launch.work is None):
+        # an application's host code computes its grid: r3 apply cannot divide it
+        fixed = (f"{', '.join(sorted(per_thread))} fixed at 1: "
+                 + ("the application's host code computes the grid" if app
+                    else "no work size recorded to derive a smaller grid from"))
+        tunables = tuple(Tunable(t.name, (1,), 1) if t.name in per_thread else t
+                         for t in tunables)
+    space = SearchSpace.from_parts(
+        option_dims(specs),
+        LaunchSpec.of(launch, facts=launch_facts(launch, source, tunables)),
+        tunables,
+        parse_relations(source.text),
+        limits,
+        include_launch_bounds=settings.launch_bounds,
+        launch_bounds_floor=settings.launch_bounds_floor,
+        pipelines=list(PIPELINES) if settings.toolchain == "llvm" else None,
+        toolchain=settings.toolchain,
+        shared=parse_shared(source.text),
+    )
+    if fixed is not None:
+        space._launch_notes.append(fixed)
+    return space
+
+
+def launch_facts(
+    launch: LaunchInfo, source: KernelSource, tunables: Sequence[Tunable] = ()
+) -> BlockFacts | None:
+    """What the variant's source says about the kernel's block (fixed axes and why, macros
+    tied to the block, its own launch bounds); None where the recording already keeps the
+    block as it is."""
+    from r3tui.search.block_source import block_facts
+
+    if not launch.block_tunable or launch.work is None:
+        return None
+    name = source.kernel_name
+    if name.startswith("_Z"):  # a mangled symbol: the parser knows the plain name
+        from r3tui.record.sources import qualified_name
+
+        demangled = qualified_name(name)
+        name = demangled.name if demangled is not None else name
+    declared = {t.name: [v for v in t.values if isinstance(v, int)] for t in tunables
+                if t.numeric}
+    return block_facts(source.text, name, launch.block, source.defines, declared)
+
+
+def make_strategy(space: SearchSpace, settings: InnerSettings) -> InnerSearch:
+    from r3tui.search.simulation import make_search
+
+    bayes = bayes_settings(settings) if settings.strategy == "bayes" else None
+    return make_search(settings.strategy, space, settings.seed, bayes)
+
+
+def bayes_settings(settings: InnerSettings) -> BayesSettings:
+    """The Bayesian search's settings: ``--estimator``, then the ``--bo`` spec over it."""
+    from r3tui.search import BayesSettings
+
+    return BayesSettings.parse(settings.bayes, estimator=settings.estimator)
+
+
+Progress = Callable[["InnerSearch"], None]
+
+
+class Evaluator(Protocol):
+    """What the inner loop needs: :class:`ReplayEvaluator` on a GPU.  An evaluator that also
+    has ``start(configs)`` (submit now, the returned call waits) can have several batches in
+    flight; one that has only ``evaluate`` is asked one batch at a time."""
+
+    def evaluate(self, configs: Sequence[TrialConfig]) -> list[Measurement]: ...
+
+    def retime(self, configs: Sequence[TrialConfig], rounds: int) -> list[list[float]]: ...
+
+
+def _start(evaluator: Evaluator, configs: list[TrialConfig]) -> Callable[[], list[Measurement]]:
+    start = getattr(evaluator, "start", None)
+    if start is not None:
+        return start(configs)
+    measured = evaluator.evaluate(configs)
+    return lambda: measured
+
+
+def run_inner(
+    database: Database,
+    campaign_id: int,
+    variant_id: int,
+    search: InnerSearch,
+    evaluator: Evaluator,
+    budget: Budget,
+    settings: InnerSettings,
+    progress: Progress | None = None,
+    *,
+    give_up_after: int | None = None,
+    should_stop: Callable[[], bool] | None = None,
+) -> InnerResult:
+    """Search one variant: ask a batch, evaluate it, store every trial, tell; then re-time.
+
+    With ``settings.in_flight`` 2 the next batch is asked and submitted before the last one's
+    results are told (its configurations pending), so the runner always has work.  Each
+    batch's trials are committed together before they are told, so a kill loses at most the
+    batches in flight and a resume tells exactly what is stored.  ``give_up_after``
+    abandons a variant whose first that many trials all failed (a child that does not compile
+    or verify costs a few trials, not a whole budget); ``should_stop`` is polled between batches.
+    """
+    from db import repository as repo
+    from r3tui.search import choose_winner, config_key
+
+    trial_ids: dict[str, int] = {}
+    flight: deque[tuple[list[TrialConfig], Callable[[], list[Measurement]]]] = deque()
+    # an evaluator that measures as it is asked gains nothing from a second batch in flight
+    depth = max(1, settings.in_flight) if hasattr(evaluator, "start") else 1
+    stopped = False
+    while True:
+        while not stopped and len(flight) < depth:
+            if should_stop is not None and should_stop():
+                stopped = True
+                break
+            if search.done(budget):
+                break
+            if (
+                give_up_after is not None
+                and search.n_evaluated >= give_up_after
+                and search.best() is None
+            ):
+                stopped = True
+                break
+            unproven = give_up_after is not None and search.best() is None
+            if unproven and flight:
+                break  # until something works, one batch at a time
+            remaining = search.remaining(budget)
+            batch = settings.batch if remaining is None else min(settings.batch, remaining)
+            if give_up_after is not None and unproven:
+                # until something works, ask only as many as may be wasted
+                batch = max(1, min(batch, give_up_after - search.n_evaluated))
+            configs = search.ask(batch) if batch > 0 else []
+            if not configs:
+                break
+            flight.append((configs, _start(evaluator, configs)))
+        if not flight:
+            break
+        configs, results = flight.popleft()
+        measurements = results()
+        with database.session_scope() as s:
+            rows = [
+                repo.NewTrial(campaign_id, variant_id, c, m)
+                for c, m in zip(configs, measurements, strict=True)
+            ]
+            ids = repo.insert_trials(s, rows)
+        for config, measurement, trial_id in zip(configs, measurements, ids, strict=True):
+            search.tell(config, measurement)
+            trial_ids[config_key(config)] = trial_id
+        if progress:
+            progress(search)
+
+    failures: dict[str, int] = {}
+    for record in search.history:
+        if not record.ok:
+            reason = str(record.status) if record.status else "invalid"
+            failures[reason] = failures.get(reason, 0) + 1
+    best = search.best()
+    winner = None
+    finalists = search.finalists(settings.finalists)
+    baseline = search.space.baseline_config()
+    unmeasured = ""  # why the recorded configuration could not be re-timed
+    while finalists:
+        try:
+            winner = choose_winner(finalists, baseline, evaluator.retime,
+                                   rounds=settings.rounds)
+            break
+        except NotRetimed as exc:
+            if config_key(exc.config) == config_key(baseline):
+                # no speedup can be stated against a configuration that does not run
+                unmeasured = f"the recorded configuration did not measure to re-time: {exc}"
+                break
+            finalists = [f for f in finalists if config_key(f) != config_key(exc.config)]
+    with database.session_scope() as s:
+        best_id = trial_ids.get(config_key(winner.config)) if winner else None
+        if winner is not None and best_id is None:
+            # the winner came from trials told on resume: find its stored row
+            for stored in repo.finished_trials(s, campaign_id, variant_id=variant_id):
+                if config_key(stored.config) == config_key(winner.config):
+                    best_id = stored.id
+        if best_id is not None:
+            repo.update_variant(s, variant_id, best_trial_id=best_id)
+        repo.add_event(
+            s,
+            campaign_id,
+            "inner_done",
+            f"{search.n_evaluated} trials; "
+            + (
+                f"winner {winner.speedup:.3f}x [{winner.best.low:.3f}, {winner.best.high:.3f}] "
+                f"over the recorded configuration"
+                if winner
+                else unmeasured or "no configuration succeeded"
+            ),
+            {
+                "variant_id": variant_id,
+                "failures": failures,
+                "winner": winner.config.to_json() if winner else None,
+                "speedup": winner.speedup if winner else None,
+                "ci": [winner.best.low, winner.best.high] if winner else None,
+                # ancestors' trials its model was told (a child's prior), when it has one
+                "prior_points": sum(len(g) for g in search.prior),
+            },
+        )
+    return InnerResult(
+        search.n_evaluated,
+        failures,
+        best[0] if best else None,
+        best[1] if best else None,
+        winner,
+    )
