@@ -143,10 +143,9 @@ class _Reading:
         span = find_kernel(source, kernel)
         if found is None or span is None:
             raise Declined(f"no __global__ function {kernel!r} is defined in the source")
-        self.source, self.kernel = source, kernel
+        self.source = source
         self.body, self.parsed = found
         check_alone(self.body, self.parsed)
-        self.params = {p.name for p in span.params if p.name}
         plain = grid_indices(self.body, self.parsed)
         self.reading = IndexDependence(source, self.body, self.parsed, tuple(plain))
         text = self.parsed.text(self.body)
