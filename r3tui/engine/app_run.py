@@ -246,6 +246,14 @@ class MeasureOptions:
     kernels: bool = True  # timed runs: kernel device time under the interposer
 
     @property
+    def first_look(self) -> int:
+        """The pairs of each kind before the intervals are looked at: ``min_runs``, or the
+        pairs an interval at ``confidence`` needs if more (6 at 95%)."""
+        from r3tui.search.winner import pairs_for
+
+        return max(self.min_runs, pairs_for(self.confidence))
+
+    @property
     def keyed(self) -> str | None:
         """The key to read from the app's output; None: time the process (wall_s)."""
         return None if self.time_key in (None, WALL_BASIS) else self.time_key
@@ -419,13 +427,9 @@ def measure(
     alone decides, never which side of 1 an interval is on, so stopping does not favour an
     answer.
     """
-    from r3tui.search.winner import pairs_for
-
     result = TreeComparison(options, tuple(kernels))
-    # an interval is looked at once it can cover the confidence asked (6 pairs at 95%)
-    first_look = max(options.min_runs, pairs_for(options.confidence))
     for index in range(options.max_runs):
-        looked = index >= first_look
+        looked = index >= options.first_look
         want_app = options.app and not (looked and result.app_done())
         want_kernels = options.kernels and not (looked and result.kernels_done())
         if not want_app and not want_kernels:
@@ -465,7 +469,6 @@ def measure_and_ship(
     beyond the noise, and measure what ships again (once: the figures printed and stored are
     of that tree).  Returns the result as shipped; ``r3-apply.json`` is written again."""
     from r3tui.engine.apply import ORIGINAL_SUFFIX, tree_ignore, write_summary, write_tree
-    from r3tui.search.winner import pairs_for
 
     original = into.with_name(into.name + ORIGINAL_SUFFIX)
     if original.exists():
@@ -475,7 +478,7 @@ def measure_and_ship(
         build(tree, build_command)
     if not result.patch:  # r3 apply does not measure then; a caller that does is told
         say("the patch is empty: the original is measured against an identical build")
-    say(f"measuring: {max(options.min_runs, pairs_for(options.confidence))} to "
+    say(f"measuring: {options.first_look} to "
         f"{options.max_runs} interleaved pairs of each kind, "
         f"until each {options.confidence:.0%} interval is at most {options.ci_width:.1%} wide")
     candidates = [o for o in result.campaigns if o.applied]
