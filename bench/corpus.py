@@ -4,6 +4,7 @@ recorded, tuned (`r3 tune-app`) and patched (`r3 apply`) as a user would, resuma
     python bench/corpus.py prepare [--only P,...] [--build-only] [--all-inputs] [-j N]
     python bench/corpus.py run --stage record|tune|apply|tune-bo|all [--only ...] [--deadline-s 540]
     python bench/corpus.py import DIR
+    python bench/corpus.py keep [--only ...] [--into bench/results/corpus-state]
     python bench/corpus.py report [--out FILE]
     python bench/corpus.py clean [--only ...]
 
@@ -63,6 +64,9 @@ from corpus_stages import (
     run_step,
     stage_apply,
 )
+
+# where `keep` puts the state files, which git keeps across sessions
+REPO_STATE_KEPT = CORPUS.parent.parent / "results" / "corpus-state"
 
 # what bench/device_units.py and the tests take from this script
 __all__ = ["CORPUS", "RECIPES", "STATE", "StageContext", "main", "run_step", "stage_apply"]
@@ -367,6 +371,21 @@ def cmd_import(args: argparse.Namespace) -> int:
     return 0 if taken else 2
 
 
+def cmd_keep(args: argparse.Namespace) -> int:
+    """Copy the programs' state files (no recordings, no patches) into the tree, where git
+    keeps them: a checkout is new each session and bench/work is ignored, so this is how a
+    corpus run that needs two sessions' device time goes on (`import KEPT` next session)."""
+    args.into.mkdir(parents=True, exist_ok=True)
+    kept = 0
+    for recipe in selected(args.only):
+        path = STATE / f"{recipe.name}.json"
+        if path.is_file():
+            shutil.copy2(path, args.into / path.name)
+            kept += 1
+    print(f"kept {kept} program state(s) in {args.into}")
+    return 0 if kept else 2
+
+
 # -- the command line ----------------------------------------------------------------------
 def selected(only: str | None) -> list[Recipe]:
     if not only:
@@ -416,6 +435,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     imp.add_argument("source", type=Path,
                      help="the archive (or a folder of state files) `run --export` wrote")
     imp.set_defaults(handler=cmd_import)
+    k = sub.add_parser("keep", help="copy the state files into the tree (bench/results)")
+    k.add_argument("--only", help="comma-separated program names")
+    k.add_argument("--into", type=Path, default=REPO_STATE_KEPT)
+    k.set_defaults(handler=cmd_keep)
     rep = sub.add_parser("report", help="one row per program and the corpus_* figures")
     rep.add_argument("--out", type=Path)
     rep.set_defaults(handler=cmd_report)

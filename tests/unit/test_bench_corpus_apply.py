@@ -72,3 +72,28 @@ def test_each_step_keeps_the_commit_it_ran_and_the_report_counts_them(tmp_path: 
         "never": {"steps": {}},
     }
     assert code_versions(states) == "abc1234 2, mixed 1, unknown 1"
+
+
+def test_kept_states_import_into_a_new_checkout(monkeypatch: pytest.MonkeyPatch,
+                                                tmp_path: Path) -> None:
+    """`keep` copies the state files into the tree and a later session's `import` of that
+    folder gives the report the same steps: a corpus run can span two sessions' checkouts."""
+    import json
+
+    first, kept, second = tmp_path / "first", tmp_path / "kept", tmp_path / "second"
+    first.mkdir()
+    name = RECIPES[0].name
+    steps = {"record": {"status": "ok", "code": "abc1234"}, "apply": {"status": "failed"}}
+    (first / f"{name}.json").write_text(json.dumps({"steps": steps}))
+    monkeypatch.setattr(corpus, "STATE", first)
+    assert corpus.main(["keep", "--into", str(kept)]) == 0
+    assert [p.name for p in kept.iterdir()] == [f"{name}.json"]
+
+    import corpus_recipes
+    monkeypatch.setattr(corpus, "STATE", second)
+    monkeypatch.setattr(corpus_recipes, "STATE", second)
+    assert corpus.main(["import", str(kept)]) == 0
+    assert json.loads((second / f"{name}.json").read_text())["steps"] == steps
+    # nothing to keep is an error, not a silent success
+    monkeypatch.setattr(corpus, "STATE", tmp_path / "empty")
+    assert corpus.main(["keep", "--into", str(tmp_path / "none")]) == 2
