@@ -110,8 +110,9 @@ def test_every_rule_variant_replays_to_the_recorded_epilogue(example: str,
         if example == "softmax":  # all three of its loops vectorized, one after the other
             text = source
             for step in range(3):
-                text = apply_rule("vector_access", text, example, random.Random(step)).source
-                assert text is not None
+                vectorized = apply_rule("vector_access", text, example, random.Random(step))
+                assert vectorized.source is not None, vectorized
+                text = vectorized.source
             assert text.count("reinterpret_cast<const float4*>(xr)") == 3
             compiled = nvrtc.compile(CompileRequest(text, example))
             measured = worker.evaluate(Candidate.from_compiled(compiled, block=block),
