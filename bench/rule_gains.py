@@ -21,6 +21,7 @@ import itertools
 import random
 import sys
 import tempfile
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -69,7 +70,7 @@ def variants(source: str, example: str, rules: tuple[str, ...] | None = None
         both = apply_rule("tile_shared", text, example, random.Random(0))
         if both.ok and both.source is not None:
             made.append(("coarsen+tile_shared", both.source))
-    out = []
+    out: list[tuple[str, str, tuple[tuple[str, str], ...]]] = []
     for label, text in made:
         tunables = [t for t in parse_tunables(text) if t.name.startswith("R3_")]
         if not tunables:
@@ -88,8 +89,23 @@ def variants(source: str, example: str, rules: tuple[str, ...] | None = None
     return out
 
 
+class _Emitting(list[str]):
+    """A list of lines that passes each one on as it is added."""
+
+    def __init__(self, emit: Callable[[str], None]) -> None:
+        super().__init__()
+        self.emit = emit
+
+    def append(self, line: str) -> None:
+        super().append(line)
+        self.emit(line)
+
+
 def run_example(example: str, scale: float, rounds: int, work: Path,
-                rules: tuple[str, ...] | None = None) -> list[str]:
+                rules: tuple[str, ...] | None = None,
+                emit: Callable[[str], None] = print) -> list[str]:
+    """Each variant's line, given to ``emit`` as it is measured (a run cut short by a time
+    limit keeps what it printed), then the best of each rule; all of them returned."""
     from r3tui.compile.base import CompileRequest, get_toolchain
     from r3tui.domain import TrialConfig
     from r3tui.record.bundle import Bundle
@@ -106,14 +122,15 @@ def run_example(example: str, scale: float, rounds: int, work: Path,
                                       seed=2, scale=scale))
     block = Bundle.open(bundle_path).manifest.launch.block
     nvrtc = get_toolchain("nvrtc")
-    lines: list[str] = []
+    lines = _Emitting(emit)
     best: dict[str, tuple[float, float, float, str]] = {}
     with ReplayWorker(bundle_path, timeout_s=60) as worker:
         info = worker.start()
         original = Candidate.from_compiled(
             nvrtc.compile(CompileRequest(source, example, arch=info.arch)), block=block)
         if not worker.evaluate(original, timed=False).ok:
-            return [f"{example:10} the original does not replay"]
+            lines.append(f"{example:10} the original does not replay")
+            return lines
         for label, text, defines in variants(source, example, rules):
             values = {k: int(v) for k, v in defines if v.lstrip("-").isdigit()}
             # the variant's `// r3: require` relations at the recorded block (a split's
@@ -163,8 +180,8 @@ def main(argv: list[str] | None = None) -> int:
           f"{args.rounds} interleaved rounds")
     with tempfile.TemporaryDirectory() as tmp:
         for example in args.examples.split(","):
-            for line in run_example(example, args.scale, args.rounds, Path(tmp), rules):
-                print(line, flush=True)
+            run_example(example, args.scale, args.rounds, Path(tmp), rules,
+                        lambda line: print(line, flush=True))
     return 0
 
 
