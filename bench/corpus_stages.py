@@ -37,7 +37,13 @@ def r3_argv(*args: str) -> list[str]:
 @functools.cache
 def code_version() -> str:
     """The commit the steps run (``+dirty`` with tracked files changed), so that the report
-    can say whether every program's figures come from one version of the code."""
+    can say whether every program's figures come from one version of the code.
+
+    ``R3_CODE``, where set, names it instead: the device tool copies the working tree with a
+    ``.git`` that may hold another commit (session 28 found one a session old there), so the
+    command names the commit its tree is, from the machine that sent it."""
+    if os.environ.get("R3_CODE"):
+        return os.environ["R3_CODE"]
     try:
         head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
                               capture_output=True, text=True, timeout=30, check=True)

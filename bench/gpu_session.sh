@@ -15,8 +15,9 @@ cd "$(dirname "$0")/.."
 
 {
   echo "== environment"
-  # the commit that runs (+dirty: tracked files changed; `git stash -u` first keeps to HEAD)
-  echo "code $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD 2>/dev/null || echo +dirty)"
+  # the commit that runs: R3_CODE, set by the command from the machine that sent the tree
+  # (the device copy's .git may be another commit's); else .git's (+dirty: tracked changes)
+  echo "code ${R3_CODE:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD 2>/dev/null || echo +dirty)}"
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm --format=csv,noheader || true
   python3 - <<'PY'
 import importlib.metadata as md
