@@ -374,15 +374,22 @@ def cmd_import(args: argparse.Namespace) -> int:
 def cmd_keep(args: argparse.Namespace) -> int:
     """Copy the programs' state files (no recordings, no patches) into the tree, where git
     keeps them: a checkout is new each session and bench/work is ignored, so this is how a
-    corpus run that needs two sessions' device time goes on (`import KEPT` next session)."""
+    corpus run that needs two sessions' device time goes on (`import KEPT` next session).
+    Only programs whose whole pipeline ended are kept: a half-done one needs its recording,
+    which stayed on the machine that made it, and is started again anyway."""
     args.into.mkdir(parents=True, exist_ok=True)
-    kept = 0
+    kept, unfinished = 0, []
     for recipe in selected(args.only):
         path = STATE / f"{recipe.name}.json"
-        if path.is_file():
-            shutil.copy2(path, args.into / path.name)
-            kept += 1
-    print(f"kept {kept} program state(s) in {args.into}")
+        if not path.is_file():
+            continue
+        if load_state(recipe.name)["steps"].get("all", {}).get("status") not in ("ok", "failed"):
+            unfinished.append(recipe.name)
+            continue
+        shutil.copy2(path, args.into / path.name)
+        kept += 1
+    print(f"kept {kept} program state(s) in {args.into}"
+          + (f"; not kept, unfinished: {', '.join(unfinished)}" if unfinished else ""))
     return 0 if kept else 2
 
 

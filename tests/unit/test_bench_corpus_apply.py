@@ -83,17 +83,23 @@ def test_kept_states_import_into_a_new_checkout(monkeypatch: pytest.MonkeyPatch,
     first, kept, second = tmp_path / "first", tmp_path / "kept", tmp_path / "second"
     first.mkdir()
     name = RECIPES[0].name
-    steps = {"record": {"status": "ok", "code": "abc1234"}, "apply": {"status": "failed"}}
+    steps = {"record": {"status": "ok", "code": "abc1234"}, "apply": {"status": "failed"},
+             "all": {"status": "ok"}}
     (first / f"{name}.json").write_text(json.dumps({"steps": steps}))
+    # a program whose pipeline did not end needs its recording, gone with its machine
+    (first / f"{RECIPES[1].name}.json").write_text(json.dumps(
+        {"steps": {"plain": {"status": "ok"}, "record": {"status": "ok"}}}))
+    import corpus_recipes
     monkeypatch.setattr(corpus, "STATE", first)
+    monkeypatch.setattr(corpus_recipes, "STATE", first)
     assert corpus.main(["keep", "--into", str(kept)]) == 0
     assert [p.name for p in kept.iterdir()] == [f"{name}.json"]
 
-    import corpus_recipes
     monkeypatch.setattr(corpus, "STATE", second)
     monkeypatch.setattr(corpus_recipes, "STATE", second)
     assert corpus.main(["import", str(kept)]) == 0
     assert json.loads((second / f"{name}.json").read_text())["steps"] == steps
     # nothing to keep is an error, not a silent success
     monkeypatch.setattr(corpus, "STATE", tmp_path / "empty")
+    monkeypatch.setattr(corpus_recipes, "STATE", tmp_path / "empty")
     assert corpus.main(["keep", "--into", str(tmp_path / "none")]) == 2
