@@ -29,6 +29,19 @@ for name in ("cuda-bindings", "nvidia-cuda-nvrtc", "numpy", "pycuda", "pytest"):
 PY
 } 2>&1 | tee "$OUT/environment.txt"
 
+# a kit without the project's dependencies fails every test at import: say so once, and stop
+missing=$(python3 - <<'PY'
+import importlib.util
+names = ("sqlalchemy", "alembic", "skopt", "textual", "tree_sitter", "tree_sitter_cuda",
+         "distributed", "pycuda")
+print(" ".join(n for n in names if importlib.util.find_spec(n) is None))
+PY
+)
+if [ -n "$missing" ]; then
+  echo "gpu_session.sh: error: not importable here: $missing (run bench/device_kit.sh on the CPU machine and carry .device)" >&2
+  exit 2
+fi
+
 rc=0
 if [ -n "${R3_SKIP_TESTS:-}" ]; then
   echo "== GPU tests skipped (R3_SKIP_TESTS)"
