@@ -23,62 +23,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "examples"))
 
+from ceilings import ceilings  # noqa: E402
 from eval_cost import DEFAULT_EXAMPLES, DEFAULT_SCALES  # noqa: E402
-
-FMA_KERNEL = r"""
-extern "C" __global__ void fma_peak(float* out, float seed, int iters) {
-    float a = seed + threadIdx.x, b = a * 0.5f, c = a * 0.25f, d = a * 0.125f;
-    float e = a + 1.f, f = b + 1.f, g = c + 1.f, h = d + 1.f;
-    for (int i = 0; i < iters; ++i) {
-        a = fmaf(a, 0.9999f, 0.0001f); b = fmaf(b, 0.9999f, 0.0001f);
-        c = fmaf(c, 0.9999f, 0.0001f); d = fmaf(d, 0.9999f, 0.0001f);
-        e = fmaf(e, 0.9999f, 0.0001f); f = fmaf(f, 0.9999f, 0.0001f);
-        g = fmaf(g, 0.9999f, 0.0001f); h = fmaf(h, 0.9999f, 0.0001f);
-    }
-    out[blockIdx.x * blockDim.x + threadIdx.x] = a + b + c + d + e + f + g + h;
-}
-"""
-
-
-def ceilings() -> tuple[float, float]:
-    """(copy bytes/s counting read+write, fp32 FLOP/s) measured with CUDA events."""
-    import statistics
-    import struct
-
-    from r3tui.compile.base import CompileRequest, get_toolchain
-    from r3tui.cuda import driver as cu
-    from r3tui.replay.timing import EventTimer
-
-    ctx = cu.PrimaryContext(0)
-    info = cu.device_info(ctx.device)
-    drv = cu.driver()
-    stream = cu.check(
-        drv.cuStreamCreate(drv.CUstream_flags.CU_STREAM_NON_BLOCKING), "cuStreamCreate"
-    )
-    timer = EventTimer(stream)
-    size = 2 << 30
-    src = int(cu.check(drv.cuMemAlloc(size), "cuMemAlloc"))
-    dst = int(cu.check(drv.cuMemAlloc(size), "cuMemAlloc"))
-    cu.check(drv.cuMemsetD8(src, 7, size), "cuMemsetD8")
-
-    def copy() -> None:
-        cu.check(drv.cuMemcpyDtoDAsync(dst, src, size, stream), "cuMemcpyDtoDAsync")
-
-    copy_s = statistics.median(timer.time(copy) for _ in range(10))
-    compiled = get_toolchain("nvrtc").compile(
-        CompileRequest(FMA_KERNEL, "fma_peak", arch=info.arch)
-    )
-    assert compiled.ok and compiled.binary and compiled.lowered_name, compiled.log
-    function = cu.get_function(cu.load_module(compiled.binary), compiled.lowered_name)
-    blocks, threads, iters = info.sm_count * 8, 256, 20000
-    args = struct.pack("<Qfi", dst, 1.0, iters)
-    params = cu.KernelParams(args, cu.param_layout(function))
-
-    def fma() -> None:
-        cu.launch(function, (blocks, 1, 1), (threads, 1, 1), 0, stream, params)
-
-    fma_s = statistics.median(timer.time(fma) for _ in range(10))
-    return 2 * size / copy_s, blocks * threads * iters * 8 * 2 / fma_s
 
 
 def main(argv: list[str] | None = None) -> int:
