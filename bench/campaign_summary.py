@@ -10,14 +10,23 @@ manifest, the same denominator for all of them): baseline / best median of its o
 Only seeds whose three searches all finished are compared (same seed, same budget); an example
 with fewer seeds than asked for, or none, is named in the ``cut_short`` lines, so a summary of a
 run that hit its time limit says so instead of looking complete.
+
+R³ over BO alone is compared seed by seed (the same seed's two searches), and each example's
+figure is the median of its seeds' ratios with the order-statistic interval of that median
+(the one r3 apply and the re-timed winners use): at 6 seeds it covers 95%, at 5 the whole range
+covers 93.8% and is called within noise.  With the ceilings the run measured
+(bench/ceilings.py, kept beside the database as ``<db>.ceilings.json``), each example's tuned
+kernel (r3's best, median over its seeds) is put against the copy bandwidth or the FMA rate,
+and sgemm's against cuBLAS on the same matrices.
 """
 
 from __future__ import annotations
 
+import json
 import re
 import statistics
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 KINDS = ("r3", "bo", "remix")
@@ -45,6 +54,61 @@ class SearchResult:
         if self.baseline_s is None or not self.best_s:
             return None
         return self.baseline_s / self.best_s
+
+
+@dataclass(frozen=True)
+class Ceilings:
+    """What the GPU reached in the run (bench/ceilings.py measures it)."""
+
+    copy_bytes_per_s: float  # device-to-device copy, read and write counted
+    fma_flops_per_s: float  # fp32 FMA chain
+    cublas_sgemm_s: float | None = None  # cuBLAS on sgemm's own matrices; None: not timed
+    cublas_how: str = ""
+
+    def save(self, path: Path) -> None:
+        path.write_text(json.dumps(asdict(self), indent=1) + "\n")
+
+    @classmethod
+    def load(cls, path: Path) -> Ceilings | None:
+        return cls(**json.loads(path.read_text())) if path.is_file() else None
+
+
+def ceilings_path(db: Path) -> Path:
+    return db.with_name(db.name + ".ceilings.json")
+
+
+@dataclass(frozen=True)
+class Work:
+    """One launch's work: bytes moved (``bound`` memory) or FLOPs (compute)."""
+
+    bound: str
+    amount: float
+
+
+def seed_interval(values: Sequence[float], confidence: float = 0.95
+                  ) -> tuple[float, float, float, str]:
+    """(median, low, high, verdict) of per-seed values: the order-statistic interval of the
+    median, and "" where it is above 1 at ``confidence``, else why it is not a gain."""
+    from r3tui.search.winner import median_ci_coverage, order_statistic_median_ci
+
+    low, high = order_statistic_median_ci(values, confidence)
+    coverage = median_ci_coverage(len(values), confidence)
+    if coverage < confidence:
+        verdict = (f"within noise ({len(values)} seeds: a {coverage:.1%} interval; "
+                   f"{confidence:.0%} needs {_seeds_for(confidence)})")
+    elif low > 1.0:
+        verdict = ""
+    elif high < 1.0:
+        verdict = "below 1 beyond the noise"
+    else:
+        verdict = "within noise"
+    return statistics.median(values), low, high, verdict
+
+
+def _seeds_for(confidence: float) -> int:
+    from r3tui.search.winner import pairs_for
+
+    return pairs_for(confidence)
 
 
 def read_results(db: Path) -> list[SearchResult]:
@@ -105,7 +169,8 @@ def _ratio(a: float, b: float) -> float:
 
 
 def summary_lines(
-    results: Sequence[SearchResult], examples: Sequence[str], seeds: int, budget: int | None
+    results: Sequence[SearchResult], examples: Sequence[str], seeds: int, budget: int | None,
+    ceilings: Ceilings | None = None, work: Mapping[str, Work] | None = None,
 ) -> list[str]:
     """The table and the ``key: value`` lines of issue #5, over what ``results`` hold."""
     complete = complete_seeds(results)
@@ -118,6 +183,7 @@ def summary_lines(
     ]
     over_bo: dict[str, float] = {}
     over_remix: dict[str, float] = {}
+    intervals: dict[str, tuple[float, float, float, str]] = {}
     ablation_over_bo: dict[str, float] = {}
     cut = []
     for example in examples:
@@ -128,8 +194,12 @@ def summary_lines(
             lines.append(f"{example:11} {0:5d}  not run")
             continue
         m = {k: statistics.median(s[k] for s in done.values()) for k in KINDS}
-        over_bo[example] = _ratio(m["r3"], m["bo"])
-        over_remix[example] = _ratio(m["r3"], m["remix"])
+        # seed by seed: the same seed's searches, then the median of those ratios
+        paired_bo = [_ratio(s["r3"], s["bo"]) for s in done.values()]
+        over_bo[example] = statistics.median(paired_bo)
+        over_remix[example] = statistics.median(_ratio(s["r3"], s["remix"])
+                                                for s in done.values())
+        intervals[example] = seed_interval(paired_bo)
         row = (
             f"{example:11} {len(done):5d} {m['r3']:7.3f} {m['bo']:7.3f} {m['remix']:7.3f} "
             f"{over_bo[example]:7.3f} {over_remix[example]:8.3f}"
@@ -138,7 +208,8 @@ def summary_lines(
         paired = [s for s in done.values() if ABLATION in s]
         if paired:
             nt = statistics.median(s[ABLATION] for s in paired)
-            ablation_over_bo[example] = _ratio(nt, statistics.median(s["bo"] for s in paired))
+            ablation_over_bo[example] = statistics.median(_ratio(s[ABLATION], s["bo"])
+                                                          for s in paired)
             row += f" {nt:7.3f} {ablation_over_bo[example]:8.3f}"
         lines.append(row)
     keys = [("r3_over_bo_only", over_bo), ("r3_over_remix_only", over_remix)]
@@ -150,6 +221,16 @@ def summary_lines(
             lines.append(f"{key}: {ratios[worst]:.3f}  (worst example: {worst})")
         else:
             lines.append(f"{key}: nan  (no example has a complete seed)")
+    for example, (median, low, high, verdict) in intervals.items():
+        lines.append(f"r3_over_bo_only[{example}]: {median:.3f} [{low:.3f}, {high:.3f}]"
+                     + (f" {verdict}" if verdict else "")
+                     + f"  (median of {len(complete[example])} seeds' r3/bo)")
+    if over_bo:
+        high_gain = [e for e, r in over_bo.items() if r >= 1.2]
+        lines.append(f"r3_over_bo_only_at_least_1.2: {len(high_gain)} of {len(over_bo)} "
+                     f"examples ({', '.join(high_gain) or 'none'}; point estimates)")
+    if ceilings is not None:
+        lines += ceiling_lines(results, complete, ceilings, work or {})
     for kind in KINDS:
         per_trial = [
             r.wall_s / r.n_trials for r in results if r.kind == kind and r.wall_s and r.n_trials
@@ -165,6 +246,45 @@ def summary_lines(
             "(r3 searches, median of wall time / variants evaluated)"
         )
     lines.append(f"cut_short: {'; '.join(cut) if cut else 'none'}")
+    return lines
+
+
+def ceiling_lines(results: Sequence[SearchResult],
+                  complete: Mapping[str, Mapping[int, Mapping[str, float]]],
+                  ceilings: Ceilings, work: Mapping[str, Work]) -> list[str]:
+    """``tuned_fraction_of_ceiling[example]`` (r3's best time, median over the complete seeds,
+    against the copy bandwidth or the FMA rate) and ``sgemm_fraction_of_cublas`` (cuBLAS's
+    time over r3's best, per seed, with its interval over the seeds)."""
+    best = {(r.example, r.seed, r.kind): r.best_s for r in results if r.best_s}
+    lines = [f"ceilings: copy {ceilings.copy_bytes_per_s / 1e12:.2f} TB/s (read+write), "
+             f"fp32 FMA {ceilings.fma_flops_per_s / 1e12:.1f} TFLOP/s, cuBLAS SGEMM "
+             + (f"{ceilings.cublas_sgemm_s * 1e6:.1f} us" if ceilings.cublas_sgemm_s
+                else "-") + (f" ({ceilings.cublas_how})" if ceilings.cublas_how else "")]
+    for example, seeds in complete.items():
+        if example not in work:
+            continue
+        times = {kind: [best[(example, seed, kind)] for seed in seeds
+                        if (example, seed, kind) in best] for kind in ("r3", "bo")}
+        if not times["r3"]:
+            continue
+        w = work[example]
+        ceiling, what = ((ceilings.copy_bytes_per_s, "of copy bandwidth") if w.bound == "memory"
+                         else (ceilings.fma_flops_per_s, "of the fp32 FMA rate"))
+        fraction = {k: w.amount / statistics.median(t) / ceiling for k, t in times.items() if t}
+        lines.append(f"tuned_fraction_of_ceiling[{example}]: {fraction['r3']:.3f} {what}  "
+                     f"(r3's best, median of {len(times['r3'])} seeds"
+                     + (f"; BO alone {fraction['bo']:.3f}" if "bo" in fraction else "") + ")")
+    sgemm = [best[("sgemm", seed, "r3")] for seed in complete.get("sgemm", {})
+             if ("sgemm", seed, "r3") in best]
+    if sgemm and ceilings.cublas_sgemm_s:
+        median, low, high, verdict = seed_interval(
+            [ceilings.cublas_sgemm_s / t for t in sgemm])
+        coverage = verdict.split("(", 1)[1].rstrip(")") if "seeds:" in verdict else "95%"
+        lines.append(f"sgemm_fraction_of_cublas: {median:.3f} [{low:.3f}, {high:.3f}]  "
+                     f"(cuBLAS {ceilings.cublas_sgemm_s * 1e6:.1f} us over r3's best per seed, "
+                     f"{len(sgemm)} seeds; {coverage})")
+    elif "sgemm" in complete:
+        lines.append(f"sgemm_fraction_of_cublas: n/a (cuBLAS {ceilings.cublas_how or 'not timed'})")
     return lines
 
 

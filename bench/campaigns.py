@@ -12,11 +12,14 @@ each compile and replay at most the same number of candidates:
 
 Speedups are over the recorder's own timing of the original launch (the same denominator for
 all three).  Prints per-example medians over seeds, the yield of valid variants per mutation
-source, the time per evaluated variant, and the `key: value` lines of issue #5.
+source, the time per evaluated variant, and the `key: value` lines of issues #5 and #19:
+R³ over BO alone per example with its interval over the seeds, and, against ceilings measured
+in the same run (bench/ceilings.py: copy bandwidth, FMA rate, cuBLAS SGEMM on sgemm's own
+matrices), each tuned kernel's fraction of its ceiling.
 
     python bench/campaigns.py --db OUT/campaigns.sqlite [--seeds 3] [--variants 4] [--inner 5]
         [--seed-trials 12] [--examples a,b] [--time-limit 420] [--example-cap S]
-        [--ablate-transfer]
+        [--ablate-transfer] [--no-ceilings]
 
 Seed 0 of every example runs first, then seed 1, and so on; a search that would end past
 ``--time-limit`` is not started, and the summary (bench/campaign_summary.py, read back from
@@ -44,6 +47,9 @@ sys.path.insert(0, str(ROOT / "examples"))
 
 from campaign_summary import (  # noqa: E402
     ABLATION,
+    Ceilings,
+    Work,
+    ceilings_path,
     read_results,
     summary_lines,
     yield_lines,
@@ -70,6 +76,26 @@ def record(name: str, out: Path, scale: float) -> Path:
             )
         )
     return bundle
+
+
+def example_work(names: list[str], scale: float | None) -> tuple[dict[str, Work], Any]:
+    """Each example's work per launch at the scale it is recorded at (seed 1, as
+    :func:`record`), and sgemm's inputs (the matrices cuBLAS is timed on) or None."""
+    from catalog import load_example
+
+    from r3tui.record.kernel_recorder import load_inputs
+
+    work, sgemm = {}, None
+    for name in names:
+        example = load_example(name)
+        inputs = load_inputs(Path(example.path) / "inputs.py", seed=1,
+                             scale=scale or DEFAULT_SCALES.get(name, 1.0))
+        amount = (example.bytes_moved(inputs) if example.bound == "memory"
+                  else example.flops(inputs))
+        work[name] = Work(example.bound, amount)
+        if name == "sgemm":
+            sgemm = inputs
+    return work, sgemm
 
 
 def best_trial_s(db: Path, campaign_id: int) -> tuple[float | None, int]:
@@ -234,6 +260,8 @@ def main(argv: list[str] | None = None) -> int:
         default=0.0,
         help="seconds per example over its seeds (0: none)",
     )
+    parser.add_argument("--no-ceilings", action="store_true",
+                        help="do not measure copy bandwidth, FMA rate and cuBLAS first")
     parser.add_argument("--evaluate-db", type=Path, help="evaluate pending LLM variants in it")
     parser.add_argument(
         "--ablate-transfer",
@@ -252,11 +280,22 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--db is required")
     examples = [e for e in args.examples.split(",") if e]
     budgets = Budgets(args.variants, args.inner, args.seed_trials)
+    work, sgemm_inputs = example_work(examples, args.scale)
+    if not args.no_ceilings:  # the same GPU, the same run: kept beside the database
+        from ceilings import measure
+
+        measured = measure(sgemm_inputs)
+        measured.save(ceilings_path(args.db))
+        print(f"ceilings measured: copy {measured.copy_bytes_per_s / 1e12:.2f} TB/s, fp32 FMA "
+              f"{measured.fma_flops_per_s / 1e12:.1f} TFLOP/s, cuBLAS SGEMM "
+              + (f"{measured.cublas_sgemm_s * 1e6:.1f} us" if measured.cublas_sgemm_s else "-")
+              + f" ({measured.cublas_how})", flush=True)
     notes = run_all(args, examples, budgets)
     print()
     for note in notes:
         print(f"# {note}")
-    print("\n".join(summary_lines(read_results(args.db), examples, args.seeds, budgets.trials)))
+    print("\n".join(summary_lines(read_results(args.db), examples, args.seeds, budgets.trials,
+                                  Ceilings.load(ceilings_path(args.db)), work)))
     print("\n".join(yield_lines(args.db)))
     return 0
 
