@@ -23,7 +23,9 @@ matrices), each tuned kernel's fraction of its ceiling.
 
 Seed 0 of every example runs first, then seed 1, and so on; a search that would end past
 ``--time-limit`` is not started, and the summary (bench/campaign_summary.py, read back from
-the database) names whatever was cut short.
+the database) names whatever was cut short.  An example and seed whose three searches the
+database (``--db``, carried back from an earlier call) already holds finished is skipped, so
+6 seeds of every example can take two device commands.
     python bench/campaigns.py --evaluate-db OUT/llm.sqlite --bundles DIR   # LLM proposals
 """
 
@@ -50,6 +52,7 @@ from campaign_summary import (  # noqa: E402
     Ceilings,
     Work,
     ceilings_path,
+    complete_seeds,
     read_results,
     summary_lines,
     yield_lines,
@@ -312,6 +315,10 @@ def run_all(
     deadline = started + args.time_limit if args.time_limit > 0 else None
     notes: list[str] = []
     spent: dict[str, list[float]] = {name: [] for name in examples}
+    # seeds a call before this one finished in the same database: a run of more seeds than
+    # one device command holds goes on in the next (the database carried back)
+    done = ({(e, seed) for e, seeds in complete_seeds(read_results(args.db)).items()
+             for seed in seeds} if args.db is not None and Path(args.db).is_file() else set())
     previous = signal.signal(signal.SIGTERM, _on_term)
     try:
         with tempfile.TemporaryDirectory(prefix="r3-campaigns-") as tmp:
@@ -324,6 +331,9 @@ def run_all(
                 print(f"recorded {name} in {clock() - t0:.1f} s", flush=True)
             for seed in range(args.seeds):
                 for name in examples:
+                    if (name, seed) in done:
+                        print(f"== {name} seed {seed}: in the database already", flush=True)
+                        continue
                     # the next seed of an example is expected to take as long as its last ones
                     expected = statistics.mean(spent[name]) if spent[name] else 0.0
                     if deadline is not None and clock() + expected > deadline:

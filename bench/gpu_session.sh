@@ -161,6 +161,10 @@ for name in '${R3_BUNDLE_EXAMPLES:-stencil7,softmax,reduce_sum}'.split(','):
   (cd "$OUT/bundles" && for b in *.r3b; do tar czf "../bundle-${b%.r3b}.tgz" "$b"; done)
   rm -rf "$OUT/bundles"; ls -la "$OUT"/bundle-*.tgz;; esac
 case $bench in *" campaigns "*)
+  # R3_CAMPAIGNS_DB: an earlier call's database, carried: its finished seeds are not run again
+  if [ -n "${R3_CAMPAIGNS_DB:-}" ] && [ -f "$R3_CAMPAIGNS_DB" ]; then
+    cp "$R3_CAMPAIGNS_DB" "$OUT/campaigns.sqlite"
+  fi
   run_bench campaigns timeout "${R3_CAMPAIGNS_TIMEOUT:-400}" python3 bench/campaigns.py \
     --db "$OUT/campaigns.sqlite" ${R3_CAMPAIGNS_ARGS:-};; esac
 case $bench in *" evaluate_llm "*)

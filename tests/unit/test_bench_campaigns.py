@@ -198,6 +198,25 @@ def test_seed_major_order_and_time_limit(monkeypatch: pytest.MonkeyPatch, tmp_pa
     assert notes[-1] == "wall time 230 s"
 
 
+def test_seeds_the_database_holds_finished_are_not_run_again(
+        monkeypatch: pytest.MonkeyPatch, db: Path) -> None:
+    """A second device command carrying the database back goes on where the first stopped:
+    stencil7 has seeds 0-2 complete, sgemm 0 and 1 (seed 2's remix crashed)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
+    import campaigns
+
+    ran: list[tuple[str, int]] = []
+    monkeypatch.setattr(campaigns, "record", lambda name, out, scale: out / f"{name}.r3b")
+    monkeypatch.setattr(campaigns, "run_seed",
+                        lambda name, bundle, db, seed, budgets, ablate: ran.append((name, seed))
+                        or True)
+    args = campaigns.argparse.Namespace(seeds=4, time_limit=0.0, example_cap=0.0,
+                                        bundles=db.parent, scale=None, db=db,
+                                        ablate_transfer=False)
+    campaigns.run_all(args, ["stencil7", "sgemm"], campaigns.Budgets(4, 5, 12))
+    assert ran == [("sgemm", 2), ("stencil7", 3), ("sgemm", 3)]
+
+
 def test_the_transfer_ablation_is_compared_on_the_seeds_that_have_it(db: Path) -> None:
     database = open_database(db)
     try:
