@@ -87,28 +87,25 @@ class Work:
 
 def seed_interval(values: Sequence[float], confidence: float = 0.95
                   ) -> tuple[float, float, float, str]:
-    """(median, low, high, verdict) of per-seed values: the order-statistic interval of the
-    median, and "" where it is above 1 at ``confidence``, else why it is not a gain."""
-    from r3tui.search.winner import median_ci_coverage, order_statistic_median_ci
+    """(median, low, high, note) of per-seed values: the order-statistic interval of the
+    median, and what it covers where that is less than ``confidence`` ("" otherwise)."""
+    from r3tui.search.winner import median_ci_coverage, order_statistic_median_ci, pairs_for
 
     low, high = order_statistic_median_ci(values, confidence)
     coverage = median_ci_coverage(len(values), confidence)
-    if coverage < confidence:
-        verdict = (f"within noise ({len(values)} seeds: a {coverage:.1%} interval; "
-                   f"{confidence:.0%} needs {_seeds_for(confidence)})")
-    elif low > 1.0:
-        verdict = ""
-    elif high < 1.0:
-        verdict = "below 1 beyond the noise"
-    else:
-        verdict = "within noise"
-    return statistics.median(values), low, high, verdict
+    note = "" if coverage >= confidence else (
+        f"{len(values)} seeds: a {coverage:.1%} interval; {confidence:.0%} needs "
+        f"{pairs_for(confidence)}")
+    return statistics.median(values), low, high, note
 
 
-def _seeds_for(confidence: float) -> int:
-    from r3tui.search.winner import pairs_for
-
-    return pairs_for(confidence)
+def ratio_verdict(low: float, high: float, note: str) -> str:
+    """What a ratio's interval says against 1: "" for a gain, else why it is not one."""
+    if note:
+        return f"within noise ({note})"
+    if low > 1.0:
+        return ""
+    return "below 1 beyond the noise" if high < 1.0 else "within noise"
 
 
 def read_results(db: Path) -> list[SearchResult]:
@@ -218,10 +215,16 @@ def summary_lines(
     for key, ratios in keys:
         if ratios:
             worst = min(ratios, key=lambda e: ratios[e])
-            lines.append(f"{key}: {ratios[worst]:.3f}  (worst example: {worst})")
+            interval = ""
+            if key == "r3_over_bo_only":  # with the worst example's interval over its seeds
+                _, low, high, note = intervals[worst]
+                verdict = ratio_verdict(low, high, note)
+                interval = f" [{low:.3f}, {high:.3f}]" + (f" {verdict}" if verdict else "")
+            lines.append(f"{key}: {ratios[worst]:.3f}{interval}  (worst example: {worst})")
         else:
             lines.append(f"{key}: nan  (no example has a complete seed)")
-    for example, (median, low, high, verdict) in intervals.items():
+    for example, (median, low, high, note) in intervals.items():
+        verdict = ratio_verdict(low, high, note)
         lines.append(f"r3_over_bo_only[{example}]: {median:.3f} [{low:.3f}, {high:.3f}]"
                      + (f" {verdict}" if verdict else "")
                      + f"  (median of {len(complete[example])} seeds' r3/bo)")
@@ -277,12 +280,10 @@ def ceiling_lines(results: Sequence[SearchResult],
     sgemm = [best[("sgemm", seed, "r3")] for seed in complete.get("sgemm", {})
              if ("sgemm", seed, "r3") in best]
     if sgemm and ceilings.cublas_sgemm_s:
-        median, low, high, verdict = seed_interval(
-            [ceilings.cublas_sgemm_s / t for t in sgemm])
-        coverage = verdict.split("(", 1)[1].rstrip(")") if "seeds:" in verdict else "95%"
+        median, low, high, note = seed_interval([ceilings.cublas_sgemm_s / t for t in sgemm])
         lines.append(f"sgemm_fraction_of_cublas: {median:.3f} [{low:.3f}, {high:.3f}]  "
                      f"(cuBLAS {ceilings.cublas_sgemm_s * 1e6:.1f} us over r3's best per seed, "
-                     f"{len(sgemm)} seeds; {coverage})")
+                     f"{len(sgemm)} seeds; {note or 'a 95% interval'})")
     elif "sgemm" in complete:
         lines.append(f"sgemm_fraction_of_cublas: n/a (cuBLAS {ceilings.cublas_how or 'not timed'})")
     return lines

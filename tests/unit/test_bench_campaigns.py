@@ -121,7 +121,9 @@ def test_ratios_are_the_worst_example_of_the_medians(db: Path) -> None:
     # seed by seed: stencil7 r3/bo 1.6, 1.25, 0.8 and r3/remix 1.8, 2.5, 1.6; sgemm (seeds 0,
     # 1) r3/bo 0.8, 1.0 and r3/remix 2, 2: each example's median of its seeds' ratios
     assert float(value(lines, "r3_over_bo_only").split()[0]) == pytest.approx(0.9, abs=1e-3)
-    assert "worst example: sgemm" in value(lines, "r3_over_bo_only")
+    assert value(lines, "r3_over_bo_only") == (
+        "0.900 [0.800, 1.000] within noise (2 seeds: a 50.0% interval; 95% needs 6)  "
+        "(worst example: sgemm)")
     # with its interval over the seeds: 3 seeds cover the median 75% of the time
     assert value(lines, "r3_over_bo_only[stencil7]") == (
         "1.250 [0.800, 1.600] within noise (3 seeds: a 75.0% interval; 95% needs 6)  "
