@@ -148,6 +148,40 @@ CATALOGUE: tuple[Transformation, ...] = (
         ),
     ),
     Transformation(
+        "stream_along_axis",
+        "tiling",
+        "In a stencil whose neighbours along one axis are a row or plane apart, let each "
+        "thread walk ROWS consecutive points along that axis, keeping the values the next "
+        "point shares in registers (one new load a point instead of three); declare "
+        "`// r3: tune ROWS 1 2 4 8 16` and `// r3: work_per_thread ROWS y` (the axis it "
+        "walks): the tuner then launches a grid that many times smaller along it.",
+        example=(
+            "    int col = blockIdx.x * blockDim.x + threadIdx.x;\n"
+            "    int row = blockIdx.y * blockDim.y + threadIdx.y;\n"
+            "    if (col < n && row > 0 && row < m - 1) {\n"
+            "        out[row * n + col] = in[(row - 1) * n + col] + in[row * n + col]"
+            " + in[(row + 1) * n + col];\n"
+            "    }",
+            "    // r3: tune ROWS 1 2 4 8 16\n"
+            "    // r3: work_per_thread ROWS y\n"
+            "#ifndef ROWS\n"
+            "#define ROWS 4\n"
+            "#endif\n"
+            "    int col = blockIdx.x * blockDim.x + threadIdx.x;\n"
+            "    int row0 = (blockIdx.y * blockDim.y + threadIdx.y) * ROWS;\n"
+            "    if (col < n && row0 < m) {\n"
+            "        float up = row0 > 0 ? in[(row0 - 1) * n + col] : 0.0f;\n"
+            "        float mid = in[row0 * n + col];\n"
+            "        for (int row = row0; row < row0 + ROWS && row < m; ++row) {\n"
+            "            float down = row + 1 < m ? in[(row + 1) * n + col] : 0.0f;\n"
+            "            if (row > 0 && row < m - 1) out[row * n + col] = up + mid + down;\n"
+            "            up = mid;\n"
+            "            mid = down;\n"
+            "        }\n"
+            "    }",
+        ),
+    ),
+    Transformation(
         "unroll_inner_loop",
         "loops",
         "Unroll the innermost `for` loop by a factor the tuner chooses: declare "
