@@ -155,6 +155,7 @@ CATALOGUE: tuple[Transformation, ...] = (
         "point shares in registers (one new load a point instead of three); declare "
         "`// r3: tune ROWS 1 2 4 8 16` and `// r3: work_per_thread ROWS y` (the axis it "
         "walks): the tuner then launches a grid that many times smaller along it.",
+        rule="stream_axis",
         example=(
             "    int col = blockIdx.x * blockDim.x + threadIdx.x;\n"
             "    int row = blockIdx.y * blockDim.y + threadIdx.y;\n"

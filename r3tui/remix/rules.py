@@ -14,7 +14,8 @@ passed to a call, code the parser could not read) counts as a write.
 This module holds the small operators and the registry (:data:`RULES`); those that restructure
 a kernel have modules of their own: :mod:`~r3tui.remix.stride` (grid-stride loops, strided
 accumulation), :mod:`~r3tui.remix.vector`, :mod:`~r3tui.remix.coarsen`,
-:mod:`~r3tui.remix.split` and :mod:`~r3tui.remix.tile`, on :mod:`~r3tui.remix.rule_base`.
+:mod:`~r3tui.remix.split`, :mod:`~r3tui.remix.tile` and :mod:`~r3tui.remix.stream`, on
+:mod:`~r3tui.remix.rule_base`.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from r3tui.remix.coarsen import coarsen as coarsen_kernel
 from r3tui.remix.edits import KernelSpan
 from r3tui.remix.rule_base import Rule, RuleResult, declined, finish, kernel_span
 from r3tui.remix.split import split_loop as split_kernel_loop
+from r3tui.remix.stream import stream as stream_kernel
 from r3tui.remix.stride import grid_stride, strided_accumulate
 from r3tui.remix.tile import tile_loop
 from r3tui.remix.vector import vector_access
@@ -429,10 +431,20 @@ def tile_shared(source: str, kernel_name: str, rng: random.Random) -> RuleResult
     return finish(source, out, kernel_name, detail)
 
 
+def stream_axis(source: str, kernel_name: str, rng: random.Random) -> RuleResult:
+    """A stencil's neighbours along z or y kept in registers while each thread walks a
+    tunable number of points along that axis (:mod:`r3tui.remix.stream`)."""
+    try:
+        out, detail = stream_kernel(source, kernel_name, rng)
+    except Declined as exc:
+        return declined(str(exc))
+    return finish(source, out, kernel_name, detail)
+
+
 # rules whose variants need a launch the search sets (another grid, or dynamic shared memory):
 # never offered for an application's kernel, whose host code sets its launch
 LAUNCH_RULES = frozenset({"grid_stride", "strided_accumulate", "coarsen", "split_loop",
-                          "tile_shared"})
+                          "tile_shared", "stream_axis"})
 
 
 RULES: dict[str, Rule] = {
@@ -447,6 +459,7 @@ RULES: dict[str, Rule] = {
     "coarsen": coarsen,
     "split_loop": split_loop,
     "tile_shared": tile_shared,
+    "stream_axis": stream_axis,
 }
 
 
