@@ -109,18 +109,28 @@ _INDEX_FORMS = (
 )
 
 
+def single_init(node: ts.Node) -> tuple[ts.Node, ts.Node] | None:
+    """``(name, value)`` of a declaration of one plain name with an initializer
+    (``int i = ...;``); None for anything else."""
+    if node.type != "declaration":
+        return None
+    declarators = node.children_by_field_name("declarator")
+    if len(declarators) != 1 or declarators[0].type != "init_declarator":
+        return None
+    name_node = declarators[0].child_by_field_name("declarator")
+    value = declarators[0].child_by_field_name("value")
+    if name_node is None or name_node.type != "identifier" or value is None:
+        return None
+    return name_node, value
+
+
 def grid_indices(body: ts.Node, parsed: Parsed) -> list[GridIndex]:
     out = []
     for node in statements(body):
-        if node.type != "declaration":
+        init = single_init(node)
+        if init is None:
             continue
-        declarators = node.children_by_field_name("declarator")
-        if len(declarators) != 1 or declarators[0].type != "init_declarator":
-            continue
-        name_node = declarators[0].child_by_field_name("declarator")
-        value = declarators[0].child_by_field_name("value")
-        if name_node is None or name_node.type != "identifier" or value is None:
-            continue
+        name_node, value = init
         compact = re.sub(r"\s+", "", parsed.text(value))
         while compact.startswith("(") and compact.endswith(")"):
             compact = compact[1:-1]

@@ -45,6 +45,7 @@ from r3tui.analysis.per_thread import (
     axis_alone,
     check_alone,
     grid_indices,
+    single_init,
     statements,
     walk,
 )
@@ -189,20 +190,15 @@ class _Streaming:
         the rest whose value is a sum with one term in ``k``, ``k * S`` or ``S * k``."""
         k = self.ix.name
         for n, node in enumerate(self.rest):
-            if node.type != "declaration":
+            init = single_init(node)
+            if init is None:
                 continue
-            declarators = node.children_by_field_name("declarator")
-            if len(declarators) != 1 or declarators[0].type != "init_declarator":
-                continue
-            name = declarators[0].child_by_field_name("declarator")
-            value = declarators[0].child_by_field_name("value")
-            if name is None or name.type != "identifier" or value is None:
-                continue
-            terms = self._sum_terms(value)
+            name, value = init
+            terms = _operands(value, "+", deep=True)
             with_k = [t for t in terms if self._reads(t, k)]
             if len(with_k) != 1:
                 continue
-            factors = self._product_factors(with_k[0])
+            factors = _operands(with_k[0], "*", deep=False)
             if len(factors) != 2:
                 continue
             stride = [f for f in factors if self.text(f).strip() != k]
@@ -211,26 +207,6 @@ class _Streaming:
             return n, self.text(name), self.text(stride[0])
         raise Declined(f"no index declared after the bound check as a sum with the term "
                        f"`{k} * S` (as `long long idx = {k} * sz + j * sy + i;`)")
-
-    def _sum_terms(self, node: ts.Node) -> list[ts.Node]:
-        while node.type == "parenthesized_expression" and node.named_children:
-            node = node.named_children[0]
-        operator = node.child_by_field_name("operator")
-        if node.type == "binary_expression" and operator is not None and operator.type == "+":
-            left, right = node.child_by_field_name("left"), node.child_by_field_name("right")
-            assert left is not None and right is not None
-            return self._sum_terms(left) + self._sum_terms(right)
-        return [node]
-
-    def _product_factors(self, node: ts.Node) -> list[ts.Node]:
-        while node.type == "parenthesized_expression" and node.named_children:
-            node = node.named_children[0]
-        operator = node.child_by_field_name("operator")
-        if node.type == "binary_expression" and operator is not None and operator.type == "*":
-            left, right = node.child_by_field_name("left"), node.child_by_field_name("right")
-            assert left is not None and right is not None
-            return [left, right]
-        return [node]
 
     def _element_type(self, array: str) -> str | None:
         """The pointee type of the pointer parameter ``array``, where it is arithmetic."""
@@ -402,6 +378,21 @@ class _Streaming:
                + src[self.at(ix.node.end_byte):self.at(guard.start_byte)]
                + loop.lstrip() + src[end:])
         return out
+
+
+def _operands(node: ts.Node, operator: str, deep: bool) -> list[ts.Node]:
+    """The operands of ``node`` as a chain of ``operator`` (``a + b + c`` -> a, b, c, with
+    ``deep``; one level without), parentheses around it dropped; ``[node]`` otherwise."""
+    while node.type == "parenthesized_expression" and node.named_children:
+        node = node.named_children[0]
+    op = node.child_by_field_name("operator")
+    left, right = node.child_by_field_name("left"), node.child_by_field_name("right")
+    if (node.type != "binary_expression" or op is None or op.type != operator
+            or left is None or right is None):
+        return [node]
+    if not deep:
+        return [left, right]
+    return _operands(left, operator, deep) + _operands(right, operator, deep)
 
 
 def _ancestors(node: ts.Node, stop: ts.Node) -> list[ts.Node]:
