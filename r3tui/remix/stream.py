@@ -276,8 +276,9 @@ class _Streaming:
     def _center_on_every_path(self, after: list[ts.Node], centers: list[ts.Node]) -> bool:
         """Whether every point the bound check lets through reads ``array[idx]``: at the top
         level of the rest, or in each ``if`` that returns before it (then in its block,
-        unconditionally), so the centre of any such point is an element the original reads
-        and the walk may load it for the point's neighbours."""
+        unconditionally, and the block's one return its last statement), so the centre of
+        any such point is an element the original reads and the walk may load it for the
+        point's neighbours."""
         ids = {n.id for n in centers}
 
         def unconditional_in(scope: ts.Node) -> bool:
@@ -299,8 +300,14 @@ class _Streaming:
                 continue
             consequence = node.child_by_field_name("consequence")
             if (node.type != "if_statement" or consequence is None
+                    or consequence.type != "compound_statement"
                     or node.child_by_field_name("alternative") is not None
                     or not unconditional_in(consequence)):
+                return False
+            # its one return ends its block: every point that enters reads the centre first
+            inside = statements(consequence)
+            returns_inside = [n for n in walk(consequence) if n.type == "return_statement"]
+            if not inside or returns_inside != [inside[-1]]:
                 return False
         return False
 
