@@ -444,7 +444,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     imp.set_defaults(handler=cmd_import)
     k = sub.add_parser("keep", help="copy the state files into the tree (bench/results)")
     k.add_argument("--only", help="comma-separated program names")
-    k.add_argument("--into", type=Path, default=REPO_STATE_KEPT)
+    k.add_argument("--into", type=Path, default=REPO_STATE_KEPT,
+                   help="where to copy them (default: bench/results/corpus-state)")
     k.set_defaults(handler=cmd_keep)
     rep = sub.add_parser("report", help="one row per program and the corpus_* figures")
     rep.add_argument("--out", type=Path)
