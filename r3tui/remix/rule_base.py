@@ -9,6 +9,11 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import tree_sitter as ts
+
+from r3tui.analysis.body import kernel_body, pointer_uses
+from r3tui.analysis.kernels import Parsed
+from r3tui.analysis.per_thread import Unsupported
 from r3tui.analysis.text import mask
 from r3tui.remix.edits import KernelSpan, entry_point_problem, find_kernel
 
@@ -87,3 +92,26 @@ def matching_brace(text: str, at: int) -> int | None:
 
 def brace_depth(text: str, at: int) -> int:
     return text.count("{", 0, at) - text.count("}", 0, at)
+
+
+def defined_kernel(source: str, kernel_name: str) -> tuple[ts.Node, Parsed, KernelSpan]:
+    """The body of the kernel's definition, the parse it is in and its span, for the rules
+    that read the parse; :class:`~r3tui.analysis.per_thread.Unsupported` (their ``Declined``)
+    where the source defines no such kernel."""
+    found = kernel_body(source, kernel_name)
+    span = find_kernel(source, kernel_name)
+    if found is None or span is None:
+        raise Unsupported(f"no __global__ function {kernel_name!r} is defined in the source")
+    body, parsed = found
+    return body, parsed, span
+
+
+def read_only_arrays(source: str, span: KernelSpan, element: Callable[[str], bool],
+                     through_ldg: bool = False) -> dict[str, str]:
+    """Name -> element type of the kernel's pointer parameters (one ``*``) whose element type
+    ``element`` accepts and whose every use is an element read (``through_ldg``: reads made
+    through ``__ldg(&p[i])`` count as such too)."""
+    return {p.name: p.element_type for p in span.params
+            if p.name and p.type_tokens.count("*") == 1 and element(p.element_type)
+            and all(u.kind == "read" and (through_ldg or not u.in_ldg)
+                    for u in pointer_uses(source, span.name, p.name))}

@@ -37,7 +37,6 @@ import re
 
 import tree_sitter as ts
 
-from r3tui.analysis.body import kernel_body
 from r3tui.analysis.kernels import Parsed
 from r3tui.analysis.per_thread import (
     GridIndex,
@@ -48,9 +47,10 @@ from r3tui.analysis.per_thread import (
     single_init,
     statements,
     walk,
+    write_target,
 )
 from r3tui.analysis.text import mask
-from r3tui.remix.edits import find_kernel
+from r3tui.remix.rule_base import defined_kernel, read_only_arrays
 from r3tui.remix.tile import _UNCONDITIONAL
 
 MACRO = "R3_STREAM"
@@ -66,11 +66,7 @@ def stream(source: str, kernel: str, rng: random.Random) -> tuple[str, str]:
     """``source`` with ``kernel`` walking ``R3_STREAM`` points a thread along z or y, the
     neighbours along that axis rotating in registers (the new text, and what changed);
     :class:`Declined` when it cannot be."""
-    found = kernel_body(source, kernel)
-    span = find_kernel(source, kernel)
-    if found is None or span is None:
-        raise Declined(f"no __global__ function {kernel!r} is defined in the source")
-    body, parsed = found
+    body, parsed, span = defined_kernel(source, kernel)
     check_alone(body, parsed)
     masked = mask(parsed.text(body))
     indices = grid_indices(body, parsed)
@@ -78,11 +74,13 @@ def stream(source: str, kernel: str, rng: random.Random) -> tuple[str, str]:
     if not axes:
         raise Declined("no index `int k = blockIdx.A * blockDim.A + threadIdx.A;` along z or y "
                        "at the top of the body whose axis is read nowhere else")
-    signature = source[span.start:span.body_open]
+    # the arrays the walk may keep in registers: read only, of an arithmetic element type
+    readable = read_only_arrays(source, span, lambda t: _ARITHMETIC.match(t) is not None,
+                                through_ldg=True)
     reasons = []
     for ix in rng.sample(axes, len(axes)):
         try:
-            return _Streaming(source, body, parsed, ix, indices, signature).rewrite()
+            return _Streaming(source, body, parsed, ix, indices, readable).rewrite()
         except Declined as exc:
             reasons.append(f"{ix.axis}: {exc}")
     raise Declined("; ".join(reasons))
@@ -92,16 +90,16 @@ class _Streaming:
     """One rewrite along the axis of ``ix``."""
 
     def __init__(self, source: str, body: ts.Node, parsed: Parsed, ix: GridIndex,
-                 indices: list[GridIndex], signature: str) -> None:
+                 indices: list[GridIndex], readable: dict[str, str]) -> None:
         self.source, self.body, self.parsed, self.ix = source, body, parsed, ix
-        self.signature = signature
+        self.readable = readable
         for name in (MACRO, "r3_k0", "r3_s"):
             if re.search(rf"\b{name}\b", source):
                 raise Declined(f"{name} is already a name in the source")
         self.top = statements(body)
         index_ids = {i.node.id for i in indices}
         self.guard_at = next((n for n, node in enumerate(self.top)
-                              if node.type not in ("comment",) and node.id not in index_ids),
+                              if node.type != "comment" and node.id not in index_ids),
                              len(self.top))
         if self.guard_at == len(self.top):
             raise Declined("nothing follows the grid indices")
@@ -131,21 +129,8 @@ class _Streaming:
         if re.sub(r"[\s{};]", "", self.text(consequence)) != "return":
             raise Declined("the bound check does more than return")
         cond = condition.named_children[0] if condition.named_children else condition
-        terms: list[ts.Node] = []
-        stack = [cond]
-        while stack:
-            term = stack.pop()
-            while term.type == "parenthesized_expression" and term.named_children:
-                term = term.named_children[0]
-            operator = term.child_by_field_name("operator")
-            if term.type == "binary_expression" and operator is not None \
-                    and operator.type == "||":
-                stack += [c for c in (term.child_by_field_name("left"),
-                                      term.child_by_field_name("right")) if c is not None]
-            else:
-                terms.append(term)
         bounded = False
-        for term in terms:
+        for term in _operands(cond, "||", deep=True):
             if any(n.type in ("call_expression", "subscript_expression", "field_expression",
                               "pointer_expression", "assignment_expression",
                               "update_expression") and not self._grid_field(n)
@@ -175,11 +160,9 @@ class _Streaming:
     def _assigned(self, nodes: list[ts.Node], name: str) -> bool:
         for node in nodes:
             for n in walk(node):
-                target = None
-                if n.type == "assignment_expression":
-                    target = n.child_by_field_name("left")
-                elif n.type == "update_expression" or (
-                        n.type == "pointer_expression" and self.text(n).startswith("&")):
+                target = write_target(n)
+                if target is None and n.type == "pointer_expression" and self.text(
+                        n).startswith("&"):  # its address taken
                     target = n.child_by_field_name("argument")
                 if target is not None and re.sub(r"[\s()]", "", self.text(target)) == name:
                     return True
@@ -207,16 +190,6 @@ class _Streaming:
             return n, self.text(name), self.text(stride[0])
         raise Declined(f"no index declared after the bound check as a sum with the term "
                        f"`{k} * S` (as `long long idx = {k} * sz + j * sy + i;`)")
-
-    def _element_type(self, array: str) -> str | None:
-        """The pointee type of the pointer parameter ``array``, where it is arithmetic."""
-        match = re.search(rf"(?:^|[(,])\s*(?:const\s+)?([A-Za-z_][\w\s]*?)\s*(?:const\s*)?\*"
-                          rf"\s*(?:const\s+)?(?:__restrict__\s+|__restrict\s+)?{array}\s*[,)]",
-                          mask(self.signature))
-        if match is None:
-            return None
-        kind = re.sub(r"\s+", " ", match.group(1)).strip()
-        return kind if _ARITHMETIC.match(kind) else None
 
     # ---- the rewrite ----------------------------------------------------------------------
 
@@ -258,12 +231,8 @@ class _Streaming:
         for array, roles in reads.items():
             if "center" not in roles or not ({"prev", "next"} & set(roles)):
                 continue
-            if not self._center_on_every_path(after, roles["center"]):
-                continue
-            element = self._element_type(array)
-            if element is None or self._written(array):
-                continue
-            arrays[array] = (element, roles)
+            if array in self.readable and self._center_on_every_path(after, roles["center"]):
+                arrays[array] = (self.readable[array], roles)
         if not arrays:
             raise Declined(f"no array the kernel only reads at {idx} and {idx} +/- {stride} "
                            "(a parameter of arithmetic type, never written, never taken the "
@@ -310,13 +279,6 @@ class _Streaming:
             if not inside or returns_inside != [inside[-1]]:
                 return False
         return False
-
-    def _written(self, array: str) -> bool:
-        masked = mask(self.text(self.body))
-        return bool(re.search(rf"\b{array}\s*\[[^\]]*\]\s*(?:[-+*/%&|^]|<<|>>)?=(?!=)", masked)
-                    or re.search(rf"(\+\+|--)\s*{array}\s*\[|\b{array}\s*\[[^\]]*\]\s*(\+\+|--)",
-                                 masked)
-                    or re.search(rf"\b{array}\b(?!\s*\[)", masked))
 
     def _text(self, k: str, axis: str, idx: str, stride: str,
               arrays: dict[str, tuple[str, dict[str, list[ts.Node]]]],

@@ -60,7 +60,6 @@ from dataclasses import dataclass
 
 import tree_sitter as ts
 
-from r3tui.analysis.body import kernel_body, pointer_uses
 from r3tui.analysis.kernels import Parsed
 from r3tui.analysis.per_thread import (
     GridIndex,
@@ -74,7 +73,7 @@ from r3tui.analysis.per_thread import (
     write_target,
 )
 from r3tui.analysis.text import mask
-from r3tui.remix.edits import find_kernel
+from r3tui.remix.rule_base import defined_kernel, read_only_arrays
 
 TILES = (0, 4, 8, 16, 32, 64, 128, 256)
 MACRO, SMEM, STAGE, K0, BARRIER = "R3_TILE", "r3_smem", "r3_stage", "r3_k0", "R3_BARRIER"
@@ -129,11 +128,7 @@ def tile_loop(source: str, kernel: str, rng: random.Random) -> tuple[str, str]:
     """``source`` with one of ``kernel``'s loops reading its shared elements from shared
     memory tiles, chosen by ``rng`` among those that can be (the new text, and what changed);
     :class:`Declined` when none can be."""
-    found = kernel_body(source, kernel)
-    span = find_kernel(source, kernel)
-    if found is None or span is None:
-        raise Declined(f"no __global__ function {kernel!r} is defined in the source")
-    body, parsed = found
+    body, parsed, span = defined_kernel(source, kernel)
     from r3tui.remix.tile_blocked import coarsened, tile_coarsened
 
     if coarsened(source, kernel):  # register-blocked by the coarsening rule: tiles on top
@@ -160,11 +155,7 @@ def tile_loop(source: str, kernel: str, rng: random.Random) -> tuple[str, str]:
         if base is not None and parsed.text(base) in names:
             raise Declined(f"line {reading.line(n)}: the body assigns the index "
                            f"{parsed.text(base)}")
-    staged = {p.name: p.element_type for p in span.params
-              if p.name and p.type_tokens.count("*") == 1
-              and p.element_type in SIZES
-              and all(u.kind == "read" and not u.in_ldg
-                      for u in pointer_uses(source, kernel, p.name))}
+    staged = read_only_arrays(source, span, SIZES.__contains__)
     loops, reasons = [], []
     for k, node in enumerate(reading.top):
         if node.type == "for_statement":

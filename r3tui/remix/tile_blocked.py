@@ -41,7 +41,7 @@ from dataclasses import dataclass
 
 import tree_sitter as ts
 
-from r3tui.analysis.body import kernel_body, pointer_uses
+from r3tui.analysis.body import kernel_body
 from r3tui.analysis.per_thread import (
     IndexDependence,
     Unsupported,
@@ -53,7 +53,7 @@ from r3tui.analysis.per_thread import (
     walk,
     write_target,
 )
-from r3tui.remix.edits import find_kernel
+from r3tui.remix.rule_base import defined_kernel, read_only_arrays
 from r3tui.remix.tile import (
     _BLOCK,
     _DEAD_OPS,
@@ -139,12 +139,8 @@ class _Reading:
     """The coarsened kernel: its positions, guards and the two copies of its code."""
 
     def __init__(self, source: str, kernel: str) -> None:
-        found = kernel_body(source, kernel)
-        span = find_kernel(source, kernel)
-        if found is None or span is None:
-            raise Declined(f"no __global__ function {kernel!r} is defined in the source")
+        self.body, self.parsed, span = defined_kernel(source, kernel)
         self.source = source
-        self.body, self.parsed = found
         check_alone(self.body, self.parsed)
         plain = grid_indices(self.body, self.parsed)
         self.reading = IndexDependence(source, self.body, self.parsed, tuple(plain))
@@ -161,10 +157,7 @@ class _Reading:
         if len(set(axes)) != len(axes) or \
                 len(re.findall(r"\bthreadIdx\b", text)) != len(axes):
             raise Declined("the body reads threadIdx other than in one position an axis")
-        self.staged = {p.name: p.element_type for p in span.params
-                       if p.name and p.type_tokens.count("*") == 1 and p.element_type in SIZES
-                       and all(u.kind == "read" and not u.in_ldg
-                               for u in pointer_uses(source, kernel, p.name))}
+        self.staged = read_only_arrays(source, span, SIZES.__contains__)
         self.guards = self._guards()
         self.branch = self._branch()
 
