@@ -17,11 +17,14 @@ from typing import Any
 from r3tui.engine.campaign_winner import _Best
 from r3tui.engine.splice import (
     EXPORTS_DIR,
+    SCALED_GRID,
     bake_define,
     block_macro,
     definition_span,
     find_unit,
+    grid_launches,
     inject_maxnreg,
+    scale_launch_grids,
     splice_definition,
 )
 
@@ -131,18 +134,28 @@ def apply_campaign(
             return outcome
         block_flag = (found[0], x)
         max_threads = x  # every launch of the kernel takes its block from that macro
-    from r3tui.search.source import work_divisor, work_multipliers
+    from r3tui.search.source import grid_scaling
 
-    per_thread = work_divisor(best.source, best.tunables)
-    sharing = work_multipliers(best.source, best.tunables)
-    if per_thread > 1 or max(sharing) > 1:
-        what = (f"covers {per_thread} elements a thread with a grid {per_thread} times smaller"
-                if per_thread > 1 else
-                f"shares each element among {sharing[0] * sharing[1] * sharing[2]} threads "
-                "with a grid that many times larger")
-        outcome.not_applied.append(
-            f"nothing: its winner {what}, and the application's host code computes the grid")
-        return outcome
+    divisors, multipliers = grid_scaling(best.source, best.tunables)
+    # the launches to rescale, when the winner's threads cover other than one element each:
+    # in the defining file itself, or in the recorded unit that launches a header's kernel
+    launches: Path | None = None
+    if max(*divisors, *multipliers) > 1:
+        launches = (_launching_unit(tree, launcher, units) if launcher is not None
+                    else unit)
+        reason = (grid_launches(launches.read_text() if launches != unit else text,
+                                best.kernel)[1]
+                  if launches is not None else "the unit that launches it is not in the tree")
+        if reason is not None:
+            per_thread = divisors[0] * divisors[1] * divisors[2]
+            what = (f"covers {per_thread} elements a thread with a grid {per_thread} times "
+                    "smaller" if per_thread > 1 else
+                    f"shares each element among {multipliers[0] * multipliers[1] * multipliers[2]}"
+                    " threads with a grid that many times larger")
+            outcome.not_applied.append(
+                f"nothing: its winner {what}, and its grid cannot be rescaled where the "
+                f"application launches it: {reason}")
+            return outcome
     if best.shared_mem_bytes is not None:  # a tiled winner's `// r3: shared` size
         outcome.not_applied.append(
             f"nothing: its winner launches with {best.shared_mem_bytes} bytes of dynamic shared "
@@ -203,6 +216,19 @@ def apply_campaign(
             text = text[:span[0]] + written + text[span[1]:]
             baked.add(key)
             outcome.applied.append(f"tunable {key}={value} (its #define in {best.kernel})")
+    if launches is not None:
+        rescale = (launches.read_text() if launches != unit else text)
+        scaled = scale_launch_grids(rescale, best.kernel, multipliers, divisors)
+        assert scaled is not None, "grid_launches found every launch rewritable"
+        if launches == unit:
+            text = scaled[0]
+        else:
+            launches.write_text(scaled[0])
+        where = str(launches.relative_to(tree))
+        outcome.applied.append(
+            f"grid of its {scaled[1]} launch(es) in {where} scaled by "
+            f"{'x'.join(map(str, multipliers))} / {'x'.join(map(str, divisors))} "
+            f"({SCALED_GRID} at the top of {where})")
     unit.write_text(text)
     if block_flag is not None:
         _add_flag(flags, option_owner, f"-D{block_flag[0]}=", str(block_flag[1]), best, outcome,
@@ -216,6 +242,16 @@ def apply_campaign(
         for (name, _), token in zip(options, render("nvcc", tuple(options)), strict=True):
             _add_flag(flags, option_owner, f"option:{name}", token, best, outcome, "option")
     return outcome
+
+
+def _launching_unit(tree: Path, launcher: tuple[str, str | None],
+                    units: dict[str, Path]) -> Path | None:
+    """The file of ``tree`` that is the recorded unit ``launcher`` (its text and name), as an
+    earlier campaign may have found (and edited) it already."""
+    found = units.get(launcher[0]) or find_unit(tree, *launcher)
+    if found is not None:
+        units[launcher[0]] = found
+    return found
 
 
 def _launching_macro(kernel: str, tree: Path, launcher: tuple[str, str | None] | None

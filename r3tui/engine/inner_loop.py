@@ -56,9 +56,9 @@ class InnerSettings:
     # recorded configurations (with_app_limits): injected bounds below it would fail those
     # launches in the application, so the search never tries them (0: the recorded block only)
     launch_bounds_floor: int = 0
-    # the application's host code computes the kernel's grid (any bundle of an application
-    # recording): a `// r3: work_per_thread` tunable is held at 1, since r3 apply could not
-    # ship a smaller grid
+    # the application's host code computes the kernel's grid in a way r3 apply cannot rescale
+    # (a bundle of an application recording whose unit launches the kernel other than by
+    # `<<<grid, ...>>>`, or not at all): a `// r3: work_per_thread` tunable is held at 1
     grid_fixed: bool = False
 
 
@@ -77,13 +77,33 @@ class InnerResult:
 def with_app_limits(settings: InnerSettings, bundle_path: Path) -> InnerSettings:
     """``settings`` for a bundle of an application recording (unchanged for a kernel
     recording, also when `r3 tune` is given the bundle directly): no ``__launch_bounds__``
-    below a block the application launches the kernel with, and no smaller grid (its host
-    code computes the grid)."""
+    below a block the application launches the kernel with, and the grid held as recorded
+    where ``r3 apply`` could not rescale it in the host code (:func:`grid_fixed_reason`)."""
     from r3tui.engine.app_recording import most_threads_launched
 
     most = most_threads_launched(bundle_path)
+    fixed = most > 0 and grid_fixed_reason(bundle_path) is not None
     return replace(settings, launch_bounds_floor=max(settings.launch_bounds_floor, most),
-                   grid_fixed=settings.grid_fixed or most > 0)
+                   grid_fixed=settings.grid_fixed or fixed)
+
+
+def grid_fixed_reason(bundle_path: Path) -> str | None:
+    """Why ``r3 apply`` could not ship a grid other than the application's for the kernel of
+    ``bundle_path`` (an application's bundle): the recorded unit, where the host code is,
+    launches it other than by ``<<<grid, ...>>>`` or not at all.  None: every launch there
+    can take the grid a variant's ``work_per_thread`` / ``threads_per_item`` asks for."""
+    from r3tui.engine.splice import grid_launches
+    from r3tui.errors import R3Error
+    from r3tui.record.bundle import Bundle
+
+    try:
+        bundle = Bundle.open(bundle_path)
+        text = bundle.source()
+    except R3Error as exc:  # nothing to read the launches from: the grid stays
+        return str(exc)
+    if text is None:
+        return "the bundle holds no source"
+    return grid_launches(text, bundle.manifest.kernel.name)[1]
 
 
 def build_space(
@@ -106,7 +126,7 @@ def build_space(
     tunables = parse_tunables(source.text)
     per_thread = grid_tunables(source.text)
     fixed = None
-    app = source.confined or settings.grid_fixed
+    app = settings.grid_fixed
     if per_thread and (app or launch.work is None):
         # an application's host code computes its grid: r3 apply cannot divide it
         fixed = (f"{', '.join(sorted(per_thread))} fixed at 1: "

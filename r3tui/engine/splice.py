@@ -75,6 +75,17 @@ def splice_definition(tree_text: str, variant_text: str, kernel: str) -> str | N
     return tree_text[: here[0]] + definition + tree_text[here[1] :]
 
 
+def _launches(masked: str, name: str) -> list[tuple[int, int]]:
+    """Where the ``name<<<...>>>`` launch configurations of ``masked`` (comments and literals
+    blanked) are: the spans between ``<<<`` and ``>>>``."""
+    spans = []
+    for match in re.finditer(rf"\b{re.escape(name)}\s*(?:<[^;{{}}()]*?>)?\s*<<<", masked):
+        end = masked.find(">>>", match.end())
+        if end > 0:
+            spans.append((match.end(), end))
+    return spans
+
+
 def block_macro(text: str, kernel: str) -> tuple[str, str] | None:
     """The ``#ifndef``-guarded macro that gives the kernel's block size at its launches, and
     its default; None when the launches use anything else or disagree."""
@@ -83,9 +94,8 @@ def block_macro(text: str, kernel: str) -> tuple[str, str] | None:
     _, name = _kernel_parts(kernel)
     masked = mask(text)
     used: set[str] = set()
-    for match in re.finditer(rf"\b{re.escape(name)}\s*(?:<[^;{{}}()]*?>)?\s*<<<", masked):
-        end = masked.find(">>>", match.end())
-        arguments = split_top_level(masked[match.end() : end]) if end > 0 else []
+    for start, end in _launches(masked, name):
+        arguments = split_top_level(masked[start:end])
         used.add(arguments[1].strip() if len(arguments) > 1 else "")
     if len(used) != 1:
         return None
@@ -123,3 +133,66 @@ def bake_define(definition: str, name: str, value: str) -> str | None:
     if len(pattern.findall(definition)) != 1:
         return None
     return pattern.sub(lambda m: m.group(1) + value, definition)
+
+
+# the grid of a launch whose threads each cover several elements (a rule's work_per_thread),
+# or share one (threads_per_item): the application's own grid, scaled the way replay derives
+# it from the recorded work
+SCALED_GRID = "r3_scaled_grid"
+_SCALED_GRID_HELPER = f"""#ifndef R3_SCALED_GRID
+#define R3_SCALED_GRID
+// r3 apply: the launches of a kernel whose threads cover several elements each (or share one)
+// take the application's grid scaled by these factors (docs/app-apply.md)
+static inline dim3 {SCALED_GRID}(dim3 g, unsigned mx, unsigned my, unsigned mz,
+                                 unsigned dx, unsigned dy, unsigned dz) {{
+  return dim3((g.x * mx + dx - 1) / dx, (g.y * my + dy - 1) / dy, (g.z * mz + dz - 1) / dz);
+}}
+#endif
+"""
+
+_OTHER_LAUNCHES = ("cudaLaunchKernel", "cudaLaunchCooperativeKernel", "cudaLaunchKernelEx",
+                   "cuLaunchKernel", "cudaGraphAddKernelNode")
+
+
+def grid_launches(text: str, kernel: str) -> tuple[int, str | None]:
+    """How many ``<<<...>>>`` launches of ``kernel`` ``text`` holds, and why its grid cannot be
+    rescaled there (None: every launch of it in ``text`` is one :func:`scale_launch_grids` can
+    rewrite).  A launch API that names the kernel, or none at all, leaves the grid to the host
+    code as it is."""
+    from r3tui.analysis.text import mask
+
+    _, name = _kernel_parts(kernel)
+    masked = mask(text)
+    count = len(_launches(masked, name))
+    for api in _OTHER_LAUNCHES:
+        for match in re.finditer(rf"\b{api}\b", masked):
+            statement = masked[match.end() : masked.find(";", match.end())]
+            if re.search(rf"\b{re.escape(name)}\b", statement):
+                return count, f"the host code launches {name} through {api}"
+    if count == 0:
+        return 0, f"no `{name}<<<...>>>` launch in the host code"
+    return count, None
+
+
+def scale_launch_grids(text: str, kernel: str, multipliers: tuple[int, int, int],
+                       divisors: tuple[int, int, int]) -> tuple[str, int] | None:
+    """``text`` with the grid of every ``kernel<<<grid, ...>>>`` launch multiplied by
+    ``multipliers`` and divided (rounding up) by ``divisors`` per axis, through a helper put
+    at the top of the file, and how many launches changed; None where :func:`grid_launches`
+    finds a launch it cannot rewrite, or none."""
+    from r3tui.analysis.text import mask
+
+    if grid_launches(text, kernel)[1] is not None:
+        return None
+    _, name = _kernel_parts(kernel)
+    factors = ", ".join(str(int(f)) for f in (*multipliers, *divisors))
+    masked = mask(text)
+    spans = _launches(masked, name)
+    for start, end in reversed(spans):  # later spans first: earlier offsets stay valid
+        # the grid is the first argument; masking keeps offsets, so the cut holds in ``text``
+        cut = start + len(split_top_level(masked[start:end])[0])
+        grid = text[start:cut].strip()
+        text = text[:start] + f"{SCALED_GRID}(dim3({grid}), {factors})" + text[cut:]
+    if SCALED_GRID + "(dim3 g" not in text:
+        text = _SCALED_GRID_HELPER + text
+    return text, len(spans)

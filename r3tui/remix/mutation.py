@@ -47,7 +47,7 @@ from r3tui.remix.edits import (
     parse_whole,
 )
 from r3tui.remix.prompt import EDIT_FORMATS, MutationContext, build_messages
-from r3tui.remix.rules import LAUNCH_RULES, apply_rule
+from r3tui.remix.rules import LAUNCH_RULES, SHARED_MEMORY_RULES, apply_rule
 
 # The grammar that forces each answer format (grammars/<name>.gbnf).
 GRAMMAR_FOR_FORMAT = {"search_replace": "search_replace", "whole": "fenced_cuda"}
@@ -256,10 +256,14 @@ class Mutator:
         reasons = []
         for transformation in candidates:
             assert transformation.rule is not None
-            if (ctx.confined or ctx.grid_fixed) and transformation.rule in LAUNCH_RULES:
+            if ctx.grid_fixed and transformation.rule in LAUNCH_RULES:
                 reasons.append(f"{transformation.rule}: an application's host code sets the "
                                "launch (its grid, its shared memory), which r3 apply cannot "
                                "change")
+                continue
+            if ctx.confined and transformation.rule in SHARED_MEMORY_RULES:
+                reasons.append(f"{transformation.rule}: an application's host code sets the "
+                               "launch's dynamic shared memory, which r3 apply cannot change")
                 continue
             result = apply_rule(transformation.rule, ctx.parent_source, ctx.kernel_name, rng)
             if (result.ok and result.source is not None and ctx.is_known is not None

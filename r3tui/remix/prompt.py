@@ -60,8 +60,9 @@ class MutationContext:
     # code it reaches, within ``view_chars``, and a change outside the kernel's definition is
     # refused, since ``r3 apply`` writes back only that definition.
     confined: bool = False
-    # the host code computes the grid (an application's kernel, confined or not): no rule
-    # whose variant pays only with a smaller grid is offered
+    # the host code computes the grid in a way r3 apply cannot rescale (an application's
+    # kernel launched other than by `<<<grid, ...>>>`): no rule whose variant needs another
+    # grid is offered
     grid_fixed: bool = False
     view_chars: int = 8000
     # The parent is the model's own change, which failed as this says (the compiler's first

@@ -442,9 +442,14 @@ def stream_axis(source: str, kernel_name: str, rng: random.Random) -> RuleResult
 
 
 # rules whose variants need a launch the search sets (another grid, or dynamic shared memory):
-# never offered for an application's kernel, whose host code sets its launch
+# not offered for an application's kernel whose host code sets a grid r3 apply cannot rescale
+# (MutationContext.grid_fixed)
 LAUNCH_RULES = frozenset({"grid_stride", "strided_accumulate", "coarsen", "split_loop",
                           "tile_shared", "stream_axis"})
+# of those, the ones whose variants need dynamic shared memory the launch sets: never offered
+# for an application's kernel (MutationContext.confined), whose host code sets the launch's
+# bytes as r3 apply leaves them
+SHARED_MEMORY_RULES = frozenset({"tile_shared"})
 
 
 RULES: dict[str, Rule] = {

@@ -290,7 +290,7 @@ def test_make_strategy_applies_the_bo_spec_over_the_estimator() -> None:
         make_strategy(make_space(), InnerSettings(bayes="xi=big"))
 
 
-def test_elements_per_thread_reach_the_launch_and_stay_1_for_an_applications_kernel() -> None:
+def test_elements_per_thread_reach_the_launch_and_stay_1_where_apply_cannot_rescale() -> None:
     import random
     from typing import Any, cast
 
@@ -311,8 +311,12 @@ def test_elements_per_thread_reach_the_launch_and_stay_1_for_an_applications_ker
         ReplayEvaluator(KernelSource(varied, "nbody"), runner).evaluate(
             [TrialConfig(tunables={"R3_WPT_15": 4}), TrialConfig()])
     assert sorted(cast(Any, c).divisors for c in worker.candidates) == [(1, 1, 1), (4, 1, 1)]
-    app = build_space(launch, KernelSource(varied, "nbody", confined=True), InnerSettings(),
-                      DeviceLimits())
+    # an application's kernel whose launches r3 apply can rescale keeps the tunable
+    rescalable = build_space(launch, KernelSource(varied, "nbody", confined=True),
+                             InnerSettings(), DeviceLimits())
+    assert name in rescalable.names
+    app = build_space(launch, KernelSource(varied, "nbody", confined=True),
+                      InnerSettings(grid_fixed=True), DeviceLimits())
     assert name not in app.names
     # a bundle of an application recording whose unit needed no device unit: not confined,
     # but its grid is the host code's all the same

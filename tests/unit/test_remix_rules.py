@@ -508,7 +508,10 @@ def test_vector_access_touches_a_threads_elements_a_vector_at_a_time(case: str) 
     assert compiled.ok, compiled.log
 
 
-def test_grid_stride_is_not_offered_for_an_applications_kernel() -> None:
+def test_grid_rules_follow_whether_apply_can_rescale_an_applications_grid() -> None:
+    """An application's kernel (confined) gets a grid-stride variant where r3 apply can rescale
+    its launches' grid; not where the host code's grid is fixed (grid_fixed), and never a
+    variant that needs dynamic shared memory the host code sets."""
     from r3tui.remix.mutation import Mutator
     from r3tui.remix.prompt import MutationContext
 
@@ -521,8 +524,16 @@ def test_grid_stride_is_not_offered_for_an_applications_kernel() -> None:
     confined = mutator.propose_rule(
         MutationContext("nbody", source, transformation=wanted, confined=True),
         random.Random(0))
-    assert not confined.ok and "host code sets the launch" in (confined.reason or "")
+    assert confined.ok and confined.source == free.source
     fixed = mutator.propose_rule(
-        MutationContext("nbody", source, transformation=wanted, grid_fixed=True),
+        MutationContext("nbody", source, transformation=wanted, grid_fixed=True,
+                        confined=True),
         random.Random(0))
     assert not fixed.ok and "host code sets the launch" in (fixed.reason or "")
+    tiled = transformation("shared_memory_tile")
+    assert tiled.rule == "tile_shared"
+    assert mutator.propose_rule(MutationContext("nbody", source, transformation=tiled),
+                                random.Random(0)).ok
+    shared = mutator.propose_rule(
+        MutationContext("nbody", source, transformation=tiled, confined=True), random.Random(0))
+    assert not shared.ok and "dynamic shared memory" in (shared.reason or "")
