@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One GPU session on the device machine: environment probe, the GPU test suite, a summary,
 # then the benchmarks named in R3_BENCH (default: eval_cost spaces inner_live; empty: none;
-# also: bundles campaigns evaluate_llm app_tune verification corpus rule_gains).
+# also: bundles campaigns evaluate_llm app_tune verification corpus rule_gains
+# demo_record demo_evaluate).
 #
 #   source .device/setup.sh && bash bench/gpu_session.sh
 #
@@ -180,6 +181,16 @@ case $bench in *" evaluate_llm "*)
   python3 -m r3tui report "$(python3 -c "
 import sqlite3; print(sqlite3.connect('$OUT/llm.sqlite').execute('select max(id) from campaigns').fetchone()[0])")" \
     --db "$OUT/llm.sqlite" | tee "$OUT/demo_report.log";; esac
+case $bench in *" demo_record "*)
+  # issue #20, step 1 of bench/make_demo.py: the small recording and a rules campaign; the
+  # folder comes back as $OUT/demo.tgz (a bundle is many files)
+  run_bench demo_record python3 bench/make_demo.py record --out "$OUT/demo" ${R3_DEMO_ARGS:-}
+  (cd "$OUT" && tar czf demo.tgz demo && rm -rf demo);; esac
+case $bench in *" demo_evaluate "*)
+  # step 3: the model's pending proposals (made on the CPU machine into examples/demo)
+  run_bench demo_evaluate python3 bench/make_demo.py evaluate --folder examples/demo \
+    --out "$OUT/demo"
+  (cd "$OUT" && tar czf demo.tgz demo && rm -rf demo);; esac
 case $bench in *" app_tune "*)
   # the CG application recorded, tuned, applied and re-measured (issue #7)
   run_bench app_tune python3 bench/app_tune.py --work /tmp/r3app --out "$OUT/app_tune.txt" \
