@@ -35,6 +35,7 @@ from r3tui.engine.lineage import (
     ancestor_trials,
     best_configs,
     classify,
+    exercising,
     family_of,
     features_for,
     fitness_of,
@@ -70,6 +71,12 @@ class CampaignSettings:
     seed_trials: int = option(40, "--seed-budget", "trials for the original source")
     warm_start: int = option(1, "--warm-start", "a child first tries its parent's K best "
                              "configurations", metavar="K")
+    # a rule's factor (R3_CF_X, R3_TILE, R3_STREAM, ...) at its default reproduces the parent:
+    # the child first tries its parent's best configuration with its new tunables at their K
+    # smallest other values, where the change can show within a few trials
+    exercise: int = option(2, "--exercise", "a child first tries the tunables its change "
+                           "added at their K smallest values other than the default, on its "
+                           "parent's best configuration", metavar="K")
     # a child's model is also told its ancestors' trials (this many generations; 0: off),
     # shifted onto the child's scale: the inner searches of a lineage continue one another
     transfer: int = option(4, "--transfer", "tell a child's model the trials of its last G "
@@ -97,8 +104,8 @@ class CampaignSettings:
     def __post_init__(self) -> None:
         from r3tui.errors import ConfigError
 
-        if self.warm_start < 0 or self.transfer < 0:
-            raise ConfigError("--warm-start and --transfer must be at least 0")
+        if self.warm_start < 0 or self.transfer < 0 or self.exercise < 0:
+            raise ConfigError("--warm-start, --exercise and --transfer must be at least 0")
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -111,6 +118,7 @@ class CampaignSettings:
         # nor did they repair or adapt: a re-run from their recorded answers asks the same
         values.setdefault("repair", False)
         values.setdefault("adaptive", False)
+        values.setdefault("exercise", 0)  # nor first try a child's new tunables
         inner_known = set(InnerSettings.__dataclass_fields__)
         inner = InnerSettings(
             **{k: v for k, v in data.get("inner", {}).items() if k in inner_known}
@@ -279,7 +287,9 @@ class CampaignRun(ProposalSide):
         with self.database.session_scope() as s:
             stored = [(t.config, t.measurement) for t in repo.trials_of_variant(s, variant.id)]
             if variant.parent_id is not None:
-                search.warm_start(best_configs(s, variant.parent_id, self.settings.warm_start))
+                parents = best_configs(s, variant.parent_id, max(1, self.settings.warm_start))
+                search.warm_start(exercising(space, parents[:1], self.settings.exercise))
+                search.warm_start(parents[: self.settings.warm_start])
                 if self.settings.transfer > 0:
                     search.set_prior(ancestor_trials(s, variant, self.settings.transfer))
         search.warm_start([space.baseline_config()])

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from r3tui.domain import (
@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from db.repository import TrialRecord
     from r3tui.domain import Dim3
     from r3tui.search.elites import ArchiveSettings, Elite, EliteArchive
+    from r3tui.search.space import SearchSpace
 
 # Variants that made it through the funnel (apply → compile → verify → tune).
 EVALUATED_OK = (VariantStatus.VERIFIED, VariantStatus.IMPROVED)
@@ -107,6 +108,39 @@ def best_configs(s: Session, variant_id: int, k: int) -> list[TrialConfig]:
         if len(out) >= k:
             break
     return out
+
+
+def exercising(space: SearchSpace, parents: list[TrialConfig], k: int) -> list[TrialConfig]:
+    """A child's first configurations: its parent's best (``parents[0]``) with the tunables
+    the child's change added (those the parent's configuration does not set) at their
+    ``k`` smallest values other than the default, all at once (the second smallest of each
+    in the second, and so on; a tunable with fewer values keeps its largest).  At its default
+    a rule's factor reproduces the parent's code, so these are where the change can show
+    within a child's few trials.  Configurations outside the space are left out."""
+    if not parents or k <= 0:
+        return []
+    base = parents[0]
+    added = [t for t in space.tunables if t.name not in base.tunables]
+    choices = {t.name: [v for v in sorted(t.values, key=_order) if v != t.default]
+               for t in added}
+    choices = {name: values for name, values in choices.items() if values}
+    out: list[TrialConfig] = []
+    for step in range(k if choices else 0):
+        tunables = dict(base.tunables)
+        tunables.update({name: values[min(step, len(values) - 1)]
+                         for name, values in choices.items()})
+        config = replace(base, tunables=tunables)
+        if (config not in out and space.from_config(config) is not None
+                and not space.check(config)):
+            out.append(config)
+    return out
+
+
+def _order(value: object) -> tuple[int, float, str]:
+    """Numbers by value, then anything else by its text (a tunable's values, smallest first)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return (1, 0.0, str(value))
+    return (0, float(value), "")
 
 
 def ancestor_trials(s: Session, variant: Variant, generations: int) -> list[list[Any]]:

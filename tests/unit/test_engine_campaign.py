@@ -142,7 +142,48 @@ def test_a_child_is_warm_started_from_its_parents_best_configurations(
     best_parent = min(
         (t for t in parent_trials if t.measurement.time), key=lambda t: t.measurement.time.median_s
     )
-    assert child_trials[0].config == best_parent.config
+    # first the tunables the child's change added, at their smallest other values, on the
+    # parent's best configuration; then that configuration itself
+    from r3tui.engine import build_space
+    from r3tui.engine.lineage import exercising
+
+    space = build_space(LAUNCH, replace(SOURCE, text=child.source), SETTINGS.inner,
+                        DeviceLimits())
+    first = [*exercising(space, [best_parent.config], SETTINGS.exercise), best_parent.config]
+    assert [t.config for t in child_trials[: len(first)]] == first
+
+
+def test_a_childs_new_tunables_are_tried_first_at_their_smallest_other_values() -> None:
+    """sgemm coarsened (R3_CF_X, R3_CF_Y in 1 2 4 8, default 1) from a parent configuration
+    that sets none of them: 2x2 then 4x4 elements a thread, the parent's options and block kept;
+    a tunable the parent already sets keeps its value."""
+    import random
+
+    from r3tui.domain import TrialConfig
+    from r3tui.engine import build_space
+    from r3tui.engine.lineage import exercising
+    from r3tui.remix.rules import apply_rule
+
+    text = (REPO / "examples/sgemm/kernel.cu").read_text()
+    made = apply_rule("coarsen", text, "sgemm", random.Random(0))
+    assert made.ok and made.source is not None, made.reason
+    launch = LaunchInfo(grid=Dim3(64, 64), block=Dim3(16, 16), work=Dim3(1024, 1024),
+                        block_tunable=True)
+    space = build_space(launch, KernelSource(made.source, "sgemm"), InnerSettings(),
+                        DeviceLimits())
+    added = sorted(t.name for t in space.tunables if t.name.startswith("R3_CF"))
+    assert added, space.tunables
+    parent = TrialConfig(options=("--use_fast_math",), block=Dim3(16, 16))
+    configs = exercising(space, [parent], 2)
+    assert [{n: c.tunables[n] for n in added} for c in configs] == [
+        dict.fromkeys(added, 2), dict.fromkeys(added, 4)]
+    assert all(c.options == parent.options and c.block == parent.block for c in configs)
+    assert exercising(space, [parent], 0) == [] and exercising(space, [], 2) == []
+    # the parent already set them: nothing new to exercise
+    assert exercising(space, [configs[1]], 2) == []
+    old = CampaignSettings.from_json({k: v for k, v in SETTINGS.to_json().items()
+                                      if k != "exercise"})
+    assert old.exercise == 0 and CampaignSettings().exercise == 2
 
 
 def test_a_childs_model_is_told_its_ancestors_trials(
