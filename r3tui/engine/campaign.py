@@ -99,6 +99,8 @@ class CampaignSettings:
     # which transformation to try first follows what each has gained in this campaign
     # (Thompson sampling, r3tui.search.bandit); off: a uniform draw
     adaptive: bool = True
+    # the misses a hint to the compiler (Transformation.hint) starts the bandit with
+    hint_prior: int = 2
     inner: InnerSettings = field(default_factory=InnerSettings)
 
     def __post_init__(self) -> None:
@@ -119,6 +121,7 @@ class CampaignSettings:
         values.setdefault("repair", False)
         values.setdefault("adaptive", False)
         values.setdefault("exercise", 0)  # nor first try a child's new tunables
+        values.setdefault("hint_prior", 0)  # nor start hints with misses
         inner_known = set(InnerSettings.__dataclass_fields__)
         inner = InnerSettings(
             **{k: v for k, v in data.get("inner", {}).items() if k in inner_known}

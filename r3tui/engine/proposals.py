@@ -157,8 +157,10 @@ class ProposalSide:
                     tried_gained[0] += 1
                     tried_gained[1] += status is VariantStatus.IMPROVED
         records = {name: ArmRecord(t, g) for name, (t, g) in counts.items()}
+        # a hint to the compiler starts with misses (r3tui.search.bandit says why)
+        prior = {t.name: ArmRecord(self.settings.hint_prior, 0) for t in CATALOGUE if t.hint}
         rng = random.Random(derive_seed(self.settings.seed, "prefer", index))
-        return preference([t.name for t in CATALOGUE], records, rng)
+        return preference([t.name for t in CATALOGUE], records, rng, prior)
 
     def generate_proposal(self, request: ProposalRequest) -> tuple[Proposal, float]:
         """Ask the remix layer for one change to the request's parent (any thread)."""

@@ -31,6 +31,10 @@ class Transformation:
     # a worked example, (before, after): a few lines of some other kernel with the change
     # made, shown to the model as an edit block (written here, checked to compile)
     example: tuple[str, str] | None = None
+    # a hint to the compiler (aliasing, read-only caching, an unroll pragma, a named constant)
+    # that seldom changes the code it makes: the campaign's bandit starts it with two misses
+    # (r3tui.search.bandit)
+    hint: bool = False
 
     def __post_init__(self) -> None:
         if self.family not in FAMILIES:
@@ -50,6 +54,7 @@ CATALOGUE: tuple[Transformation, ...] = (
             "__global__ void scale(float* __restrict__ out, const float* __restrict__ in, float"
             " a, int n) {",
         ),
+        hint=True,
     ),
     Transformation(
         "read_only_loads",
@@ -61,6 +66,7 @@ CATALOGUE: tuple[Transformation, ...] = (
             "    out[i] = a * in[i] + in[i + 1];",
             "    out[i] = a * __ldg(&in[i]) + __ldg(&in[i + 1]);",
         ),
+        hint=True,
     ),
     Transformation(
         "vectorized_loads",
@@ -204,6 +210,7 @@ CATALOGUE: tuple[Transformation, ...] = (
             "        acc += A[row * K + k] * x[k];\n"
             "    }",
         ),
+        hint=True,
     ),
     Transformation(
         "fuse_loops",
@@ -342,6 +349,7 @@ CATALOGUE: tuple[Transformation, ...] = (
             "#define TILE 16\n"
             "#endif",
         ),
+        hint=True,
     ),
 )
 

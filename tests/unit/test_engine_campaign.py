@@ -186,6 +186,27 @@ def test_a_childs_new_tunables_are_tried_first_at_their_smallest_other_values() 
     assert old.exercise == 0 and CampaignSettings().exercise == 2
 
 
+def test_the_bandit_starts_the_compiler_hints_with_misses(
+        finished: tuple[Path, int, CampaignRun]) -> None:
+    """With no record of their own, restrict_const and the other hints come first less often
+    than the structural transformations; a campaign stored before the prior keeps none."""
+    _, _, run = finished
+    hints = {"restrict_const", "read_only_loads", "unroll_inner_loop", "expose_tunable"}
+    kept = run.settings
+    counts = {}
+    try:
+        for prior in (2, 0):
+            run.settings = replace(kept, hint_prior=prior, adaptive=True)
+            orders = [run._preference(1000 + k) for k in range(300)]
+            counts[prior] = sum(1 for o in orders if o and o[0] in hints)
+    finally:
+        run.settings = kept
+    assert counts[2] < counts[0], counts
+    old = CampaignSettings.from_json({k: v for k, v in SETTINGS.to_json().items()
+                                      if k != "hint_prior"})
+    assert old.hint_prior == 0 and CampaignSettings().hint_prior == 2
+
+
 def test_a_childs_model_is_told_its_ancestors_trials(
     finished: tuple[Path, int, CampaignRun],
 ) -> None:
