@@ -165,15 +165,23 @@ def _ratio(a: float, b: float) -> float:
     return a / b if b else float("nan")
 
 
+def _budget(budget: int | str | None) -> str:
+    """A number of trials, or a described budget (``Budgets.describe``)."""
+    if budget is None:
+        return "? trials per search"
+    return budget if isinstance(budget, str) else f"{budget} trials per search"
+
+
 def summary_lines(
-    results: Sequence[SearchResult], examples: Sequence[str], seeds: int, budget: int | None,
+    results: Sequence[SearchResult], examples: Sequence[str], seeds: int,
+    budget: int | str | None,
     ceilings: Ceilings | None = None, work: Mapping[str, Work] | None = None,
 ) -> list[str]:
     """The table and the ``key: value`` lines of issue #5, over what ``results`` hold."""
     complete = complete_seeds(results)
     ablated = any(ABLATION in k for seeds_ in complete.values() for k in seeds_.values())
     lines = [
-        f"budget: {budget if budget is not None else '?'} trials per search; {seeds} seeds asked; "
+        f"budget: {_budget(budget)}; {seeds} seeds asked; "
         "speedup over the recorded launch, median over the complete seeds",
         f"{'example':11} {'seeds':>5} {'r3':>7} {'bo':>7} {'remix':>7} {'r3/bo':>7} "
         f"{'r3/remix':>8}" + (f" {ABLATION:>7} {ABLATION + '/bo':>8}" if ablated else ""),

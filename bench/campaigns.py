@@ -19,7 +19,11 @@ matrices), each tuned kernel's fraction of its ceiling.
 
     python bench/campaigns.py --db OUT/campaigns.sqlite [--seeds 3] [--variants 4] [--inner 5]
         [--seed-trials 12] [--examples a,b] [--time-limit 420] [--example-cap S]
-        [--ablate-transfer] [--no-ceilings]
+        [--ablate-transfer] [--no-ceilings] [--seconds S]
+
+``--seconds S`` gives every search S seconds of wall time instead of the trial budget (issue
+#19 compares the arms at equal wall time): r3 makes variants, each tuned with ``--inner``
+trials, until its time is up; BO alone asks trials until then.
 
 Seed 0 of every example runs first, then seed 1, and so on; a search that would end past
 ``--time-limit`` is not started, and the summary (bench/campaign_summary.py, read back from
@@ -121,11 +125,18 @@ class Budgets:
     variants: int
     inner: int
     seed_trials: int
+    # issue #19's comparison: every search gets this much wall time instead of a number of
+    # trials (r3's inner budgets per variant still hold; it makes variants until time is up)
+    seconds: float | None = None
 
     @property
     def trials(self) -> int:
         """What every search may compile and replay: the r3 campaign's budget."""
         return self.seed_trials + self.variants * self.inner
+
+    def describe(self) -> str:
+        return (f"{self.seconds:g} s of wall time per search" if self.seconds is not None
+                else f"{self.trials} trials per search")
 
 
 def run_seed(
@@ -143,10 +154,15 @@ def run_seed(
     budget = budgets.trials
     started = time.monotonic()
 
+    timed = budgets.seconds is not None
+    # a wall-time budget: each search makes variants (or trials) until its time is up
+    outer: dict[str, Any] = ({"variants": None, "seconds": budgets.seconds} if timed
+                             else {"variants": budgets.variants})
+
     def remix_and_bo(kind: str, **changes: int) -> Any:
         """The r3 search (rule mutations, each variant tuned by the inner loop)."""
         settings = CampaignSettings(
-            variants=budgets.variants,
+            **outer,
             inner_trials=budgets.inner,
             seed_trials=budgets.seed_trials,
             seed=seed,
@@ -167,7 +183,8 @@ def run_seed(
         InnerCampaign(
             bundle,
             db,
-            budget_trials=budget,
+            budget_trials=None if timed else budget,
+            budget_seconds=budgets.seconds,
             settings=InnerSettings(seed=seed),
             name=f"{name}-bo-s{seed}",
         )
@@ -177,7 +194,8 @@ def run_seed(
             bundle,
             db,
             CampaignSettings(
-                variants=budget - 1,
+                **({"variants": None, "seconds": budgets.seconds} if timed
+                   else {"variants": budget - 1}),
                 inner_trials=1,
                 seed_trials=1,
                 warm_start=0,
@@ -196,7 +214,7 @@ def run_seed(
     speedups = {}
     for key, cid in ((k, job.campaign_id) for k, job in searched):
         best, n = best_trial_s(db, cid)
-        assert n <= budget, f"{key} used {n} trials > {budget}"
+        assert timed or n <= budget, f"{key} used {n} trials > {budget}"
         speedups[key] = baseline.median_s / best if best else 0.0
     speedups["bo"] = baseline.median_s / bo.best_s if bo.best_s else 0.0
     print(
@@ -249,6 +267,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--variants", type=int, default=4)
     parser.add_argument("--inner", type=int, default=5)
     parser.add_argument("--seed-trials", type=int, default=12)
+    parser.add_argument("--seconds", type=float,
+                        help="every search gets this much wall time instead of the trial "
+                             "budget (issue #19's comparison)")
     parser.add_argument("--bundles", type=Path, help="record into / read bundles from here")
     parser.add_argument("--scale", type=float, help="problem size for every example")
     parser.add_argument(
@@ -282,7 +303,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.db is None:
         parser.error("--db is required")
     examples = [e for e in args.examples.split(",") if e]
-    budgets = Budgets(args.variants, args.inner, args.seed_trials)
+    budgets = Budgets(args.variants, args.inner, args.seed_trials, args.seconds)
     work, sgemm_inputs = example_work(examples, args.scale)
     if not args.no_ceilings:  # the same GPU, the same run: kept beside the database
         from ceilings import measure
@@ -297,7 +318,7 @@ def main(argv: list[str] | None = None) -> int:
     print()
     for note in notes:
         print(f"# {note}")
-    print("\n".join(summary_lines(read_results(args.db), examples, args.seeds, budgets.trials,
+    print("\n".join(summary_lines(read_results(args.db), examples, args.seeds, budgets.describe(),
                                   Ceilings.load(ceilings_path(args.db)), work)))
     print("\n".join(yield_lines(args.db)))
     return 0

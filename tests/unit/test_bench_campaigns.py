@@ -299,3 +299,15 @@ def test_tuned_kernels_against_the_ceilings_the_run_measured(db: Path) -> None:
     untimed = Ceilings(4e12, 50e12, None, "not timed: torch (for cuBLAS) is not importable")
     lines = summary_lines(read_results(db), ["stencil7", "sgemm"], 3, 32, untimed, work)
     assert value(lines, "sgemm_fraction_of_cublas").startswith("n/a (cuBLAS not timed: torch")
+
+
+def test_a_wall_time_budget_is_named_as_such() -> None:
+    """--seconds: every arm gets the same wall time, and the table's first line says so."""
+    import campaigns
+
+    assert campaigns.Budgets(4, 5, 12).describe() == "32 trials per search"
+    timed = campaigns.Budgets(4, 5, 12, 30.0)
+    assert timed.describe() == "30 s of wall time per search"
+    lines = summary_lines([], ["stencil7"], 6, timed.describe())
+    assert lines[0].startswith("budget: 30 s of wall time per search; 6 seeds asked")
+    assert summary_lines([], ["stencil7"], 3, 32)[0].startswith("budget: 32 trials per search")
