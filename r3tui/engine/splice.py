@@ -143,8 +143,9 @@ _SCALED_GRID_HELPER = f"""#ifndef R3_SCALED_GRID
 #define R3_SCALED_GRID
 // r3 apply: the launches of a kernel whose threads cover several elements each (or share one)
 // take the application's grid scaled by these factors (docs/app-apply.md)
-static inline dim3 {SCALED_GRID}(dim3 g, unsigned mx, unsigned my, unsigned mz,
-                                 unsigned dx, unsigned dy, unsigned dz) {{
+// (host and device: a launch from device code, with dynamic parallelism, takes it too)
+static inline __host__ __device__ dim3 {SCALED_GRID}(
+    dim3 g, unsigned mx, unsigned my, unsigned mz, unsigned dx, unsigned dy, unsigned dz) {{
   return dim3((g.x * mx + dx - 1) / dx, (g.y * my + dy - 1) / dy, (g.z * mz + dz - 1) / dz);
 }}
 #endif
@@ -193,6 +194,6 @@ def scale_launch_grids(text: str, kernel: str, multipliers: tuple[int, int, int]
         cut = start + len(split_top_level(masked[start:end])[0])
         grid = text[start:cut].strip()
         text = text[:start] + f"{SCALED_GRID}(dim3({grid}), {factors})" + text[cut:]
-    if SCALED_GRID + "(dim3 g" not in text:
+    if "#define R3_SCALED_GRID\n" not in text:  # the helper, once a file
         text = _SCALED_GRID_HELPER + text
     return text, len(spans)

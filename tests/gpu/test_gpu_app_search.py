@@ -67,7 +67,7 @@ def assert_main_as_launched(tree: Path, app: Path, summary: dict[str, Any]) -> N
     assert rescaled[0].startswith("grid of its 2 launch(es) in main.cu scaled by 1x1x1 / "), \
         rescaled
     helper, _, rest = main.partition("#endif\n")
-    assert "static inline dim3 r3_scaled_grid(" in helper
+    assert "static inline __host__ __device__ dim3 r3_scaled_grid(" in helper
     calls = re.findall(r"r3_scaled_grid\(dim3\(blocks\), 1, 1, 1, \d+, 1, 1\)", rest)
     assert len(calls) == 2, rest
     assert re.sub(r"r3_scaled_grid\(dim3\(blocks\), 1, 1, 1, \d+, 1, 1\)", "blocks",

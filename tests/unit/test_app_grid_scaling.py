@@ -81,14 +81,15 @@ def test_every_launch_takes_the_scaled_grid_through_one_helper() -> None:
     assert count == 2
     call = f"<<<{SCALED_GRID}(dim3(blocks), 1, 1, 1, 4, 1, 1), SMOOTH_BLOCK>>>"
     assert text.count(call) == 2
-    assert text.count(f"static inline dim3 {SCALED_GRID}(") == 1
+    assert text.count(f"static inline __host__ __device__ dim3 {SCALED_GRID}(") == 1
     # everything but the launches' grids and the helper is as it was
     assert text.split("#endif\n", 1)[1].replace(
         f"{SCALED_GRID}(dim3(blocks), 1, 1, 1, 4, 1, 1)", "blocks") == main
     # a second kernel of the same file gets its own factors and no second helper
     again = scale_launch_grids(text + "void f() { other<<<dim3(3, 2), 64, 0, s>>>(p); }\n",
                                "other", (2, 1, 1), (1, 1, 1))
-    assert again is not None and again[0].count(f"static inline dim3 {SCALED_GRID}(") == 1
+    helper = f"static inline __host__ __device__ dim3 {SCALED_GRID}("
+    assert again is not None and again[0].count(helper) == 1
     assert f"other<<<{SCALED_GRID}(dim3(dim3(3, 2)), 2, 1, 1, 1, 1, 1), 64, 0, s>>>" in again[0]
     assert scale_launch_grids(main, "scale", (1, 1, 1), (4, 1, 1)) is None
 
