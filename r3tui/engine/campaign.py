@@ -263,7 +263,7 @@ class CampaignRun(ProposalSide):
         """Tune one pending variant and put it where it belongs in the funnel and archive."""
         from db import repository as repo
         from r3tui.errors import R3Error
-        from r3tui.search import Budget
+        from r3tui.search import Budget, parse_tunables
         from r3tui.search.simulation import make_search
 
         assert variant.id is not None and self.evaluator_for is not None
@@ -291,7 +291,11 @@ class CampaignRun(ProposalSide):
             stored = [(t.config, t.measurement) for t in repo.trials_of_variant(s, variant.id)]
             if variant.parent_id is not None:
                 parents = best_configs(s, variant.parent_id, max(1, self.settings.warm_start))
-                search.warm_start(exercising(space, parents[:1], self.settings.exercise))
+                parent = repo.get_variant(s, variant.parent_id)
+                inherited = ({t.name for t in parse_tunables(parent.source)}
+                             if parent is not None else set())
+                search.warm_start(exercising(space, parents[:1], self.settings.exercise,
+                                             inherited))
                 search.warm_start(parents[: self.settings.warm_start])
                 if self.settings.transfer > 0:
                     search.set_prior(ancestor_trials(s, variant, self.settings.transfer))

@@ -110,17 +110,20 @@ def best_configs(s: Session, variant_id: int, k: int) -> list[TrialConfig]:
     return out
 
 
-def exercising(space: SearchSpace, parents: list[TrialConfig], k: int) -> list[TrialConfig]:
+def exercising(space: SearchSpace, parents: list[TrialConfig], k: int,
+               inherited: set[str] | frozenset[str] = frozenset()) -> list[TrialConfig]:
     """A child's first configurations: its parent's best (``parents[0]``) with the tunables
-    the child's change added (those the parent's configuration does not set) at their
-    ``k`` smallest values other than the default, all at once (the second smallest of each
-    in the second, and so on; a tunable with fewer values keeps its largest).  At its default
-    a rule's factor reproduces the parent's code, so these are where the change can show
-    within a child's few trials.  Configurations outside the space are left out."""
+    the child's change added (neither the parent's source declares them, ``inherited``, nor
+    its configuration sets them) at their ``k`` smallest values other than the default, all
+    at once (the second smallest of each in the second, and so on; a tunable with fewer
+    values keeps its largest).  At its default a rule's factor reproduces the parent's code,
+    so these are where the change can show within a child's few trials.  Configurations
+    outside the space are left out."""
     if not parents or k <= 0:
         return []
     base = parents[0]
-    added = [t for t in space.tunables if t.name not in base.tunables]
+    added = [t for t in space.tunables
+             if t.name not in base.tunables and t.name not in inherited]
     choices = {t.name: [v for v in sorted(t.values, key=_order) if v != t.default]
                for t in added}
     choices = {name: values for name, values in choices.items() if values}

@@ -146,10 +146,14 @@ def test_a_child_is_warm_started_from_its_parents_best_configurations(
     # parent's best configuration; then that configuration itself
     from r3tui.engine import build_space
     from r3tui.engine.lineage import exercising
+    from r3tui.search import parse_tunables
 
     space = build_space(LAUNCH, replace(SOURCE, text=child.source), SETTINGS.inner,
                         DeviceLimits())
-    first = [*exercising(space, [best_parent.config], SETTINGS.exercise), best_parent.config]
+    parent = next(v for v in variants if v.id == child.parent_id)
+    inherited = {t.name for t in parse_tunables(parent.source)}
+    first = [*exercising(space, [best_parent.config], SETTINGS.exercise, inherited),
+             best_parent.config]
     assert [t.config for t in child_trials[: len(first)]] == first
 
 
@@ -179,8 +183,10 @@ def test_a_childs_new_tunables_are_tried_first_at_their_smallest_other_values() 
         dict.fromkeys(added, 2), dict.fromkeys(added, 4)]
     assert all(c.options == parent.options and c.block == parent.block for c in configs)
     assert exercising(space, [parent], 0) == [] and exercising(space, [], 2) == []
-    # the parent already set them: nothing new to exercise
+    # the parent already set them, or its source declares them (a configuration leaves a
+    # tunable at its default out): nothing new to exercise
     assert exercising(space, [configs[1]], 2) == []
+    assert exercising(space, [parent], 2, set(added)) == []
     old = CampaignSettings.from_json({k: v for k, v in SETTINGS.to_json().items()
                                       if k != "exercise"})
     assert old.exercise == 0 and CampaignSettings().exercise == 2
