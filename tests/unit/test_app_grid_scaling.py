@@ -177,3 +177,40 @@ def test_a_grid_apply_cannot_rescale_keeps_the_rules_off_and_the_winner_out(
                  bundle.path)
     outcome = apply_campaign(same, tree, {}, {}, 0.5, {})
     assert not outcome.not_applied and (tree / "main.cu").read_text() == launched
+
+
+def test_an_application_bundle_keeps_its_grid_only_where_apply_cannot_rescale_it(
+        tmp_path: Path) -> None:
+    """with_app_limits on bundles under a recording.json (an application's): the block floor
+    as before, and grid_fixed only for the unit that launches smooth through
+    cudaLaunchKernel."""
+    import json
+
+    from r3tui.engine.inner import InnerSettings, with_app_limits
+
+    def recording(directory: Path, main_cu: str | None) -> Path:
+        bundle = directory / "bundles" / "smooth-0"
+        smooth_bundle(bundle, main_cu)
+        config = {"grid": [N // BLOCK, 1, 1], "block": [BLOCK, 1, 1], "shared_mem_bytes": 0,
+                  "count": 20, "device_time_s": 0.01, "bundle": "bundles/smooth-0",
+                  "replayable": True, "reasons": []}
+        kernel = {"entry_point": "_ZN5multi6smoothIfLi2EEEvPKT_PS1_NS_5FieldE", "name": SMOOTH,
+                  "launches": 20, "device_time_s": 0.01,
+                  "source": {"path": str(MULTI / "main.cu"), "kernel": SMOOTH},
+                  "configs": [config]}
+        (directory / "recording.json").write_text(json.dumps({
+            "format_version": 1, "command": ["./multi"], "cwd": str(MULTI),
+            "runtime": "static", "recorded_at": "2026-12-05T18:00:00+00:00", "wall_s": 1.0,
+            "exit_code": 0, "reachable": False, "kernels": [kernel],
+            "unsupported_allocations": [], "warnings": []}))
+        return bundle
+
+    launched = (MULTI / "main.cu").read_text().replace(
+        "multi::smooth<float, RADIUS><<<blocks, SMOOTH_BLOCK>>>(a, b, field);",
+        "{ void* args[] = {&a, &b, &field};\n"
+        "      cudaLaunchKernel((void*)multi::smooth<float, RADIUS>, dim3(blocks),\n"
+        "                       dim3(SMOOTH_BLOCK), args, 0, 0); }")
+    free = with_app_limits(InnerSettings(), recording(tmp_path / "plain", None))
+    assert (free.launch_bounds_floor, free.grid_fixed) == (BLOCK, False)
+    fixed = with_app_limits(InnerSettings(), recording(tmp_path / "api", launched))
+    assert (fixed.launch_bounds_floor, fixed.grid_fixed) == (BLOCK, True)
