@@ -78,12 +78,20 @@ def splice_definition(tree_text: str, variant_text: str, kernel: str) -> str | N
 def _launches(masked: str, name: str) -> list[tuple[int, int]]:
     """Where the ``name<<<...>>>`` launch configurations of ``masked`` (comments and literals
     blanked) are: the spans between ``<<<`` and ``>>>``."""
-    spans = []
-    for match in re.finditer(rf"\b{re.escape(name)}\s*(?:<[^;{{}}()]*?>)?\s*<<<", masked):
+    return [span for span, _ in _qualified_launches(masked, name)]
+
+
+def _qualified_launches(masked: str, name: str) -> list[tuple[tuple[int, int], tuple[str, ...]]]:
+    """:func:`_launches` with the scopes each launch names the kernel with (``ns::k<<<``:
+    ``("ns",)``; unqualified: ``()``)."""
+    found = []
+    pattern = rf"((?:\w+\s*::\s*)*)\b{re.escape(name)}\s*(?:<[^;{{}}()]*?>)?\s*<<<"
+    for match in re.finditer(pattern, masked):
         end = masked.find(">>>", match.end())
         if end > 0:
-            spans.append((match.end(), end))
-    return spans
+            scopes = tuple(part.strip() for part in match.group(1).split("::") if part.strip())
+            found.append(((match.end(), end), scopes))
+    return found
 
 
 def block_macro(text: str, kernel: str) -> tuple[str, str] | None:
@@ -162,9 +170,17 @@ def grid_launches(text: str, kernel: str) -> tuple[int, str | None]:
     code as it is."""
     from r3tui.analysis.text import mask
 
-    _, name = _kernel_parts(kernel)
+    scopes, name = _kernel_parts(kernel)
     masked = mask(text)
-    count = len(_launches(masked, name))
+    launches = _qualified_launches(masked, name)
+    count = len(launches)
+    for _, named in launches:
+        # `other::k<<<` where the kernel is `ns::k`: another kernel of that name, whose grid
+        # must stay (an unqualified launch is taken to be this kernel's; `ns::k` and
+        # `outer::ns::k` name it when its scopes end so)
+        if named and (len(named) > len(scopes) or tuple(scopes[-len(named):]) != named):
+            return count, (f"the host code also launches {'::'.join(named)}::{name}, "
+                           f"another kernel named {name}")
     for api in _OTHER_LAUNCHES:
         for match in re.finditer(rf"\b{api}\b", masked):
             statement = masked[match.end() : masked.find(";", match.end())]

@@ -68,6 +68,13 @@ def test_launches_that_can_be_rescaled_are_found_and_others_named() -> None:
     # one launch the helper cannot reach is enough to keep the grid
     assert grid_launches(api + "void again() { scale<<<8, 128>>>(p, 1.0f, 9); }\n",
                          "scale")[1] is not None
+    # another kernel of the same name in another namespace: its grid must stay, so nothing
+    # is rescaled; a launch qualified as the kernel is (or unqualified) is the kernel's
+    other = main + "void other_launch(float* p) { other::smooth<<<1, 32>>>(p); }\n"
+    assert grid_launches(other, SMOOTH) == (
+        3, "the host code also launches other::smooth, another kernel named smooth")
+    assert scale_launch_grids(other, SMOOTH, (1, 1, 1), (2, 1, 1)) is None
+    assert grid_launches("void f() { ::scale<<<8, 128>>>(p, 1.0f, 9); }\n", "scale") == (1, None)
     # a launch in a comment or a string is no launch
     assert grid_launches('// scale<<<g, b>>>(p)\nconst char* s = "scale<<<1,1>>>";\n',
                          "scale")[0] == 0
