@@ -34,6 +34,18 @@ def declined(reason: str) -> RuleResult:
     return RuleResult(False, None, reason)
 
 
+def restructured(rewrite: Callable[[str, str, random.Random], tuple[str, str]], source: str,
+                 kernel_name: str, rng: random.Random) -> RuleResult:
+    """The answer of a rule whose module rewrites from the parse (coarsen, split, tile,
+    stream): its new source and what changed, or declined with the reason it raised
+    (:class:`~r3tui.analysis.per_thread.Unsupported`, each module's ``Declined``)."""
+    try:
+        out, detail = rewrite(source, kernel_name, rng)
+    except Unsupported as exc:
+        return declined(str(exc))
+    return finish(source, out, kernel_name, detail)
+
+
 def kernel_span(source: str, kernel_name: str) -> KernelSpan | RuleResult:
     """The kernel's definition, or the rule declining where the source has none."""
     span = find_kernel(source, kernel_name)

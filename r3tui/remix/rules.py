@@ -32,10 +32,16 @@ from r3tui.analysis.body import (
 )
 from r3tui.analysis.text import mask
 from r3tui.errors import ConfigError
-from r3tui.remix.coarsen import Declined
 from r3tui.remix.coarsen import coarsen as coarsen_kernel
 from r3tui.remix.edits import KernelSpan
-from r3tui.remix.rule_base import Rule, RuleResult, declined, finish, kernel_span
+from r3tui.remix.rule_base import (
+    Rule,
+    RuleResult,
+    declined,
+    finish,
+    kernel_span,
+    restructured,
+)
 from r3tui.remix.split import split_loop as split_kernel_loop
 from r3tui.remix.stream import stream as stream_kernel
 from r3tui.remix.stride import grid_stride, strided_accumulate
@@ -403,42 +409,26 @@ def warp_shuffle_reduction(source: str, kernel_name: str, rng: random.Random) ->
 def coarsen(source: str, kernel_name: str, rng: random.Random) -> RuleResult:
     """Thread coarsening with the loops jammed along one axis of the grid, its factor a
     tunable that divides the grid along that axis (:mod:`r3tui.remix.coarsen`)."""
-    try:
-        out, detail = coarsen_kernel(source, kernel_name, rng)
-    except Declined as exc:
-        return declined(str(exc))
-    return finish(source, out, kernel_name, detail)
+    return restructured(coarsen_kernel, source, kernel_name, rng)
 
 
 def split_loop(source: str, kernel_name: str, rng: random.Random) -> RuleResult:
     """A thread's summing loop split over several threads an element, combined with warp
     shuffles, their number a tunable that multiplies the grid along x
     (:mod:`r3tui.remix.split`)."""
-    try:
-        out, detail = split_kernel_loop(source, kernel_name, rng)
-    except Declined as exc:
-        return declined(str(exc))
-    return finish(source, out, kernel_name, detail)
+    return restructured(split_kernel_loop, source, kernel_name, rng)
 
 
 def tile_shared(source: str, kernel_name: str, rng: random.Random) -> RuleResult:
     """A loop's reads that the block's threads share, staged in shared memory tiles of a
     tunable number of iterations (:mod:`r3tui.remix.tile`)."""
-    try:
-        out, detail = tile_loop(source, kernel_name, rng)
-    except Declined as exc:
-        return declined(str(exc))
-    return finish(source, out, kernel_name, detail)
+    return restructured(tile_loop, source, kernel_name, rng)
 
 
 def stream_axis(source: str, kernel_name: str, rng: random.Random) -> RuleResult:
     """A stencil's neighbours along z or y kept in registers while each thread walks a
     tunable number of points along that axis (:mod:`r3tui.remix.stream`)."""
-    try:
-        out, detail = stream_kernel(source, kernel_name, rng)
-    except Declined as exc:
-        return declined(str(exc))
-    return finish(source, out, kernel_name, detail)
+    return restructured(stream_kernel, source, kernel_name, rng)
 
 
 # rules whose variants need a launch the search sets (another grid, or dynamic shared memory):
