@@ -140,11 +140,14 @@ def apply_campaign(
     # the launches to rescale, when the winner's threads cover other than one element each:
     # in the defining file itself, or in the recorded unit that launches a header's kernel
     launches: Path | None = None
+    launching: str | None = None
     if max(*divisors, *multipliers) > 1:
         launches = (_launching_unit(tree, launcher, units) if launcher is not None
                     else unit)
-        reason = (grid_launches(launches.read_text() if launches != unit else text,
-                                best.kernel)[1]
+        # the launching unit's text when it is another file (read once: only ``text``, the
+        # defining file's, changes below)
+        launching = launches.read_text() if launches not in (None, unit) else None
+        reason = (grid_launches(launching if launching is not None else text, best.kernel)[1]
                   if launches is not None else "the unit that launches it is not in the tree")
         if reason is not None:
             per_thread = divisors[0] * divisors[1] * divisors[2]
@@ -217,8 +220,8 @@ def apply_campaign(
             baked.add(key)
             outcome.applied.append(f"tunable {key}={value} (its #define in {best.kernel})")
     if launches is not None:
-        rescale = (launches.read_text() if launches != unit else text)
-        scaled = scale_launch_grids(rescale, best.kernel, multipliers, divisors)
+        scaled = scale_launch_grids(launching if launching is not None else text, best.kernel,
+                                    multipliers, divisors)
         assert scaled is not None, "grid_launches found every launch rewritable"
         if launches == unit:
             text = scaled[0]

@@ -126,11 +126,10 @@ def build_space(
     tunables = parse_tunables(source.text)
     per_thread = grid_tunables(source.text)
     fixed = None
-    app = settings.grid_fixed
-    if per_thread and (app or launch.work is None):
-        # an application's host code computes its grid: r3 apply cannot divide it
+    if per_thread and (settings.grid_fixed or launch.work is None):
+        # an application's host code computes its grid where r3 apply cannot rescale it
         fixed = (f"{', '.join(sorted(per_thread))} fixed at 1: "
-                 + ("the application's host code computes the grid" if app
+                 + ("the application's host code computes the grid" if settings.grid_fixed
                     else "no work size recorded to derive a smaller grid from"))
         tunables = tuple(Tunable(t.name, (1,), 1) if t.name in per_thread else t
                          for t in tunables)

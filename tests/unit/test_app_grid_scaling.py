@@ -50,6 +50,15 @@ def smooth_bundle(path: Path, main_cu: str | None = None) -> Bundle:
         return w.commit(manifest)
 
 
+def launched_by_api() -> str:
+    """main.cu with smooth's launches made through cudaLaunchKernel (no `<<<>>>` left)."""
+    return (MULTI / "main.cu").read_text().replace(
+        "multi::smooth<float, RADIUS><<<blocks, SMOOTH_BLOCK>>>(a, b, field);",
+        "{ void* args[] = {&a, &b, &field};\n"
+        "      cudaLaunchKernel((void*)multi::smooth<float, RADIUS>, dim3(blocks),\n"
+        "                       dim3(SMOOTH_BLOCK), args, 0, 0); }")
+
+
 def coarsened(original: str) -> str:
     made = apply_rule("coarsen", original, SMOOTH, random.Random(0))
     assert made.ok and made.source is not None, made.reason
@@ -154,11 +163,7 @@ def test_a_grid_apply_cannot_rescale_keeps_the_rules_off_and_the_winner_out(
         tmp_path: Path) -> None:
     main = (MULTI / "main.cu").read_text()
     assert grid_fixed_reason(smooth_bundle(tmp_path / "plain").path) is None
-    launched = main.replace(
-        "multi::smooth<float, RADIUS><<<blocks, SMOOTH_BLOCK>>>(a, b, field);",
-        "{ void* args[] = {&a, &b, &field};\n"
-        "      cudaLaunchKernel((void*)multi::smooth<float, RADIUS>, dim3(blocks),\n"
-        "                       dim3(SMOOTH_BLOCK), args, 0, 0); }")
+    launched = launched_by_api()
     assert launched != main
     bundle = smooth_bundle(tmp_path / "api", launched)
     assert grid_fixed_reason(bundle.path) == \
@@ -212,11 +217,7 @@ def test_an_application_bundle_keeps_its_grid_only_where_apply_cannot_rescale_it
             "unsupported_allocations": [], "warnings": []}))
         return bundle
 
-    launched = (MULTI / "main.cu").read_text().replace(
-        "multi::smooth<float, RADIUS><<<blocks, SMOOTH_BLOCK>>>(a, b, field);",
-        "{ void* args[] = {&a, &b, &field};\n"
-        "      cudaLaunchKernel((void*)multi::smooth<float, RADIUS>, dim3(blocks),\n"
-        "                       dim3(SMOOTH_BLOCK), args, 0, 0); }")
+    launched = launched_by_api()
     free = with_app_limits(InnerSettings(), recording(tmp_path / "plain", None))
     assert (free.launch_bounds_floor, free.grid_fixed) == (BLOCK, False)
     fixed = with_app_limits(InnerSettings(), recording(tmp_path / "api", launched))
