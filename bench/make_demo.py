@@ -10,8 +10,10 @@ variants, and a non-empty export.  Three steps on two machines, the folder carri
     source .device/setup.sh && python bench/make_demo.py evaluate --folder examples/demo \\
         --out "$OUT/demo"
 
-Step 1 records stencil7 at a small scale into ``FOLDER/bundles/`` (a few MB) and runs a
-rules-and-search campaign into ``FOLDER/r3-demo.sqlite``; the recording is stored relative
+Step 1 records an example (nbody by default: compute-bound, so compiler options, the launch
+and the source each have something to gain, and its recording at the default scale is a
+quarter of a MB) into ``FOLDER/bundles/`` and runs a rules-and-search campaign into
+``FOLDER/r3-demo.sqlite``; the recording is stored relative
 to the database (docs/database.md), so the folder ships as a whole and ``r3 demo`` on a CPU
 machine opens a copy of it.  Step 2 writes the model's proposals as pending variants
 (``r3 tune --generate-only``); step 3 evaluates them (``r3 evaluate``) and prints what
@@ -27,7 +29,10 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-EXAMPLE = "stencil7"
+EXAMPLE = "nbody"
+# of the example's full size: nbody at 0.05 has 7,327 bodies (a 230 KB recording) and a
+# kernel of about a millisecond; another example gets 0.01
+SCALES = {"nbody": 0.05}
 DB_NAME = "r3-demo.sqlite"
 
 
@@ -37,29 +42,39 @@ def r3(*args: str) -> None:
     subprocess.run(command, check=True, cwd=ROOT)
 
 
-def record(out: Path, scale: float, budget: str) -> None:
+def bundle_of(folder: Path) -> Path:
+    """The one recording under ``folder/bundles``."""
+    found = sorted((folder / "bundles").glob("*.r3b"))
+    if len(found) != 1:
+        raise SystemExit(f"make_demo: error: expected one recording under {folder / 'bundles'}, "
+                         f"found {len(found)}")
+    return found[0]
+
+
+def record(out: Path, example: str, scale: float | None, budget: str) -> None:
     if out.exists():
         shutil.rmtree(out)
-    bundle = out / "bundles" / f"{EXAMPLE}.r3b"
+    bundle = out / "bundles" / f"{example}.r3b"
     bundle.parent.mkdir(parents=True)
     db = out / DB_NAME
-    ex = ROOT / "examples" / EXAMPLE
-    r3("record", "kernel", str(ex / "kernel.cu"), "--kernel", EXAMPLE, "--inputs",
+    ex = ROOT / "examples" / example
+    scale = scale if scale is not None else SCALES.get(example, 0.01)
+    r3("record", "kernel", str(ex / "kernel.cu"), "--kernel", example, "--inputs",
        str(ex / "inputs.py"), "--scale", str(scale), "--out", str(bundle), "--db", str(db))
-    r3("tune", str(bundle), "--rules-only", "--budget", budget, "--name", f"{EXAMPLE}-rules",
+    r3("tune", str(bundle), "--rules-only", "--budget", budget, "--name", f"{example}-rules",
        "--db", str(db))
     r3("runs", "--db", str(db))
 
 
 def generate(folder: Path, variants: int) -> None:
-    bundle = folder / "bundles" / f"{EXAMPLE}.r3b"
+    bundle = bundle_of(folder)
     r3("tune", str(bundle), "--generate-only", "--budget", str(variants), "--llm-share", "1",
-       "--name", f"{EXAMPLE}-llm", "--db", str(folder / DB_NAME))
+       "--name", f"{bundle.stem}-llm", "--db", str(folder / DB_NAME))
 
 
 def evaluate(folder: Path, out: Path | None) -> None:
     db = folder / DB_NAME
-    r3("evaluate", "--db", str(db), "--bundle", str(folder / "bundles" / f"{EXAMPLE}.r3b"))
+    r3("evaluate", "--db", str(db), "--bundle", str(bundle_of(folder)))
     r3("runs", "--db", str(db))
     if out is not None:
         if out.exists():
@@ -72,7 +87,9 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="step", required=True)
     rec = sub.add_parser("record", help="on the GPU: the recording and a rules campaign")
     rec.add_argument("--out", type=Path, required=True)
-    rec.add_argument("--scale", type=float, default=0.05, help="of the example's full size")
+    rec.add_argument("--example", default=EXAMPLE, help=f"example to record ({EXAMPLE})")
+    rec.add_argument("--scale", type=float,
+                     help="of the example's full size (nbody 0.05, another example 0.01)")
     rec.add_argument("--budget", default="20")
     gen = sub.add_parser("generate", help="here: the model's proposals, pending")
     gen.add_argument("--folder", type=Path, required=True)
@@ -82,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     ev.add_argument("--out", type=Path, help="copy the folder here afterwards (e.g. $OUT/demo)")
     args = parser.parse_args(argv)
     if args.step == "record":
-        record(args.out, args.scale, args.budget)
+        record(args.out, args.example, args.scale, args.budget)
     elif args.step == "generate":
         generate(args.folder, args.variants)
     else:
