@@ -128,10 +128,13 @@ def _cmd_tune(args: argparse.Namespace) -> int:
         with _bar(None, "re-running") as (bar, task):
             outcome = replay_campaign(
                 args.db, args.replay_llm, args.bundle, progress=_show_steps(bar, task),
-                runner_settings=runner_settings(args),
+                runner_settings=runner_settings(args), generate_only=args.generate_only,
             )
+        done = ("re-made, pending; `r3 evaluate --campaign "
+                f"{outcome.campaign_id}` measures them on a GPU" if args.generate_only
+                else "re-run")
         Console(highlight=False).print(
-            f"campaign {outcome.campaign_id}: {outcome.proposals} variants re-run from "
+            f"campaign {outcome.campaign_id}: {outcome.proposals} variants {done} from "
             f"campaign {args.replay_llm}'s recorded LLM answers ({outcome.status})"
         )
         return 0
@@ -247,7 +250,8 @@ def add_commands(sub: Subcommands) -> None:
         "--replay-llm",
         type=int,
         metavar="CAMPAIGN",
-        help="re-run CAMPAIGN from its recorded LLM answers, no model loaded",
+        help="re-run CAMPAIGN from its recorded LLM answers, no model loaded (with "
+        "--generate-only: re-make its tree without a GPU, pending)",
     )
     tune.add_argument("--name", help="campaign name")
     tune.add_argument(

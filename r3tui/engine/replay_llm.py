@@ -5,10 +5,15 @@ their recorded order, from the same parents and inspirations with the same rando
 LLM's answers come from the recorded calls (no model is loaded) and must be asked for by the
 very same prompt, so every child's source is re-derived, not copied.  Every variant is then
 evaluated afresh on this GPU: the re-run reproduces the tree exactly and measures it again.
+
+With ``generate_only`` (``--replay-llm N --generate-only``) no GPU is touched: the tree is
+re-made and checked the same way, and its variants stay pending for ``r3 evaluate`` — the
+re-run a machine without a GPU can make (the shipped demo's LLM campaign, for one).
 """
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from dataclasses import replace
 from pathlib import Path
 
@@ -19,15 +24,16 @@ from r3tui.engine.gpu import RunnerSettings
 from r3tui.engine.tune import CampaignOutcome
 
 
-def replay_tree(run: CampaignRun, old_campaign_id: int) -> int:
-    """Re-make and evaluate the old campaign's proposals in ``run``; returns how many."""
+def replay_tree(run: CampaignRun, old_campaign_id: int, evaluate: bool = True) -> int:
+    """Re-make the old campaign's proposals in ``run`` and evaluate them (``evaluate``; else
+    they stay pending); returns how many."""
     from db import repository as repo
     from r3tui.remix.recorded import ReplayDiverged
 
     with run.database.session_scope() as s:
         old = repo.campaign_variants(s, old_campaign_id)
     seed = run.seed_variant()
-    if seed.status is VariantStatus.PENDING:
+    if evaluate and seed.status is VariantStatus.PENDING:
         run.evaluate(seed)
     mapping = {v.id: seed for v in old if v.origin is VariantOrigin.SEED}
     made = 0
@@ -62,7 +68,7 @@ def replay_tree(run: CampaignRun, old_campaign_id: int) -> int:
             )
         mapping[ov.id] = variant
         made += 1
-        if variant.status is VariantStatus.PENDING:
+        if evaluate and variant.status is VariantStatus.PENDING:
             run.evaluate(variant)
     return made
 
@@ -75,6 +81,7 @@ def replay_campaign(
     *,
     control: CampaignControl | None = None,
     runner_settings: RunnerSettings | None = None,
+    generate_only: bool = False,
 ) -> CampaignOutcome:
     from db import repository as repo
     from db.session import open_database
@@ -121,15 +128,24 @@ def replay_campaign(
         path = bundle_path or Path(recording.bundle_path)
         bundle = Bundle.open(path, verify=True)
         mutator = make_mutator_from(settings, RecordedBackend(calls) if calls else None)
-        with control.signals(), open_runner(path, 60.0, runner_settings) as runner:
-            info = runner.info
-            from r3tui.engine.inner import KernelSource, ReplayEvaluator
+        with (
+            control.signals(),
+            nullcontext(None) if generate_only
+            else open_runner(path, 60.0, runner_settings) as runner,
+        ):
+            info = runner.info if runner is not None else None
+            evaluator_for = None
+            if runner is not None and info is not None:
+                from r3tui.engine.inner import KernelSource, ReplayEvaluator
 
-            def evaluator_for(src: KernelSource) -> ReplayEvaluator:
-                return ReplayEvaluator(src, runner)
+                gpu = runner
 
-            with database.session_scope() as s:
-                repo.set_campaign_provenance(s, new_id, provenance(info, settings.inner.toolchain))
+                def evaluator_for(src: KernelSource) -> ReplayEvaluator:
+                    return ReplayEvaluator(src, gpu)
+
+                with database.session_scope() as s:
+                    repo.set_campaign_provenance(
+                        s, new_id, provenance(info, settings.inner.toolchain))
             seed = seed_unit(bundle)
             run = CampaignRun(
                 database,
@@ -144,10 +160,13 @@ def replay_campaign(
                 progress=progress,
             )
             with campaign_run(database, new_id), report_load(database, new_id, runner):
-                made = replay_tree(run, old_campaign_id)
-        status = CampaignStatus.STOPPED if control.stop_requested else CampaignStatus.FINISHED
+                made = replay_tree(run, old_campaign_id, evaluate=not generate_only)
+        status = (CampaignStatus.STOPPED if control.stop_requested
+                  else CampaignStatus.PAUSED if generate_only else CampaignStatus.FINISHED)
         timing = {"wall_s": run.timing.wall_s(), "llm_s": 0.0, "evaluate_s": run.timing.evaluate_s}
-        finish(database, new_id, status, f"{made} variant(s) re-made and evaluated", timing)
+        done = ("re-made, pending (evaluate them on a GPU: r3 evaluate)" if generate_only
+                else "re-made and evaluated")
+        finish(database, new_id, status, f"{made} variant(s) {done}", timing)
         return CampaignOutcome(new_id, made, status.value, timing)
     finally:
         database.close()

@@ -332,6 +332,33 @@ def test_a_re_run_from_the_record_rebuilds_the_same_tree(
     assert shape(redo, index_new) == shape(old, index)
 
 
+def test_a_re_run_without_a_gpu_re_makes_the_tree_pending_and_evaluates_it_later(
+    finished: tuple[Path, int, CampaignRun],
+) -> None:
+    db, cid, _ = finished
+    with open_database(db) as database:
+        new = new_campaign(database)
+        run = make_run(database, new)
+        run.evaluator_for = None  # what --replay-llm --generate-only builds: no GPU, no evaluator
+        made = replay_tree(run, cid, evaluate=False)
+        with database.session_scope() as s:
+            old = [v for v in repo.campaign_variants(s, cid) if v.origin is not VariantOrigin.SEED]
+            redo = [v for v in repo.campaign_variants(s, new)
+                    if v.origin is not VariantOrigin.SEED]
+        assert made == len(old) == len(redo)
+        assert [v.source for v in redo] == [v.source for v in old]
+        failed = VariantStatus.APPLY_FAILED
+        assert {v.status for v in redo} <= {VariantStatus.PENDING, failed}
+        assert [v.status is failed for v in redo] == [v.status is failed for v in old]
+        pending = sum(v.status is VariantStatus.PENDING for v in redo)
+        assert pending > 0
+        # later, on a GPU: r3 evaluate measures them (seed first)
+        assert make_run(database, new).evaluate_pending() == pending + 1
+        with database.session_scope() as s:
+            assert not [v for v in repo.campaign_variants(s, new)
+                        if v.status is VariantStatus.PENDING]
+
+
 def test_report_and_export_describe_the_best_variant(
     finished: tuple[Path, int, CampaignRun], tmp_path: Path
 ) -> None:
