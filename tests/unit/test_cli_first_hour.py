@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -92,7 +93,9 @@ def test_read_only_commands_leave_the_folder_unchanged(tmp_path: Path, source: s
         result = r3("--db", str(db), *command, cwd=work)
         assert result.returncode == 0, (command, result.stderr)
         assert folder_state(db.parent, db) == before, command
-    assert "stencil" in r3("--db", str(db), "runs", cwd=work).stdout
+    with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as raw:
+        (name,) = raw.execute("select name from campaigns where id = ?", (cid,)).fetchone()
+    assert name in r3("--db", str(db), "runs", cwd=work).stdout
     assert (work / "export" / "launch.json").is_file()
 
 
