@@ -42,6 +42,37 @@ _PURE_CALL = re.compile(
     r"|static_cast|reinterpret_cast|const_cast)|float\d?|double\d?|int\d?|uint\d?)$")
 
 
+_ARITHMETIC = (r"(?:(?:unsigned|signed)\s+)?(?:char|short|int|long(?:\s+long)?|float|double|bool"
+               r"|unsigned|size_t|ptrdiff_t|u?int(?:8|16|32|64)_t|__half|half)")
+
+
+# what a pure function never does
+_IMPURE = re.compile(r"\b(?:asm|atomic\w*|printf|malloc|free|new|delete|__trap|goto|volatile"
+                     r"|__shared__|__syncthreads\w*|static)\b")
+
+
+def _defined_name(function: ts.Node, parsed: Parsed) -> str | None:
+    """The unqualified name a function definition defines."""
+    node = function.child_by_field_name("declarator")
+    while node is not None and node.type != "function_declarator":
+        node = node.child_by_field_name("declarator")
+    named = node.child_by_field_name("declarator") if node is not None else None
+    if named is None:
+        return None
+    return re.sub(r"<.*>$", "", parsed.text(named)).split("::")[-1].strip()
+
+
+def arithmetic_type(name: str, source: str) -> bool:
+    """Whether ``name`` is an arithmetic type: a built-in one, or a name ``source`` defines as
+    one (``#define FLOAT double``, ``typedef float real;``)."""
+    if re.fullmatch(_ARITHMETIC, name):
+        return True
+    if not re.fullmatch(r"[A-Za-z_]\w*", name):
+        return False
+    return bool(re.search(rf"^[ \t]*#[ \t]*define[ \t]+{name}[ \t]+{_ARITHMETIC}[ \t]*$"
+                          rf"|\btypedef\s+{_ARITHMETIC}\s+{name}\s*;", source, re.MULTILINE))
+
+
 class Unsupported(Exception):
     """What in a kernel's body this reading cannot follow (one line, for a rule's reason)."""
 
@@ -144,6 +175,108 @@ def grid_indices(body: ts.Node, parsed: Parsed) -> list[GridIndex]:
     return out
 
 
+def declared_at_assignment(source: str, kernel: str) -> str:
+    """``source`` with each grid index that ``kernel`` declares first and assigns later, in the
+    older C style (``int i, j; ... i = blockDim.x * blockIdx.x + threadIdx.x;``), declared
+    where it is assigned (``int i = ...;``), so the rules that read an index declaration find
+    it; ``source`` itself where there is none.  Only where that changes nothing: the
+    assignment is a statement at the top of the body, the index is an integer declared at the
+    top of the body before it without an initializer and named nowhere in between, and
+    nothing else assigns it or takes its address."""
+    from r3tui.analysis.body import kernel_body
+
+    found = kernel_body(source, kernel)
+    if found is None:
+        return source
+    body, parsed = found
+    top = statements(body)
+    edits: list[tuple[int, int, str]] = []
+    for k, node in enumerate(top):
+        assigned = _index_assignment(node, parsed)
+        if assigned is None:
+            continue
+        name, value = assigned
+        declaration = next((d for d in top[:k] if d.type == "declaration"
+                            and name in _uninitialized(d, parsed)), None)
+        if declaration is None:
+            continue
+        first = declaration.children_by_field_name("declarator")[0]
+        kind = parsed.data[declaration.start_byte:first.start_byte].decode().strip()
+        if not _INTEGER_TYPE.match(kind) or re.match(r"const\b", kind):
+            continue
+        between = top[top.index(declaration) + 1:k]
+        if any(_names(n, parsed, name) for n in between):
+            continue
+        writes = [n for n in walk(body) if (t := write_target(n)) is not None
+                  and (b := lvalue_base(t)) is not None and parsed.text(b) == name]
+        taken = [n for n in walk(body) if n.type == "pointer_expression"
+                 and parsed.text(n).lstrip().startswith("&") and _names(n, parsed, name)]
+        if len(writes) != 1 or taken:
+            continue
+        edits.append(_drop_declarator(declaration, parsed, name))
+        edits.append((node.start_byte, node.end_byte, f"{kind} {name} = {value};"))
+    if not edits:
+        return source
+    data = parsed.data
+    out, cursor = [], 0
+    for start, end, text in sorted(edits):
+        out.append(data[cursor:start].decode("utf-8", "replace"))
+        out.append(text)
+        cursor = end
+    out.append(data[cursor:].decode("utf-8", "replace"))
+    return "".join(out)
+
+
+def _index_assignment(node: ts.Node, parsed: Parsed) -> tuple[str, str] | None:
+    """``(name, value)`` of a statement ``NAME = <a grid index>;``."""
+    if node.type != "expression_statement" or not node.named_children:
+        return None
+    expression = node.named_children[0]
+    if expression.type != "assignment_expression":
+        return None
+    left, right = expression.child_by_field_name("left"), expression.child_by_field_name("right")
+    op = expression.child_by_field_name("operator")
+    if left is None or right is None or left.type != "identifier" or (
+            op is not None and parsed.text(op) != "="):
+        return None
+    compact = re.sub(r"\s+", "", parsed.text(right))
+    while compact.startswith("(") and compact.endswith(")"):
+        compact = compact[1:-1]
+    if not any(compact == form.format(a=a) for form in _INDEX_FORMS for a in "xyz"):
+        return None
+    return parsed.text(left), parsed.text(right)
+
+
+def _uninitialized(declaration: ts.Node, parsed: Parsed) -> set[str]:
+    """The plain names a declaration declares without an initializer."""
+    return {parsed.text(d) for d in declaration.children_by_field_name("declarator")
+            if d.type == "identifier"}
+
+
+def _names(node: ts.Node, parsed: Parsed, name: str) -> bool:
+    return any(n.type == "identifier" and parsed.text(n) == name for n in walk(node))
+
+
+def _drop_declarator(declaration: ts.Node, parsed: Parsed, name: str
+                     ) -> tuple[int, int, str]:
+    """The edit that removes ``name`` from a declaration (the whole line where it is the only
+    name)."""
+    declarators = declaration.children_by_field_name("declarator")
+    at = next(k for k, d in enumerate(declarators) if parsed.text(d) == name)
+    if len(declarators) == 1:
+        start = parsed.line_start(declaration.start_byte)
+        end = declaration.end_byte
+        after = parsed.data.find(b"\n", end)
+        if after != -1 and not parsed.data[end:after].strip():
+            end = after + 1
+        if parsed.data[start:declaration.start_byte].strip():
+            start = declaration.start_byte
+        return start, end, ""
+    if at == 0:
+        return declarators[0].start_byte, declarators[1].start_byte, ""
+    return declarators[at - 1].end_byte, declarators[at].end_byte, ""
+
+
 def axis_alone(masked: str, axis: str) -> bool:
     """Whether the body reads the axis's block index, thread index and block size once each
     (in the index) and the grid's size not at all."""
@@ -163,6 +296,7 @@ class IndexDependence:
                  indices: tuple[GridIndex, ...]) -> None:
         self.source, self.body, self.parsed = source, body, parsed
         self.indices = tuple(sorted(indices, key=lambda ix: ix.axis))
+        self._pure: dict[str, bool] = {}  # the source's __device__ functions read so far
         self.locals = self._locals()
         self.top = self._top_level()
         self.dependent = self._dependence()
@@ -301,7 +435,7 @@ class IndexDependence:
         for node in nodes:
             kind = self.kind(node, names, top)
             if kind == "declaration":
-                names.update(self.declared_by(node))
+                names.update(self.dependent_declared(node, names))
             elif kind == "kept":
                 for block in self.blocks(node):
                     inner = (statements(block) if block.type == "compound_statement"
@@ -309,6 +443,21 @@ class IndexDependence:
                     self._grow([n for n in inner if n.type != "comment"], names)
             elif kind in ("each", "guard"):
                 names.update(self.assigned(node))
+
+    def dependent_declared(self, declaration: ts.Node, names: set[str]) -> set[str]:
+        """The names a declaration of dependent locals declares that depend on ``names``:
+        all of them where it declares one, else each whose declarator (its initializer, an
+        array's size) reads them, or that already does."""
+        declarators = declaration.children_by_field_name("declarator")
+        if len(declarators) <= 1:
+            return self.declared_by(declaration)
+        out = set()
+        for declarator in declarators:
+            name = declared_name(declarator)
+            if name is not None and (self.text(name) in names
+                                     or self.mentions(declarator, names)):
+                out.add(self.text(name))
+        return out
 
     def declared_by(self, declaration: ts.Node) -> set[str]:
         """The names a declaration declares."""
@@ -388,11 +537,63 @@ class IndexDependence:
         parent = declarator.parent if declarator is not None else None
         return parent is not None and parent.type == "array_declarator"
 
-    def pure(self, call: ts.Node) -> bool:
+    def pure(self, call: ts.Node, seen: frozenset[str] = frozenset()) -> bool:
+        """Whether a call has no effect but its value: a math function, a cast the parser
+        read as a call, or a ``__device__`` function of the source that is pure."""
         function = call.child_by_field_name("function")
         name = self.text(function) if function is not None else ""
+        if function is not None and function.type == "parenthesized_expression":
+            # `(FLOAT)(n - 1)`: the parser reads a cast to a type it does not know as a call
+            return arithmetic_type(name.strip()[1:-1].strip(), self.source)
         name = re.sub(r"<.*>$", "", name).strip()
-        return bool(_PURE_CALL.match(name)) and not name.startswith("atomic")
+        if _PURE_CALL.match(name) and not name.startswith("atomic"):
+            return True
+        return self.pure_device_function(name, seen)
+
+    def pure_device_function(self, name: str, seen: frozenset[str] = frozenset()) -> bool:
+        """Whether ``name`` is a ``__device__`` function the source defines (every overload)
+        that writes nothing but its own locals and calls only what is pure (``bezier``'s
+        ``BezierBlend``): a call to it has no effect but its value."""
+        if not re.fullmatch(r"[A-Za-z_]\w*", name) or name in seen or len(seen) > 4:
+            return False
+        if name in self._pure:
+            return self._pure[name]
+        root = self.body
+        while root.parent is not None:
+            root = root.parent
+        found = [f for f in walk(root) if f.type == "function_definition"
+                 and _defined_name(f, self.parsed) == name]
+        pure = bool(found) and all(self._pure_body(f, seen | {name}) for f in found)
+        self._pure[name] = pure
+        return pure
+
+    def _pure_body(self, function: ts.Node, seen: frozenset[str]) -> bool:
+        body = function.child_by_field_name("body")
+        declarator = function.child_by_field_name("declarator")
+        if body is None or declarator is None:
+            return False
+        head = self.parsed.data[function.start_byte:declarator.start_byte].decode(
+            "utf-8", "replace")
+        if "__device__" not in head or _IMPURE.search(mask(self.text(body))):
+            return False
+        own: set[str] = set()  # locals and parameters taken by value, not through a pointer
+        for node in walk(function):
+            if node.type in ("declaration", "parameter_declaration"):
+                for d in node.children_by_field_name("declarator"):
+                    n = declared_name(d)
+                    if n is not None and not any(x.type in ("pointer_declarator",
+                                                            "reference_declarator")
+                                                 for x in walk(d)):
+                        own.add(self.text(n))
+        for node in walk(body):
+            target = write_target(node)
+            if target is not None:
+                base = lvalue_base(target)
+                if base is None or self.text(base) not in own:
+                    return False
+            if node.type == "call_expression" and not self.pure(node, seen):
+                return False
+        return True
 
     def line(self, node: ts.Node) -> int:
         return self.source.count("\n", 0, self.parsed.char(node.start_byte)) + 1

@@ -126,7 +126,9 @@ class _Coarsening(IndexDependence):
         stops = sorted(set(guards) | ({self.closing_at()} if closing is not None else set()))
         last = stops[-1]
         lines = self._indent(self.indices[0].node)
-        parts: list[str] = []
+        # the element count first: a dependent local declared before the index (`int i, j;
+        # float mu;` at the top of an older kernel) is an array of that many
+        parts: list[str] = [self._factor_text(lines)]
         for k, node in enumerate(self.top):
             if k > last:
                 break
@@ -187,8 +189,8 @@ class _Coarsening(IndexDependence):
                 f"{indent}for (int {self.c} = 0; {self.c} < {self.factor}; ++{self.c}) {{\n"
                 f"{shifted}\n{indent}}}\n")
 
-    def _index_text(self, indent: str) -> str:
-        """The tunables, the element count, each index's elements and their live flags."""
+    def _factor_text(self, indent: str) -> str:
+        """The tunables and the element count."""
         factors = " ".join(str(f) for f in FACTORS)
         out = []
         for ix in self.indices:
@@ -198,6 +200,11 @@ class _Coarsening(IndexDependence):
                        f"#ifndef {macro}\n#define {macro} 1\n#endif\n")
         out.append(f"{indent}constexpr int {self.factor} = "
                    f"{' * '.join(self.factors.values())};\n")
+        return "".join(out)
+
+    def _index_text(self, indent: str) -> str:
+        """Each index's elements and their live flags."""
+        out = []
         inner, stride = [], ""
         for ix in self.indices:
             a, macro = ix.axis, self.factors[ix.axis]
@@ -286,11 +293,11 @@ class _Coarsening(IndexDependence):
                 each.extend(notes)
                 each.append(self._reindent(self._each(node), node, ""))
             elif kind == "declaration":
-                array, assignment = self._declaration(node)
-                arrays.append(indent + array)
-                if assignment is not None:
+                declared, assignments = self._declaration(node)
+                arrays.extend(indent + d for d in declared)
+                if assignments:
                     each.extend(notes)
-                    each.append(assignment)
+                    each.extend(assignments)
             else:
                 flush()
                 out.extend(indent + t for t in notes)
@@ -343,41 +350,69 @@ class _Coarsening(IndexDependence):
         out.append(data[cursor:node.end_byte].decode())
         return "".join(out)
 
-    def _declaration(self, node: ts.Node) -> tuple[str, str | None]:
-        """A dependent local declared as an array of one value per element, and the
-        assignment of its initializer to one element (None without one)."""
+    def _declaration(self, node: ts.Node) -> tuple[list[str], list[str]]:
+        """A declaration of dependent locals: each declared as an array of one value per
+        element, with the assignment of its initializer to one element; a name it declares
+        that does not depend on the index keeps a declaration of its own (several names:
+        ``Real_t ax, ay, az;``, ``float mu, nu, b;``)."""
         declarators = node.children_by_field_name("declarator")
-        if len(declarators) != 1:
-            raise Declined(f"line {self.line(node)}: a declaration of several locals that "
-                           "depend on the index")
-        declarator = declarators[0]
+        if not declarators:
+            raise Declined(f"line {self.line(node)}: a declaration the rule cannot read")
+        data = self.parsed.data
+        head = data[node.start_byte:declarators[0].start_byte].decode()
+        if re.search(r"\b(?:auto|static|extern|constexpr)\b", head):
+            raise Declined(f"line {self.line(node)}: an `auto`, static or constexpr local "
+                           "that depends on the index")
+        declared: list[str] = []
+        assignments: list[str] = []
+        for declarator in declarators:
+            name = declared_name(declarator)
+            if name is None:
+                raise Declined(f"line {self.line(node)}: a declaration the rule cannot read")
+            if self.text(name) not in self.dependent:
+                value = declarator.child_by_field_name("value")
+                if value is not None and any(n.type == "call_expression" and not self.pure(n)
+                                             for n in walk(value)):
+                    raise Declined(f"line {self.line(node)}: a declaration of several locals "
+                                   "with a call among their initializers")
+                declared.append(f"{head.rstrip()} {self.text(declarator)};")
+                continue
+            array, assignment = self._element_array(node, head, declarator, name)
+            declared.append(array)
+            if assignment is not None:
+                assignments.append(assignment)
+        return declared, assignments
+
+    def _element_array(self, node: ts.Node, head: str, declarator: ts.Node, name: ts.Node
+                       ) -> tuple[str, str | None]:
+        """One dependent local as an array of one value per element, and the assignment of
+        its initializer to one element (None without one)."""
         value = declarator.child_by_field_name("value") if (
             declarator.type == "init_declarator") else None
         inner = (declarator.child_by_field_name("declarator")
                  if declarator.type == "init_declarator" else declarator)
-        name = declared_name(declarator)
-        if inner is None or name is None:
+        if inner is None:
             raise Declined(f"line {self.line(node)}: a declaration the rule cannot read")
         if any(n.type in ("reference_declarator", "function_declarator")
                for n in walk(inner)):
             raise Declined(f"line {self.line(node)}: a reference that depends on the index")
-        if value is not None and (value.type == "initializer_list"
-                                  or inner.type == "array_declarator"
+        if value is not None and (inner.type == "array_declarator"
                                   or declarator.type != "init_declarator"):
-            raise Declined(f"line {self.line(node)}: an initialized array or a brace "
-                           "initializer that depends on the index")
+            raise Declined(f"line {self.line(node)}: an initialized array that depends on "
+                           "the index")
+        if value is not None and value.type == "argument_list" and len(
+                value.named_children) != 1:
+            raise Declined(f"line {self.line(node)}: a constructor call that depends on the "
+                           "index")
         data = self.parsed.data
-        head = data[node.start_byte:declarator.start_byte].decode()
-        if re.search(r"\b(?:auto|static|extern|constexpr)\b", head):
-            raise Declined(f"line {self.line(node)}: an `auto`, static or constexpr local "
-                           "that depends on the index")
-        top_const = inner.type in ("identifier", "array_declarator")
-        if top_const:
+        if inner.type in ("identifier", "array_declarator"):
             head = re.sub(r"\bconst\b\s*", "", head)
         declared = (data[inner.start_byte:name.end_byte].decode() + f"[{self.factor}]"
                     + data[name.end_byte:inner.end_byte].decode())
         if inner.type == "pointer_declarator":
             declared = re.sub(r"\*\s*const\b", "*", declared)
+        # a brace initializer of a struct or a scalar is assigned as it is (an aggregate's
+        # assignment from a braced list); an array's was declined above
         assignment = (f"{self.text(name)}[{self.c}] = {self._each(value)};"
                       if value is not None else None)
-        return f"{head}{declared};", assignment
+        return f"{head.rstrip()} {declared};", assignment

@@ -30,6 +30,7 @@ from r3tui.analysis.body import (
     pointer_uses,
     scalar_aliases,
 )
+from r3tui.analysis.per_thread import declared_at_assignment
 from r3tui.analysis.text import mask
 from r3tui.errors import ConfigError
 from r3tui.remix.coarsen import coarsen as coarsen_kernel
@@ -442,6 +443,10 @@ LAUNCH_RULES = frozenset({"grid_stride", "strided_accumulate", "coarsen", "split
 SHARED_MEMORY_RULES = frozenset({"tile_shared"})
 
 
+# rules that read the kernel's grid index from its declaration
+INDEX_RULES = frozenset({"grid_stride", "coarsen", "split_loop", "tile_shared", "stream_axis"})
+
+
 RULES: dict[str, Rule] = {
     "restrict_const": restrict_const,
     "ldg_loads": ldg_loads,
@@ -464,6 +469,8 @@ def apply_rule(name: str, source: str, kernel_name: str, rng: random.Random) -> 
         rule = RULES[name]
     except KeyError:
         raise ConfigError(f"unknown rule {name!r}", hint=f"known: {', '.join(RULES)}") from None
+    if name in INDEX_RULES:  # `int i; ... i = blockIdx.x * ...;` read as a declaration
+        source = declared_at_assignment(source, kernel_name)
     try:
         return rule(source, kernel_name, rng)
     except (ValueError, IndexError) as exc:  # text the analysis does not expect

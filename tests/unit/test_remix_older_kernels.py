@@ -1,0 +1,225 @@
+"""The index rules on kernels written in the older C style that application suites keep:
+locals declared together at the top and assigned later (the grid index among them), a macro
+for the floating type with casts the parser reads as calls, a struct accumulator with a brace
+initializer, and a pure ``__device__`` helper called in the loops.  Small kernels written here
+show those structures; each rewrite is compiled with g++ and run on this CPU thread by thread
+(tests/unit/cpu_grid.py) against the original, and compiled with real NVRTC."""
+
+from __future__ import annotations
+
+import random
+import re
+from pathlib import Path
+
+import pytest
+
+from r3tui.analysis.per_thread import declared_at_assignment
+from r3tui.compile import CompileRequest, get_toolchain
+from r3tui.remix.coarsen import FACTORS
+from r3tui.remix.rules import apply_rule
+from r3tui.search.source import parse_tunables, parse_work_per_thread
+from tests.unit import cpu_grid
+
+CURVE = r"""
+#define REAL double
+struct P3 { REAL x, y, z; };
+
+// a weight from a product and a power: pure, with loops, locals and casts
+__host__ __device__ inline REAL weight(int k, REAL t, int n) {
+  int m, r;
+  REAL w = 1;
+  m = n;
+  r = k;
+  while (m > 1) {
+    w *= m;
+    m--;
+    if (r > 1) {
+      w /= (REAL)r;
+      r--;
+    }
+  }
+  if (k > 0)
+    w *= pow(t, (REAL)k);
+  return (w);
+}
+
+__global__ void curve(const P3 *ctrl, P3 *out, const int nc, const int nu, const int nv) {
+  int u, v, c;
+  REAL tu, tv, wu, wv;
+
+  u = blockDim.x * blockIdx.x + threadIdx.x;
+  if (u >= nu) return;
+
+  tu = u / (REAL)(nu - 1);
+  for (v = 0; v < nv; v++) {
+    tv = v / (REAL)(nv - 1);
+    P3 acc = {0, 0, 0};
+    for (c = 0; c < nc; c++) {
+      wu = weight(c, tu, nc);
+      wv = weight(c, tv, nc);
+      acc.x += ctrl[c].x * wu * wv;
+      acc.y += ctrl[c].y * wu * wv;
+      acc.z += ctrl[c].z * wu * wv;
+    }
+    out[u * nv + v] = acc;
+  }
+}
+"""
+
+CURVE_DRIVER = r"""
+#ifndef DX
+#define DX 1
+#endif
+int main() {
+    const int nc = 6, nu = 37, nv = 5;
+    std::vector<P3> ctrl(nc), out(nu * nv, P3{-1, -1, -1});
+    for (int c = 0; c < nc; ++c) ctrl[c] = P3{c * 0.5, 1.0 - c * 0.25, (c % 3) * 0.75};
+    dim3 block(BX, 1, 1);
+    dim3 grid(r3_cover(nu, DX, BX), 1, 1);
+    launch(grid, block, [&] { curve(ctrl.data(), out.data(), nc, nu, nv); });
+    for (const P3& p : out) printf("%a %a %a\n", p.x, p.y, p.z);
+}
+"""
+
+# several dependent locals in one declaration, beside ones that do not depend on the index
+FORCES = r"""
+typedef double real_t;
+__global__ void forces(const real_t* x, const real_t* y, real_t* f, int n) {
+  int i = blockDim.x * blockIdx.x + threadIdx.x;
+  real_t ax, ay, s = 2.0, t;
+  if (i >= n) return;
+  ax = x[i] * s;
+  ay = y[i] + ax;
+  t = s * 3.0;
+  f[i] = ax * ay + t;
+}
+"""
+
+FORCES_DRIVER = r"""
+#ifndef DX
+#define DX 1
+#endif
+int main() {
+    const int n = 45;
+    std::vector<double> x(n), y(n), f(n, -3.0);
+    for (int i = 0; i < n; ++i) { x[i] = i * 0.125 - 2.0; y[i] = (i % 7) * 0.5; }
+    dim3 block(BX, 1, 1);
+    dim3 grid(r3_cover(n, DX, BX), 1, 1);
+    launch(grid, block, [&] { forces(x.data(), y.data(), f.data(), n); });
+    for (double v : f) printf("%a\n", v);
+}
+"""
+
+
+def coarsened(source: str, kernel: str) -> str:
+    result = apply_rule("coarsen", source, kernel, random.Random(0))
+    assert result.ok and result.source is not None, result.reason
+    return result.source
+
+
+def test_an_index_assigned_after_its_declaration_is_declared_where_it_is_assigned() -> None:
+    out = declared_at_assignment(CURVE, "curve")
+    assert "  int v, c;\n" in out
+    assert "  int u = blockDim.x * blockIdx.x + threadIdx.x;\n" in out
+    assert out.replace("  int u = ", "  u = ").replace("int v, c;", "int u, v, c;") == CURVE
+    alone = "__global__ void k(float* a, int n) {\n    int i;\n    i = threadIdx.x + " \
+            "blockIdx.x * blockDim.x;\n    if (i < n) a[i] = 1;\n}\n"
+    assert declared_at_assignment(alone, "k") == (
+        "__global__ void k(float* a, int n) {\n    int i = threadIdx.x + blockIdx.x * "
+        "blockDim.x;\n    if (i < n) a[i] = 1;\n}\n")
+
+
+@pytest.mark.parametrize("change", [
+    ("  u = blockDim.x", "  u = 0;\n  u = blockDim.x"),  # assigned twice
+    ("  if (u >= nu) return;", "  if (u >= nu) return;\n  int* at = &u;"),  # address taken
+    ("  REAL tu, tv, wu, wv;", "  REAL tu = u, tv, wu, wv;"),  # read before it is assigned
+    ("  int u, v, c;", "  long double u; int v, c;"),  # not an integer
+])
+def test_the_index_stays_as_written_where_moving_its_declaration_could_change_something(
+        change: tuple[str, str]) -> None:
+    before, after = change
+    source = CURVE.replace(before, after, 1)
+    assert source != CURVE
+    assert declared_at_assignment(source, "curve") == source
+
+
+def test_the_curve_kernel_coarsened_computes_what_the_original_does(tmp_path: Path) -> None:
+    cpu_grid.compiler()
+    variant = coarsened(CURVE, "curve")
+    assert parse_work_per_thread(variant) == {"x": "R3_CF_X"}
+    (tunable,) = parse_tunables(variant)
+    assert tunable.values == FACTORS
+    # the weight along v does not depend on u: computed once for all of a thread's elements
+    assert re.search(r"^\s*wv = weight\(c, tv, nc\);", variant, re.MULTILINE), variant
+    assert "REAL wv;" in variant and "REAL wu[r3_cf];" in variant
+    assert "acc[r3_e] = {0, 0, 0};" in variant
+    prelude = "#define BX 8\n"
+    expected = cpu_grid.run(prelude + CURVE, CURVE_DRIVER, tmp_path, name="original")
+    assert len(expected.splitlines()) == 37 * 5
+    for factor in FACTORS:
+        got = cpu_grid.run(prelude + variant, CURVE_DRIVER, tmp_path,
+                           {"DX": factor, "R3_CF_X": factor}, f"x{factor}", sanitize=True)
+        assert got == expected, f"x{factor}:\n{variant}"
+    compiled = get_toolchain("nvrtc").compile(CompileRequest(
+        variant, "curve", arch="sm_90", defines=(("R3_CF_X", "4"),)))
+    assert compiled.ok, compiled.log
+
+
+def test_the_grid_stride_rule_reads_the_index_assigned_later() -> None:
+    result = apply_rule("grid_stride", CURVE, "curve", random.Random(0))
+    assert result.ok and result.source is not None, result.reason
+    assert "int u = blockDim.x * blockIdx.x + threadIdx.x;" not in CURVE
+    compiled = get_toolchain("nvrtc").compile(CompileRequest(result.source, "curve",
+                                                             arch="sm_90"))
+    assert compiled.ok, compiled.log
+
+
+def test_several_locals_in_one_declaration_each_kept_as_it_depends(tmp_path: Path) -> None:
+    cpu_grid.compiler()
+    variant = coarsened(FORCES, "forces")
+    # ax and ay hold one value per element; s and t do not depend on the index
+    for declared in ("real_t ax[r3_cf];", "real_t ay[r3_cf];", "real_t s = 2.0;", "real_t t;"):
+        assert declared in variant, variant
+    prelude = "#define BX 4\n"
+    expected = cpu_grid.run(prelude + FORCES, FORCES_DRIVER, tmp_path, name="original")
+    for factor in FACTORS:
+        got = cpu_grid.run(prelude + variant, FORCES_DRIVER, tmp_path,
+                           {"DX": factor, "R3_CF_X": factor}, f"x{factor}", sanitize=True)
+        assert got == expected, f"x{factor}:\n{variant}"
+    compiled = get_toolchain("nvrtc").compile(CompileRequest(
+        variant, "forces", arch="sm_90", defines=(("R3_CF_X", "2"),)))
+    assert compiled.ok, compiled.log
+
+
+@pytest.mark.parametrize(("case", "reason"), [
+    # the helper writes through a pointer: a thread whose elements are all past the work
+    # would call it, where the original's thread had returned
+    ("impure helper",
+     r"line \d+: a statement after the bound check writes memory"),
+    # a call among the initializers of locals that do not depend on the index
+    ("impure initializer", r"a declaration of several locals with a call"),
+    # a helper that adds atomically is not pure
+    ("atomic helper", r"line \d+: a statement after the bound check writes memory"),
+])
+def test_it_still_declines_where_a_call_could_have_an_effect(case: str, reason: str) -> None:
+    source = {
+        "impure helper": CURVE.replace(
+            "__global__ void curve(",
+            "__device__ REAL tally(int c, REAL* seen) { seen[c] += 1; return seen[c]; }\n"
+            "__global__ void curve(REAL* seen, ").replace(
+            "wv = weight(c, tv, nc);", "wv = tally(c, seen);"),
+        "impure initializer": FORCES.replace(
+            "typedef double real_t;",
+            "typedef double real_t;\n"
+            "__device__ real_t next(real_t* p) { return *p += 1; }").replace(
+            "real_t ax, ay, s = 2.0, t;\n  if (i >= n) return;",
+            "if (i >= n) return;\n  real_t ax, ay, s = next(f), t;"),
+        "atomic helper": CURVE.replace(
+            "__global__ void curve(",
+            "__device__ REAL count(REAL* c) { return atomicAdd(c, 1.0); }\n"
+            "__global__ void curve(REAL* seen, ").replace(
+            "wv = weight(c, tv, nc);", "wv = count(seen);"),
+    }[case]
+    result = apply_rule("coarsen", source, "curve" if "curve" in source else "forces",
+                        random.Random(0))
+    assert not result.ok and result.reason and re.search(reason, result.reason), result.reason
