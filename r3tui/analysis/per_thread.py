@@ -227,6 +227,72 @@ def declared_at_assignment(source: str, kernel: str) -> str:
     return "".join(out)
 
 
+_RELATIONAL = frozenset({"<", "<=", ">", ">="})
+
+
+def unchecked_axes(source: str, kernel: str) -> tuple[str, ...]:
+    """The axes along which ``kernel`` takes a grid index (``int i = blockIdx.x * blockDim.x +
+    threadIdx.x;``, or assigned so later) and never orders it (``<``, ``<=``, ``>``, ``>=``),
+    nor a local computed from it by arithmetic, nor the axis's ``blockIdx``/``threadIdx``,
+    against anything: every thread of the grid touches its element, so only a grid that
+    covers the work exactly keeps it within its arrays (cfd's and hotspot3D's kernels, whose
+    host code sizes the work to a multiple of the block).  An equality (``i == 0``, a
+    boundary) is not a bound; a value read from memory at the index is not the index.  Empty
+    where the kernel is not found or takes no such index."""
+    from r3tui.analysis.body import kernel_body
+
+    text = declared_at_assignment(source, kernel)
+    found = kernel_body(text, kernel)
+    if found is None:
+        return ()
+    body, parsed = found
+    out = []
+    for index in grid_indices(body, parsed):
+        names = {index.name}
+        while True:  # the locals whose value comes from the index, to a fixed point
+            grown = set(names)
+            for node in walk(body):
+                target, value = None, None
+                if node.type == "init_declarator":
+                    target, value = declared_name(node), node.child_by_field_name("value")
+                elif node.type == "assignment_expression":
+                    left = node.child_by_field_name("left")
+                    target = lvalue_base(left) if left is not None else None
+                    value = node.child_by_field_name("right")
+                if target is not None and value is not None and _arithmetic_of(value, parsed,
+                                                                               names):
+                    grown.add(parsed.text(target))
+            if grown == names:
+                break
+            names = grown
+        builtins = re.compile(rf"\b(?:blockIdx|threadIdx)\s*\.\s*{index.axis}\b")
+        ordered = any(
+            node.type == "binary_expression" and (op := node.child_by_field_name("operator"))
+            is not None and parsed.text(op) in _RELATIONAL
+            and (_arithmetic_of(node, parsed, names) or builtins.search(parsed.text(node)))
+            for node in walk(body))
+        if not ordered and index.axis not in out:
+            out.append(index.axis)
+    return tuple(a for a in "xyz" if a in out)
+
+
+def _arithmetic_of(node: ts.Node, parsed: Parsed, names: set[str]) -> bool:
+    """Whether ``node`` reads one of ``names`` other than inside a subscript (``a[i]``: a
+    value from memory, not the index)."""
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        if n.type == "subscript_expression":
+            argument = n.child_by_field_name("argument")
+            if argument is not None:
+                stack.append(argument)
+            continue
+        if n.type == "identifier" and parsed.text(n) in names:
+            return True
+        stack.extend(n.children)
+    return False
+
+
 def _index_assignment(node: ts.Node, parsed: Parsed) -> tuple[str, str] | None:
     """``(name, value)`` of a statement ``NAME = <a grid index>;``."""
     if node.type != "expression_statement" or not node.named_children:

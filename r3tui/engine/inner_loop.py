@@ -133,11 +133,12 @@ def build_space(
                     else "no work size recorded to derive a smaller grid from"))
         tunables = tuple(Tunable(t.name, (1,), 1) if t.name in per_thread else t
                          for t in tunables)
+    exact, exact_note = exact_grid_relations(launch, source)
     space = SearchSpace.from_parts(
         option_dims(specs),
         LaunchSpec.of(launch, facts=launch_facts(launch, source, tunables)),
         tunables,
-        parse_relations(source.text),
+        (*parse_relations(source.text), *exact),
         limits,
         include_launch_bounds=settings.launch_bounds,
         launch_bounds_floor=settings.launch_bounds_floor,
@@ -147,7 +148,55 @@ def build_space(
     )
     if fixed is not None:
         space._launch_notes.append(fixed)
+    if exact_note is not None:
+        space._launch_notes.append(exact_note)
     return space
+
+
+def exact_grid_relations(launch: LaunchInfo, source: KernelSource
+                         ) -> tuple[tuple[str, ...], str | None]:
+    """The relations that keep a launch's grid covering the work exactly along the axes where
+    the kernel does not check its index against a bound (``unchecked_axes``) or its source
+    says so (``// r3: exact``): the block, times the elements a thread covers along the axis
+    and over the threads that share one, divides the recorded work.  A grid past the work
+    would run such a kernel past its arrays.  None where there is no work size (the grid
+    stays the recorded one) or the recorded launch itself does not cover its work exactly
+    (the kernel then bounds its index some way this reading does not see); and a note."""
+    from r3tui.analysis.per_thread import unchecked_axes
+    from r3tui.search.source import AXES, parse_exact, parse_grid_scaling
+
+    if launch.work is None:
+        return (), None
+    axes = set(parse_exact(source.text)) | set(unchecked_axes(source.text,
+                                                              plain_kernel_name(source)))
+    scaling = parse_grid_scaling(source.text)
+    relations, kept = [], []
+    for axis in (a for a in AXES if a in axes):
+        k = AXES.index(axis)
+        work, block = launch.work.as_tuple()[k], launch.block.as_tuple()[k]
+        if work % block != 0:
+            continue
+        per = scaling.get(("work_per_thread", axis), "1")
+        share = scaling.get(("threads_per_item", axis), "1")
+        relations.append(f"({work} * {share}) % (BLOCK_{axis.upper()} * {per}) == 0")
+        kept.append(axis)
+    if not kept:
+        return (), None
+    return tuple(relations), (
+        f"block {' and '.join(f'.{a}' for a in kept)}: only grids that cover the work exactly "
+        "(the kernel does not check its index against a bound along "
+        + ("it" if len(kept) == 1 else "them") + ")")
+
+
+def plain_kernel_name(source: KernelSource) -> str:
+    """The kernel's name as the parser knows it (a mangled symbol demangled)."""
+    name = source.kernel_name
+    if name.startswith("_Z"):
+        from r3tui.record.sources import qualified_name
+
+        demangled = qualified_name(name)
+        name = demangled.name if demangled is not None else name
+    return name
 
 
 def launch_facts(
@@ -160,12 +209,7 @@ def launch_facts(
 
     if not launch.block_tunable or launch.work is None:
         return None
-    name = source.kernel_name
-    if name.startswith("_Z"):  # a mangled symbol: the parser knows the plain name
-        from r3tui.record.sources import qualified_name
-
-        demangled = qualified_name(name)
-        name = demangled.name if demangled is not None else name
+    name = plain_kernel_name(source)
     declared = {t.name: [v for v in t.values if isinstance(v, int)] for t in tunables
                 if t.numeric}
     return block_facts(source.text, name, launch.block, source.defines, declared)

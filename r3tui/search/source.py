@@ -134,14 +134,14 @@ def parse_tunables(source: str) -> tuple[Tunable, ...]:
     on a malformed or unknown ``// r3:`` line."""
     tunables: dict[str, Tunable] = {}
     for line, verb, rest in _directives(source):
-        if verb in ("require", "shared", *GRID_VERBS):
+        if verb in ("require", "shared", "exact", *GRID_VERBS):
             continue
         if verb != "tune":
             raise DeclarationError(
                 f"line {line}: unknown declaration '// r3: {verb}'",
                 hint="known: '// r3: tune NAME v1 v2 ...', '// r3: require EXPR', "
                 "'// r3: shared EXPR', '// r3: work_per_thread NAME [x|y|z]', "
-                "'// r3: threads_per_item NAME [x|y|z]'",
+                "'// r3: threads_per_item NAME [x|y|z]', '// r3: exact x|y|z ...'",
             )
         parts = rest.replace(",", " ").split()
         if len(parts) < 2:
@@ -267,6 +267,23 @@ def parse_grid_scaling(source: str) -> dict[tuple[str, str], str]:
         found[(verb, axis)] = name
         axes[axis] = verb
     return found
+
+
+def parse_exact(source: str) -> tuple[str, ...]:
+    """The axes of ``// r3: exact AXIS ...`` lines: the kernel does not check its index along
+    them against a bound, so a launch's grid must cover the work exactly there (its block,
+    times the elements a thread covers, divides the work).  :class:`DeclarationError` on a
+    word that is not an axis."""
+    axes: list[str] = []
+    for line, verb, rest in _directives(source):
+        if verb != "exact":
+            continue
+        words = rest.split()
+        if not words or any(w not in AXES for w in words):
+            raise DeclarationError(f"line {line}: '// r3: exact {rest}' is not a list of "
+                                   "axes x, y, z")
+        axes.extend(w for w in words if w not in axes)
+    return tuple(a for a in AXES if a in axes)
 
 
 def parse_work_per_thread(source: str) -> dict[str, str]:
