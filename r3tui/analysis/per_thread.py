@@ -536,19 +536,70 @@ class IndexDependence:
                 for name in self.declared_by(d)}
 
     def assigned(self, node: ts.Node) -> set[str]:
-        """The locals declared outside ``node`` that ``node`` assigns or takes the address
-        of."""
+        """The locals declared outside ``node`` that ``node`` assigns, takes the address of,
+        or passes to a call that may write them (a non-const reference parameter of a
+        function the source defines, or any argument of a call it cannot read)."""
         inside = self.declared_within(node)
         out = set()
         for n in walk(node):
+            targets = []
             target = write_target(n)
             if target is None and n.type == "pointer_expression" and self.text(n).lstrip(
                     ).startswith("&"):
                 target = n.child_by_field_name("argument")
-            base = lvalue_base(target) if target is not None else None
-            if base is not None and self.text(base) in self.locals:
-                out.add(self.text(base))
+            if target is not None:
+                targets.append(target)
+            if n.type == "call_expression" and not self.pure(n):
+                targets.extend(self._written_arguments(n))
+            for t in targets:
+                base = lvalue_base(t)
+                if base is not None and self.text(base) in self.locals:
+                    out.add(self.text(base))
         return out - inside
+
+    def _written_arguments(self, call: ts.Node) -> list[ts.Node]:
+        """The arguments of ``call`` it may write through: those at a non-const reference
+        parameter of the function the source defines (every overload), or all of them where
+        the source defines none of that name."""
+        arguments = call.child_by_field_name("arguments")
+        function = call.child_by_field_name("function")
+        if arguments is None or function is None:
+            return []
+        given = [a for a in arguments.named_children if a.type != "comment"]
+        name = re.sub(r"<.*>$", "", self.text(function)).split("::")[-1].strip()
+        positions = self._reference_parameters(name)
+        if positions is None:
+            return given
+        return [a for k, a in enumerate(given) if k in positions]
+
+    def _reference_parameters(self, name: str) -> set[int] | None:
+        """The positions of the non-const reference parameters of the functions ``name``
+        the source defines (None: it defines none)."""
+        root = self.body
+        while root.parent is not None:
+            root = root.parent
+        found = [f for f in walk(root) if f.type == "function_definition"
+                 and _defined_name(f, self.parsed) == name]
+        if not found:
+            return None
+        positions: set[int] = set()
+        for function in found:
+            node = function.child_by_field_name("declarator")
+            while node is not None and node.type != "function_declarator":
+                node = node.child_by_field_name("declarator")
+            params = node.child_by_field_name("parameters") if node is not None else None
+            if params is None:
+                return None
+            declared = [p for p in params.named_children if p.type != "comment"]
+            for k, param in enumerate(declared):
+                declarator = param.child_by_field_name("declarator")
+                by_reference = declarator is not None and any(
+                    x.type == "reference_declarator" for x in walk(declarator))
+                head = self.parsed.data[param.start_byte:(
+                    declarator.start_byte if declarator is not None else param.end_byte)]
+                if by_reference and not re.search(rb"\bconst\b", head):
+                    positions.add(k)
+        return positions
 
     # ---- checks ---------------------------------------------------------------------------
 

@@ -46,6 +46,7 @@ from r3tui.analysis.per_thread import (
     declared_name,
     grid_indices,
     statements,
+    unchecked_axes,
     walk,
 )
 from r3tui.analysis.text import mask
@@ -66,6 +67,8 @@ def coarsen(source: str, kernel: str, rng: random.Random) -> tuple[str, str]:
     check_alone(body, parsed)
     masked = mask(parsed.text(body))
     indices = [ix for ix in grid_indices(body, parsed) if axis_alone(masked, ix.axis)]
+    # axes whose index nothing bounds: the grid covers the work exactly (host code sized it)
+    unchecked = frozenset(unchecked_axes(source, kernel))
     if not indices:
         raise Declined("no index `int i = blockIdx.A * blockDim.A + threadIdx.A;` at the top "
                        "of the body whose axis A is read nowhere else (blockIdx, threadIdx, "
@@ -76,7 +79,7 @@ def coarsen(source: str, kernel: str, rng: random.Random) -> tuple[str, str]:
     reasons = []
     for chosen in rng.sample(choices, len(choices)):
         try:
-            return _Coarsening(source, body, parsed, chosen).rewrite()
+            return _Coarsening(source, body, parsed, chosen, unchecked).rewrite()
         except Declined as exc:
             reasons.append(f"{', '.join(ix.axis for ix in chosen)}: {exc}")
     raise Declined("; ".join(reasons))
@@ -86,8 +89,12 @@ class _Coarsening(IndexDependence):
     """One rewrite: the text the analysis gives for the indices ``indices``."""
 
     def __init__(self, source: str, body: ts.Node, parsed: Parsed,
-                 indices: tuple[GridIndex, ...]) -> None:
+                 indices: tuple[GridIndex, ...], unchecked: frozenset[str] = frozenset()
+                 ) -> None:
         self.factors = {ix.axis: f"R3_CF_{ix.axis.upper()}" for ix in indices}
+        # chosen axes whose index the kernel never bounds: every element is within the work
+        # when the grid covers it exactly, which the variant declares (`// r3: exact A`)
+        self.exact = tuple(ix.axis for ix in indices if ix.axis in unchecked)
         # the elements a thread: r3_cf of them, element r3_e
         self.factor, self.c, self.live, self.all = "r3_cf", "r3_e", "r3_live", "r3_all"
         for name in (*self.factors.values(), self.factor, self.c, self.live, self.all):
@@ -115,6 +122,8 @@ class _Coarsening(IndexDependence):
                                                           name=ix.name):
                     bounding.append(self.closing_at())
             if not bounding:
+                if ix.axis in self.exact:
+                    continue  # nothing bounds it anywhere: the grid will cover it exactly
                 raise Declined(f"no guard bounds {ix.name} from above (`if ({ix.name} >= n) "
                                f"return;` or `if ({ix.name} < n) {{ ... }}`): a grid covering "
                                "more elements would run past the work")
@@ -124,6 +133,8 @@ class _Coarsening(IndexDependence):
                 raise Declined(f"line {self.line(self.top[k])}: memory is accessed with the "
                                "index before its bound is checked")
         stops = sorted(set(guards) | ({self.closing_at()} if closing is not None else set()))
+        if not stops:  # no guard at all: every element is within the (exactly covered) work
+            return self._unguarded(at)
         last = stops[-1]
         lines = self._indent(self.indices[0].node)
         # the element count first: a dependent local declared before the index (`int i, j;
@@ -159,15 +170,38 @@ class _Coarsening(IndexDependence):
                 + "\n".join(t.rstrip("\n") for t in fast)
                 + f"\n{lines}}} else {{\n"
                 + "\n".join(t.rstrip("\n") for t in slow) + f"\n{lines}}}")
+        return self._finish(parts)
+
+    def _unguarded(self, at: int) -> tuple[str, str]:
+        """The rewrite of a kernel that bounds none of the chosen indices: the statements
+        after the index run for every element, without flags."""
+        lines = self._indent(self.indices[0].node)
+        parts = [self._factor_text(lines)]
+        where = {ix.node.id for ix in self.indices}
+        for k, node in enumerate(self.top[:at + 1]):
+            parts.extend(self._leading(node, lines))
+            if k == at:
+                parts.append(self._index_text(lines))
+            elif node.id not in where:
+                parts.append(self._emit(node, self.kind(node, self.dependent, top=True),
+                                        live=False, indent=lines))
+        rest = [(n, self.kind(n, self.dependent, top=True)) for n in self.top[at + 1:]]
+        parts.extend(self._block(rest, live=False, indent=lines))
+        return self._finish(parts)
+
+    def _finish(self, parts: list[str]) -> tuple[str, str]:
+        names = self.dependent
         closing_indent = self.parsed.indent_at(self.body.end_byte - 1)
         new_body = ("{\n" + "".join(p.rstrip("\n") + "\n" for p in parts) + closing_indent + "}")
         begin, end = self.parsed.char(self.body.start_byte), self.parsed.char(self.body.end_byte)
         out = self.source[:begin] + new_body + self.source[end:]
         axes = ", ".join(ix.axis for ix in self.indices)
+        exact = (f"; the grid covers the work exactly along {', '.join(self.exact)} (nothing "
+                 "bounds the index there)" if self.exact else "")
         return out, (f"{', '.join(ix.name for ix in self.indices)} coarsened along {axes}: "
                      f"{' x '.join(self.factors.values())} elements a thread, each in "
                      f"{{{' '.join(map(str, FACTORS))}}}, the loops jammed "
-                     f"({len(names) - len(self.indices)} locals held per element)")
+                     f"({len(names) - len(self.indices)} locals held per element){exact}")
 
     def _leading(self, node: ts.Node, indent: str) -> list[str]:
         """The comments on the lines just before ``node``, at ``indent``."""
@@ -197,7 +231,8 @@ class _Coarsening(IndexDependence):
             macro = self.factors[ix.axis]
             out.append(f"{indent}// r3: tune {macro} {factors}\n"
                        f"{indent}// r3: work_per_thread {macro} {ix.axis}\n"
-                       f"#ifndef {macro}\n#define {macro} 1\n#endif\n")
+                       + (f"{indent}// r3: exact {ix.axis}\n" if ix.axis in self.exact else "")
+                       + f"#ifndef {macro}\n#define {macro} 1\n#endif\n")
         out.append(f"{indent}constexpr int {self.factor} = "
                    f"{' * '.join(self.factors.values())};\n")
         return "".join(out)

@@ -223,3 +223,99 @@ def test_it_still_declines_where_a_call_could_have_an_effect(case: str, reason: 
     result = apply_rule("coarsen", source, "curve" if "curve" in source else "forces",
                         random.Random(0))
     assert not result.ok and result.reason and re.search(reason, result.reason), result.reason
+
+
+# cfd's shape: no bound on the index (the host pads the work to the block), and a helper that
+# returns its result through a reference parameter
+UNCHECKED = r"""
+struct v3 { float x, y, z; };
+__device__ inline void velocity_of(float& density, v3& momentum, v3& velocity) {
+  velocity.x = momentum.x / density;
+  velocity.y = momentum.y / density;
+  velocity.z = momentum.z / density;
+}
+__device__ inline float speed2(const v3& v) { return v.x * v.x + v.y * v.y + v.z * v.z; }
+
+__global__ void step_factor(int nelr, const float* variables, float* factors) {
+  const int i = (blockDim.x * blockIdx.x + threadIdx.x);
+  float density = variables[i];
+  v3 momentum;
+  momentum.x = variables[i + 1 * nelr];
+  momentum.y = variables[i + 2 * nelr];
+  momentum.z = variables[i + 3 * nelr];
+  v3 velocity;       velocity_of(density, momentum, velocity);
+  float s = speed2(velocity);
+  factors[i] = 0.5f / (sqrtf(s) + density);
+}
+"""
+
+UNCHECKED_DRIVER = r"""
+#ifndef DX
+#define DX 1
+#endif
+int main() {
+    const int nelr = 8 * 8 * 3;  // every factor times the block divides it: an exact grid
+    std::vector<float> variables(4 * nelr), factors(nelr, -1.0f);
+    for (int k = 0; k < 4 * nelr; ++k) variables[k] = 1.0f + (float)((k * 13) % 29) / 8.0f;
+    dim3 block(BX, 1, 1);
+    dim3 grid(nelr / (BX * DX), 1, 1);
+    launch(grid, block, [&] { step_factor(nelr, variables.data(), factors.data()); });
+    for (float v : factors) printf("%a\n", v);
+}
+"""
+
+
+def test_a_kernel_that_never_bounds_its_index_is_coarsened_for_exact_grids(
+        tmp_path: Path) -> None:
+    cpu_grid.compiler()
+    variant = coarsened(UNCHECKED, "step_factor")
+    assert "// r3: exact x" in variant
+    assert "r3_all" not in variant  # no element is ever past the work: no flags checked
+    # what the helper writes through its reference is one value per element
+    assert "v3 velocity[r3_cf];" in variant and "speed2(velocity[r3_e])" in variant
+    prelude = "#define BX 8\n"
+    expected = cpu_grid.run(prelude + UNCHECKED, UNCHECKED_DRIVER, tmp_path, name="original")
+    assert len(expected.splitlines()) == 192
+    for factor in FACTORS:
+        got = cpu_grid.run(prelude + variant, UNCHECKED_DRIVER, tmp_path,
+                           {"DX": factor, "R3_CF_X": factor}, f"x{factor}", sanitize=True)
+        assert got == expected, f"x{factor}:\n{variant}"
+    compiled = get_toolchain("nvrtc").compile(CompileRequest(
+        variant, "step_factor", arch="sm_90", defines=(("R3_CF_X", "4"),)))
+    assert compiled.ok, compiled.log
+
+
+def test_a_helper_writing_a_reference_makes_its_argument_one_value_per_element(
+        tmp_path: Path) -> None:
+    """With a bound check, too: before, `velocity` was read as not depending on the index,
+    so every element used the last element's velocity."""
+    cpu_grid.compiler()
+    guarded = UNCHECKED.replace("float density = variables[i];",
+                                "if (i >= nelr) return;\n  float density = variables[i];")
+    variant = coarsened(guarded, "step_factor")
+    assert "// r3: exact" not in variant and "v3 velocity[r3_cf];" in variant
+    driver = UNCHECKED_DRIVER.replace("const int nelr = 8 * 8 * 3;", "const int nelr = 190;") \
+        .replace("dim3 grid(nelr / (BX * DX), 1, 1);", "dim3 grid(r3_cover(nelr, DX, BX), 1, 1);")
+    prelude = "#define BX 8\n"
+    expected = cpu_grid.run(prelude + guarded, driver, tmp_path, name="original")
+    for factor in (2, 8):
+        got = cpu_grid.run(prelude + variant, driver, tmp_path,
+                           {"DX": factor, "R3_CF_X": factor}, f"g{factor}", sanitize=True)
+        assert got == expected, f"x{factor}:\n{variant}"
+
+
+def test_the_coarsened_unchecked_kernel_keeps_to_exact_grids_in_the_search() -> None:
+    from r3tui.domain import Dim3
+    from r3tui.engine import KernelSource, build_space
+    from r3tui.engine.inner import InnerSettings
+    from r3tui.record.manifest import LaunchInfo
+    from r3tui.search import DeviceLimits
+
+    variant = coarsened(UNCHECKED, "step_factor")
+    launch = LaunchInfo(grid=Dim3(506), block=Dim3(192), work=Dim3(97152), block_tunable=True)
+    space = build_space(launch, KernelSource(variant, "step_factor"),
+                        InnerSettings(launch_bounds=False), DeviceLimits())
+    pairs = {((c.block or launch.block).x, int(c.tunables.get("R3_CF_X", 1)))
+             for c in (space.to_config(p) for p in space.sample(random.Random(1), 3000))}
+    assert {f for _, f in pairs} == set(FACTORS)
+    assert all(97152 % (b * f) == 0 for b, f in pairs), sorted(pairs)
