@@ -16,6 +16,7 @@ from typing import Any
 
 from r3tui.engine.campaign_winner import _Best
 from r3tui.engine.splice import (
+    EXACT_GRID,
     EXPORTS_DIR,
     SCALED_GRID,
     bake_define,
@@ -134,6 +135,7 @@ def apply_campaign(
             return outcome
         block_flag = (found[0], x)
         max_threads = x  # every launch of the kernel takes its block from that macro
+    from r3tui.engine.inner_loop import exact_axes
     from r3tui.search.source import grid_scaling
 
     divisors, multipliers = grid_scaling(best.source, best.tunables)
@@ -220,8 +222,9 @@ def apply_campaign(
             baked.add(key)
             outcome.applied.append(f"tunable {key}={value} (its #define in {best.kernel})")
     if launches is not None:
+        exact = exact_axes(best.source, best.kernel)
         scaled = scale_launch_grids(launching if launching is not None else text, best.kernel,
-                                    multipliers, divisors)
+                                    multipliers, divisors, exact)
         assert scaled is not None, "grid_launches found every launch rewritable"
         if launches == unit:
             text = scaled[0]
@@ -231,7 +234,9 @@ def apply_campaign(
         outcome.applied.append(
             f"grid of its {scaled[1]} launch(es) in {where} scaled by "
             f"{'x'.join(map(str, multipliers))} / {'x'.join(map(str, divisors))} "
-            f"({SCALED_GRID} at the top of {where})")
+            f"({SCALED_GRID} at the top of {where}"
+            + (f"; {EXACT_GRID}: a grid that does not divide along {', '.join(exact)}, where the "
+               "kernel never bounds its index, stops the program" if exact else "") + ")")
     unit.write_text(text)
     if block_flag is not None:
         _add_flag(flags, option_owner, f"-D{block_flag[0]}=", str(block_flag[1]), best, outcome,

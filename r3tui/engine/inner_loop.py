@@ -162,13 +162,11 @@ def exact_grid_relations(launch: LaunchInfo, source: KernelSource
     would run such a kernel past its arrays.  None where there is no work size (the grid
     stays the recorded one) or the recorded launch itself does not cover its work exactly
     (the kernel then bounds its index some way this reading does not see); and a note."""
-    from r3tui.analysis.per_thread import unchecked_axes
-    from r3tui.search.source import AXES, parse_exact, parse_grid_scaling
+    from r3tui.search.source import AXES, parse_grid_scaling
 
     if launch.work is None:
         return (), None
-    axes = set(parse_exact(source.text)) | set(unchecked_axes(source.text,
-                                                              plain_kernel_name(source)))
+    axes = exact_axes(source.text, source.kernel_name)
     scaling = parse_grid_scaling(source.text)
     relations, kept = [], []
     for axis in (a for a in AXES if a in axes):
@@ -188,9 +186,23 @@ def exact_grid_relations(launch: LaunchInfo, source: KernelSource
         + ("it" if len(kept) == 1 else "them") + ")")
 
 
+def exact_axes(text: str, kernel: str) -> tuple[str, ...]:
+    """The axes along which a grid must cover the kernel's work exactly: those it never bounds
+    its index along (``unchecked_axes``) and those its source declares (``// r3: exact``)."""
+    from r3tui.analysis.per_thread import unchecked_axes
+    from r3tui.search.source import AXES, parse_exact
+
+    found = set(parse_exact(text)) | set(unchecked_axes(text, plain_name(kernel)))
+    return tuple(a for a in AXES if a in found)
+
+
 def plain_kernel_name(source: KernelSource) -> str:
     """The kernel's name as the parser knows it (a mangled symbol demangled)."""
-    name = source.kernel_name
+    return plain_name(source.kernel_name)
+
+
+def plain_name(name: str) -> str:
+    """``name``, demangled where it is a mangled symbol."""
     if name.startswith("_Z"):
         from r3tui.record.sources import qualified_name
 

@@ -159,6 +159,34 @@ static inline __host__ __device__ dim3 {SCALED_GRID}(
 #endif
 """
 
+EXACT_GRID = "r3_exact_grid"
+# for a kernel that never bounds its index along some axes (`// r3: exact`): the scaled grid
+# must cover the application's work exactly there, or the kernel runs past its arrays; a
+# launch whose grid does not divide stops the program with one line instead
+_EXACT_GRID_HELPER = f"""#ifndef R3_EXACT_GRID
+#define R3_EXACT_GRID
+#include <cstdio>
+#include <cstdlib>
+// r3 apply: {SCALED_GRID}, for a kernel tuned to cover the work exactly along the axes marked
+// ex, ey, ez: it never checks its index against a bound there (docs/app-apply.md)
+static inline __host__ __device__ dim3 {EXACT_GRID}(
+    dim3 g, unsigned mx, unsigned my, unsigned mz, unsigned dx, unsigned dy, unsigned dz,
+    unsigned ex, unsigned ey, unsigned ez) {{
+  if ((ex && g.x * mx % dx) || (ey && g.y * my % dy) || (ez && g.z * mz % dz)) {{
+#ifdef __CUDA_ARCH__
+    __trap();
+#else
+    fprintf(stderr, "r3 apply: a launch's grid (%u, %u, %u) does not divide by the elements "
+            "a thread of the tuned kernel covers (%u, %u, %u); it would run past its "
+            "arrays, so the program stops (docs/app-apply.md)\\n", g.x, g.y, g.z, dx, dy, dz);
+    abort();
+#endif
+  }}
+  return {SCALED_GRID}(g, mx, my, mz, dx, dy, dz);
+}}
+#endif
+"""
+
 _OTHER_LAUNCHES = ("cudaLaunchKernel", "cudaLaunchCooperativeKernel", "cudaLaunchKernelEx",
                    "cuLaunchKernel", "cudaGraphAddKernelNode")
 
@@ -192,24 +220,32 @@ def grid_launches(text: str, kernel: str) -> tuple[int, str | None]:
 
 
 def scale_launch_grids(text: str, kernel: str, multipliers: tuple[int, int, int],
-                       divisors: tuple[int, int, int]) -> tuple[str, int] | None:
+                       divisors: tuple[int, int, int], exact: tuple[str, ...] = ()
+                       ) -> tuple[str, int] | None:
     """``text`` with the grid of every ``kernel<<<grid, ...>>>`` launch multiplied by
     ``multipliers`` and divided (rounding up) by ``divisors`` per axis, through a helper put
     at the top of the file, and how many launches changed; None where :func:`grid_launches`
-    finds a launch it cannot rewrite, or none."""
+    finds a launch it cannot rewrite, or none.  ``exact``: axes the kernel never bounds its
+    index along; there the helper stops the program where a grid does not divide."""
     from r3tui.analysis.text import mask
 
     if grid_launches(text, kernel)[1] is not None:
         return None
     _, name = _kernel_parts(kernel)
     factors = ", ".join(str(int(f)) for f in (*multipliers, *divisors))
+    helper = SCALED_GRID
+    if exact:
+        helper = EXACT_GRID
+        factors += ", " + ", ".join("1" if a in exact else "0" for a in "xyz")
     masked = mask(text)
     spans = _launches(masked, name)
     for start, end in reversed(spans):  # later spans first: earlier offsets stay valid
         # the grid is the first argument; masking keeps offsets, so the cut holds in ``text``
         cut = start + len(split_top_level(masked[start:end])[0])
         grid = text[start:cut].strip()
-        text = text[:start] + f"{SCALED_GRID}(dim3({grid}), {factors})" + text[cut:]
+        text = text[:start] + f"{helper}(dim3({grid}), {factors})" + text[cut:]
+    if exact and "#define R3_EXACT_GRID\n" not in text:
+        text = _EXACT_GRID_HELPER + text
     if "#define R3_SCALED_GRID\n" not in text:  # the helper, once a file
         text = _SCALED_GRID_HELPER + text
     return text, len(spans)

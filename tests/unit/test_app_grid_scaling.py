@@ -222,3 +222,52 @@ def test_an_application_bundle_keeps_its_grid_only_where_apply_cannot_rescale_it
     assert (free.launch_bounds_floor, free.grid_fixed) == (BLOCK, False)
     fixed = with_app_limits(InnerSettings(), recording(tmp_path / "api", launched))
     assert (fixed.launch_bounds_floor, fixed.grid_fixed) == (BLOCK, True)
+
+
+# cfd's shape as an application: the host pads the work to the block, the kernel never
+# bounds its index, and two launches: one the tuned factor divides, one it does not
+UNCHECKED_APP = r"""
+#include <cstdio>
+#define BLOCK 64
+__global__ void padded(float* a) {
+    const int i = (blockDim.x * blockIdx.x + threadIdx.x);
+    a[i] = 2.0f * a[i];
+}
+int main(int argc, char** argv) {
+    int blocks = argc > 1 ? atoi(argv[1]) : 8;
+    float* a = nullptr;
+    padded<<<blocks, BLOCK>>>(a);
+    printf("launched %d\n", blocks);
+    return 0;
+}
+"""
+
+
+def test_a_kernel_that_never_bounds_its_index_ships_with_grids_that_must_divide(
+        tmp_path: Path) -> None:
+    from r3tui.engine.inner_loop import exact_axes
+    from r3tui.engine.splice import EXACT_GRID
+
+    variant = apply_rule("coarsen", UNCHECKED_APP, "padded", random.Random(0)).source
+    assert variant is not None and exact_axes(variant, "padded") == ("x",)
+    assert exact_axes(UNCHECKED_APP, "padded") == ("x",)  # read from the original, too
+    scaled = scale_launch_grids(UNCHECKED_APP, "padded", (1, 1, 1), (4, 1, 1), ("x",))
+    assert scaled is not None and scaled[1] == 1
+    text = scaled[0]
+    assert f"padded<<<{EXACT_GRID}(dim3(blocks), 1, 1, 1, 4, 1, 1, 1, 0, 0), BLOCK>>>" in text
+    assert text.count("#define R3_SCALED_GRID\n") == 1 and text.count(
+        "#define R3_EXACT_GRID\n") == 1
+    if shutil.which("nvcc") is None:
+        pytest.skip("nvcc not installed: the patched program's build is checked where it is")
+    # the host side alone: a stub in place of the launch, so the program runs without a GPU
+    host = text.replace("padded<<<", "probe(").replace(">>>(a);", ");").replace(
+        "int main(", "void probe(dim3 g, int) { printf(\"grid %u\\n\", g.x); }\nint main(")
+    (tmp_path / "app.cu").write_text(host)
+    built = subprocess.run(["nvcc", "-O1", "-std=c++17", "-arch=sm_90", "app.cu", "-o", "app"],
+                           cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert built.returncode == 0, built.stderr
+    ran = subprocess.run(["./app", "8"], cwd=tmp_path, capture_output=True, text=True)
+    assert ran.returncode == 0 and "grid 2\n" in ran.stdout, ran
+    stopped = subprocess.run(["./app", "10"], cwd=tmp_path, capture_output=True, text=True)
+    assert stopped.returncode != 0 and "grid 3" not in stopped.stdout
+    assert "r3 apply: a launch's grid (10, 1, 1) does not divide" in stopped.stderr
