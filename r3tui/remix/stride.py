@@ -1,41 +1,36 @@
 """Rules that give a thread more elements along x and divide the launch's grid by a tunable:
-``grid_stride`` (a body run per element in a grid-stride loop) and ``strided_accumulate``
-(a block reduction's threads each sum several elements before it), read from the masked
-text."""
+``grid_stride`` (a body run per element in a grid-stride loop, read from the parse) and
+``strided_accumulate`` (a block reduction's threads each sum several elements before it,
+read from the masked text)."""
 
 from __future__ import annotations
 
 import random
 import re
+from dataclasses import dataclass
 
+import tree_sitter as ts
+
+from r3tui.analysis.body import kernel_body
+from r3tui.analysis.kernels import Parsed
+from r3tui.analysis.per_thread import (
+    TOGETHER,
+    grid_indices,
+    lvalue_base,
+    single_init,
+    statements,
+    walk,
+    write_target,
+)
+from r3tui.analysis.text import mask
 from r3tui.remix.rule_base import (
     RuleResult,
-    brace_depth,
     declined,
     finish,
     from_block_index,
     kernel_body_text,
-    matching_brace,
 )
 
-# `int i = blockIdx.x * blockDim.x + threadIdx.x;` in any of its usual spellings
-_GLOBAL_X = (r"(?:blockIdx\.x\s*\*\s*blockDim\.x|blockDim\.x\s*\*\s*blockIdx\.x)\s*\+\s*"
-             r"threadIdx\.x|threadIdx\.x\s*\+\s*(?:blockIdx\.x\s*\*\s*blockDim\.x|"
-             r"blockDim\.x\s*\*\s*blockIdx\.x)")
-_INDEX = re.compile(
-    r"(?P<decl>(?:const\s+)?(?P<type>int|unsigned(?:\s+int)?|long(?:\s+long)?|size_t|"
-    r"unsigned\s+long(?:\s+long)?)\s+(?P<i>[A-Za-z_]\w*)\s*=\s*(?:\(\s*\w+(?:\s+\w+)*\s*\)\s*)?"
-    rf"\(?\s*(?:{_GLOBAL_X})\s*\)?\s*;)")
-# the guard right after it: `if (i >= n) return;` / `if (i >= n) { return; }`
-_EARLY_RETURN = re.compile(
-    r"\s*if\s*\(\s*(?P<i>[A-Za-z_]\w*)\s*(?P<op>>=|>)\s*(?P<bound>[^;{}()]+(?:\([^;{}()]*\)"
-    r"[^;{}()]*)*)\)\s*(?:return\s*;|\{\s*return\s*;\s*\})")
-# or the guard that encloses the rest of the body: `if (i < n) { ... }` and nothing after it
-_ENCLOSING = re.compile(
-    r"\s*if\s*\(\s*(?P<i>[A-Za-z_]\w*)\s*(?P<op><=|<)\s*(?P<bound>[^;{}()]+(?:\([^;{}()]*\)"
-    r"[^;{}()]*)*)\)\s*\{")
-_SYNC = re.compile(r"__syncthreads|__syncwarp|\.sync\s*\(|__shared__|\bgrid_group\b|"
-                   r"__threadfence_block|\bthis_grid\b")
 WPT_FACTORS = (1, 2, 4, 8, 16)
 
 
@@ -57,65 +52,123 @@ def grid_stride(source: str, kernel_name: str, rng: random.Random) -> RuleResult
     does what the original did).
 
     The rest of the body becomes a lambda called once per element, so its ``return``
-    statements still end one element's work.  Only for bodies without barriers, warp
-    synchronization or shared memory (threads of a block would run different numbers of
-    elements), that never assign the index, and never for an application's kernel, whose grid
-    its host code computes (the campaign does not offer the rule there).
+    statements still end one element's work.  Only for bodies where the threads of a block do
+    not work together (barriers, warp operations, shared memory: they would run different
+    numbers of elements) and that never assign the index or take its address; read from the
+    parse (:mod:`r3tui.analysis.per_thread`).  For an application's kernel the campaign offers
+    it only where ``r3 apply`` can rescale the host code's grid.
     """
-    found = kernel_body_text(source, kernel_name)
-    if isinstance(found, RuleResult):
-        return found
-    span, _, body_start, body = found
-    index = _INDEX.search(body)
+    found = kernel_body(source, kernel_name)
+    if found is None:
+        return declined(f"no __global__ function {kernel_name!r} is defined in the source")
+    body, parsed = found
+    together = TOGETHER.search(mask(parsed.text(body)))
+    if together is not None:
+        return declined(f"the body uses {together.group(0)}: its threads do not each work "
+                        "alone")
+    index = next((ix for ix in grid_indices(body, parsed) if ix.axis == "x"), None)
     if index is None:
-        return declined("no `int i = blockIdx.x * blockDim.x + threadIdx.x;` in the kernel")
-    name = index.group("i")
-    guard = _EARLY_RETURN.match(body, index.end())
-    rest_at, rest_end = (guard.end(), len(body)) if guard is not None else (0, 0)
-    if guard is None:  # `if (i < n) { REST }` closing the body
-        guard = _ENCLOSING.match(body, index.end())
-        close = matching_brace(body, guard.end() - 1) if guard is not None else None
-        if guard is None or close is None or body[close + 1:].strip():
-            guard = None
-        else:
-            rest_at, rest_end = guard.end(), close
-    if guard is None or guard.group("i") != name:
+        return declined("no `int i = blockIdx.x * blockDim.x + threadIdx.x;` at the top of "
+                        "the kernel's body")
+    name = index.name
+    top = [n for n in statements(body) if n.type != "comment"]
+    at = next(k for k, n in enumerate(top) if n.id == index.node.id)
+    guard = _guard(top[at + 1] if at + 1 < len(top) else None, name, parsed)
+    if guard is None:
         return declined(f"no `if ({name} >= bound) return;` or `if ({name} < bound) {{ ... }}` "
-                         "around the rest of the body right after the index")
-    bound = guard.group("bound").strip()
-    if re.search(rf"\b{re.escape(name)}\b", bound) or re.search(r"\+\+|--|[^=!<>]=[^=]", bound):
-        return declined("the guard's bound depends on the index or assigns")
-    if brace_depth(body, index.start()) != 0:
-        return declined("the index is not declared at the top of the kernel's body")
-    rest = body[rest_at:rest_end]
-    if _SYNC.search(body):
-        return declined("the body synchronizes threads or uses shared memory")
-    if re.search(rf"(?<![\w.]){re.escape(name)}\s*(?:[-+*/%&|^]?=(?!=)|\+\+|--)|"
-                 rf"(?:\+\+|--)\s*{re.escape(name)}\b|&\s*{re.escape(name)}\b", rest):
-        return declined(f"the body assigns or takes the address of {name}")
-    line = source.count("\n", 0, body_start + index.start()) + 1
+                        "around the rest of the body right after the index")
+    op, bound, rest = guard
+    if rest.enclosing and at + 2 < len(top):
+        return declined(f"statements follow the `if ({name} < bound) {{ ... }}` around the "
+                        "rest of the body")
+    if any(n.type == "identifier" and parsed.text(n) == name for n in walk(bound)) or any(
+            n.type in ("assignment_expression", "update_expression", "call_expression")
+            for n in walk(bound)):
+        return declined("the guard's bound depends on the index, assigns or calls")
+    char = parsed.char
+    rest_text = source[char(rest.start):char(rest.end)]
+    for node in (n for lo in rest.nodes for n in walk(lo)):
+        target = write_target(node)
+        if target is None and node.type == "pointer_expression" and parsed.text(
+                node).lstrip().startswith("&"):
+            target = node.child_by_field_name("argument")
+        base = lvalue_base(target) if target is not None else None
+        if base is not None and parsed.text(base) == name:
+            return declined(f"the body assigns or takes the address of {name}")
+    decl_at = char(index.node.start_byte)
+    line = source.count("\n", 0, decl_at) + 1
     macro = f"R3_WPT_{line}"
     if re.search(rf"\b{macro}\b", source):
         return declined(f"{macro} is already a name in the source")
-    condition = (f"{name} < ({bound})" if guard.group("op") in (">=", "<") else
-                 f"{name} <= ({bound})")
-    kind = re.sub(r"^const\s+", "", index.group("type"))
-    decl_at = body_start + index.start()
     line_start = source.rfind("\n", 0, decl_at) + 1
-    indent = re.match(r"[ \t]*", source[line_start:]).group(0)  # type: ignore[union-attr]
-    factors = " ".join(str(f) for f in WPT_FACTORS)
-    rest_text = source[body_start + rest_at:body_start + rest_end]
-    header = _work_per_thread(indent, macro)
-    loop = (f"{indent}auto r3_element_{line} = [&]({kind} {name}) {{{rest_text}\n{indent}}};\n"
-            f"{indent}for ({kind} {name} = {index.group(0).split('=', 1)[1].strip()[:-1]}; "
-            f"{condition}; {name} += ({kind})blockDim.x * gridDim.x) {{\n"
-            f"{indent}    r3_element_{line}({name});\n{indent}}}\n")
     if source[line_start:decl_at].strip():
         return declined(f"the declaration of {name} does not start its line")
-    out = source[:line_start] + header + loop + source[span.body_end - 1:]
+    condition = (f"{name} < ({parsed.text(bound)})" if op in (">=", "<") else
+                 f"{name} <= ({parsed.text(bound)})")
+    value = single_init(index.node)
+    assert value is not None  # a grid index is a declaration with one initializer
+    kind = index.type
+    indent = source[line_start:decl_at]
+    factors = " ".join(str(f) for f in WPT_FACTORS)
+    header = _work_per_thread(indent, macro)
+    loop = (f"{indent}auto r3_element_{line} = [&]({kind} {name}) {{{rest_text}\n{indent}}};\n"
+            f"{indent}for ({kind} {name} = {parsed.text(value[1])}; "
+            f"{condition}; {name} += ({kind})blockDim.x * gridDim.x) {{\n"
+            f"{indent}    r3_element_{line}({name});\n{indent}}}\n")
+    out = source[:line_start] + header + loop + source[char(body.end_byte) - 1:]
     return finish(source, out, kernel_name,
-                   f"a grid-stride loop over {name} at line {line}, {macro} elements a thread "
-                   f"in {{{factors}}}")
+                  f"a grid-stride loop over {name} at line {line}, {macro} elements a thread "
+                  f"in {{{factors}}}")
+
+
+@dataclass(frozen=True)
+class _Rest:
+    """What the grid-stride loop runs per element: the statements after the guard (or inside
+    the enclosing ``if``), from byte ``start`` to ``end``."""
+
+    nodes: tuple[ts.Node, ...]
+    start: int
+    end: int
+    enclosing: bool
+
+
+def _guard(node: ts.Node | None, name: str, parsed: Parsed
+           ) -> tuple[str, ts.Node, _Rest] | None:
+    """``if (NAME >= bound) return;`` (or ``>``, or ``{ return; }``), or
+    ``if (NAME < bound) { ... }`` (or ``<=``): its operator, its bound and the rest of the
+    body it guards."""
+    if node is None or node.type != "if_statement" or node.child_by_field_name(
+            "alternative") is not None:
+        return None
+    condition = node.child_by_field_name("condition")
+    consequence = node.child_by_field_name("consequence")
+    while condition is not None and condition.type in ("condition_clause",
+                                                      "parenthesized_expression"):
+        inner = [c for c in condition.named_children if c.type != "comment"]
+        condition = inner[0] if len(inner) == 1 else None
+    if condition is None or consequence is None or condition.type != "binary_expression":
+        return None
+    left, right = condition.child_by_field_name("left"), condition.child_by_field_name("right")
+    op_node = condition.child_by_field_name("operator")
+    if left is None or right is None or op_node is None or parsed.text(left) != name:
+        return None
+    op = parsed.text(op_node)
+    body = node.parent
+    assert body is not None
+    if op in (">=", ">"):
+        returns = consequence.type == "return_statement" and not consequence.named_children
+        if consequence.type == "compound_statement":
+            inner = [c for c in statements(consequence) if c.type != "comment"]
+            returns = (len(inner) == 1 and inner[0].type == "return_statement"
+                       and not inner[0].named_children)
+        if not returns:
+            return None
+        after = [n for n in statements(body) if n.start_byte >= node.end_byte]
+        return op, right, _Rest(tuple(after), node.end_byte, body.end_byte - 1, False)
+    if op in ("<", "<=") and consequence.type == "compound_statement":
+        return op, right, _Rest(tuple(statements(consequence)), consequence.start_byte + 1,
+                                consequence.end_byte - 1, True)
+    return None
 
 
 # `buf[tid] = (i < n) ? x[i] : 0.0f;`: one element a thread into shared memory, zero past n
