@@ -558,9 +558,10 @@ class IndexDependence:
         return out - inside
 
     def _written_arguments(self, call: ts.Node) -> list[ts.Node]:
-        """The arguments of ``call`` it may write through: those at a non-const reference
-        parameter of the function the source defines (every overload), or all of them where
-        the source defines none of that name."""
+        """The arguments of ``call`` it may write through: those at a reference, pointer or
+        array parameter not declared ``const`` of the function the source defines (every
+        overload; a local array passed there decays to a pointer), or all of them where the
+        source defines none of that name."""
         arguments = call.child_by_field_name("arguments")
         function = call.child_by_field_name("function")
         if arguments is None or function is None:
@@ -573,8 +574,9 @@ class IndexDependence:
         return [a for k, a in enumerate(given) if k in positions]
 
     def _reference_parameters(self, name: str) -> set[int] | None:
-        """The positions of the non-const reference parameters of the functions ``name``
-        the source defines (None: it defines none)."""
+        """The positions of the parameters that the functions ``name`` the source defines
+        may write through: references, pointers and arrays whose type is not ``const``
+        (None: it defines none)."""
         root = self.body
         while root.parent is not None:
             root = root.parent
@@ -594,7 +596,8 @@ class IndexDependence:
             for k, param in enumerate(declared):
                 declarator = param.child_by_field_name("declarator")
                 by_reference = declarator is not None and any(
-                    x.type == "reference_declarator" for x in walk(declarator))
+                    x.type in ("reference_declarator", "pointer_declarator", "array_declarator")
+                    for x in walk(declarator))
                 head = self.parsed.data[param.start_byte:(
                     declarator.start_byte if declarator is not None else param.end_byte)]
                 if by_reference and not re.search(rb"\bconst\b", head):
@@ -693,14 +696,16 @@ class IndexDependence:
             "utf-8", "replace")
         if "__device__" not in head or _IMPURE.search(mask(self.text(body))):
             return False
-        own: set[str] = set()  # locals and parameters taken by value, not through a pointer
+        # locals and parameters taken by value, not through a pointer or reference (an array
+        # parameter is a pointer)
+        own: set[str] = set()
         for node in walk(function):
             if node.type in ("declaration", "parameter_declaration"):
+                through = {"pointer_declarator", "reference_declarator"} | (
+                    {"array_declarator"} if node.type == "parameter_declaration" else set())
                 for d in node.children_by_field_name("declarator"):
                     n = declared_name(d)
-                    if n is not None and not any(x.type in ("pointer_declarator",
-                                                            "reference_declarator")
-                                                 for x in walk(d)):
+                    if n is not None and not any(x.type in through for x in walk(d)):
                         own.add(self.text(n))
         for node in walk(body):
             target = write_target(node)

@@ -319,3 +319,50 @@ def test_the_coarsened_unchecked_kernel_keeps_to_exact_grids_in_the_search() -> 
              for c in (space.to_config(p) for p in space.sample(random.Random(1), 3000))}
     assert {f for _, f in pairs} == set(FACTORS)
     assert all(97152 % (b * f) == 0 for b, f in pairs), sorted(pairs)
+
+
+# a helper that fills a local array through a pointer parameter, and a statement that does not
+# depend on the index between the fill and the use
+FILLED = r"""
+__device__ void fill(float* a, float v) { a[0] = v; a[1] = 2.0f * v; }
+__device__ float bump(float a[2]) { a[0] += 1.0f; return a[0]; }
+
+__global__ void filled(const float* x, const float* w, float* y, int n, int m) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  float acc[2];
+  fill(acc, x[i]);
+  float s = 0.0f;
+  for (int k = 0; k < m; ++k) s += w[k];
+  y[i] = (acc[0] + acc[1]) * s + bump(acc);
+}
+"""
+
+FILLED_DRIVER = r"""
+#ifndef DX
+#define DX 1
+#endif
+int main() {
+    const int n = 45, m = 3;
+    std::vector<float> x(n), w(m), y(n, -1.0f);
+    for (int i = 0; i < n; ++i) x[i] = (float)((i * 7) % 11) * 0.5f;
+    for (int k = 0; k < m; ++k) w[k] = 0.25f * (k + 1);
+    dim3 block(BX, 1, 1);
+    dim3 grid(r3_cover(n, DX, BX), 1, 1);
+    launch(grid, block, [&] { filled(x.data(), w.data(), y.data(), n, m); });
+    for (float v : y) printf("%a\n", v);
+}
+"""
+
+
+def test_a_local_array_a_helper_fills_through_a_pointer_is_one_per_element(
+        tmp_path: Path) -> None:
+    cpu_grid.compiler()
+    variant = coarsened(FILLED, "filled")
+    assert "float acc[r3_cf][2];" in variant, variant
+    prelude = "#define BX 4\n"
+    expected = cpu_grid.run(prelude + FILLED, FILLED_DRIVER, tmp_path, name="original")
+    for factor in (2, 4, 8):
+        got = cpu_grid.run(prelude + variant, FILLED_DRIVER, tmp_path,
+                           {"DX": factor, "R3_CF_X": factor}, f"x{factor}", sanitize=True)
+        assert got == expected, f"x{factor}:\n{variant}"
