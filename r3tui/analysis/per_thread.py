@@ -362,7 +362,9 @@ class IndexDependence:
                  indices: tuple[GridIndex, ...]) -> None:
         self.source, self.body, self.parsed = source, body, parsed
         self.indices = tuple(sorted(indices, key=lambda ix: ix.axis))
-        self._pure: dict[str, bool] = {}  # the source's __device__ functions read so far
+        # the source's __device__ functions read so far: pure, and where they may write
+        self._pure: dict[str, bool] = {}
+        self._refs: dict[str, set[int] | None] = {}
         self.locals = self._locals()
         self.top = self._top_level()
         self.dependent = self._dependence()
@@ -577,6 +579,11 @@ class IndexDependence:
         """The positions of the parameters that the functions ``name`` the source defines
         may write through: references, pointers and arrays whose type is not ``const``
         (None: it defines none)."""
+        if name not in self._refs:
+            self._refs[name] = self._find_reference_parameters(name)
+        return self._refs[name]
+
+    def _find_reference_parameters(self, name: str) -> set[int] | None:
         root = self.body
         while root.parent is not None:
             root = root.parent

@@ -431,6 +431,10 @@ class _Coarsening(IndexDependence):
         if any(n.type in ("reference_declarator", "function_declarator")
                for n in walk(inner)):
             raise Declined(f"line {self.line(node)}: a reference that depends on the index")
+        zeroed = False  # `double v[5] = {0};`: every element's array starts zeroed
+        if value is not None and inner.type == "array_declarator" and re.fullmatch(
+                r"\{\s*(?:0+(?:\.0*)?[fF]?\s*)?\}", self.text(value)):
+            zeroed, value = True, None
         if value is not None and (inner.type == "array_declarator"
                                   or declarator.type != "init_declarator"):
             raise Declined(f"line {self.line(node)}: an initialized array that depends on "
@@ -450,4 +454,4 @@ class _Coarsening(IndexDependence):
         # assignment from a braced list); an array's was declined above
         assignment = (f"{self.text(name)}[{self.c}] = {self._each(value)};"
                       if value is not None else None)
-        return f"{head.rstrip()} {declared};", assignment
+        return f"{head.rstrip()} {declared}{' = {}' if zeroed else ''};", assignment

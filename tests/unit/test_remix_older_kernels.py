@@ -355,13 +355,21 @@ int main() {
 """
 
 
+@pytest.mark.parametrize(("declared", "made"), [
+    ("float acc[2];", "float acc[r3_cf][2];"),
+    # zeroed, as xsbench's `double macro_xs_vector[5] = {0};`, and added to by the helper
+    ("float acc[2] = {0};", "float acc[r3_cf][2] = {};"),
+])
 def test_a_local_array_a_helper_fills_through_a_pointer_is_one_per_element(
-        tmp_path: Path) -> None:
+        tmp_path: Path, declared: str, made: str) -> None:
     cpu_grid.compiler()
-    variant = coarsened(FILLED, "filled")
-    assert "float acc[r3_cf][2];" in variant, variant
+    source = FILLED.replace("float acc[2];", declared)
+    if "{0}" in declared:
+        source = source.replace("a[0] = v; a[1] = 2.0f * v;", "a[0] += v; a[1] += 2.0f * v;")
+    variant = coarsened(source, "filled")
+    assert made in variant, variant
     prelude = "#define BX 4\n"
-    expected = cpu_grid.run(prelude + FILLED, FILLED_DRIVER, tmp_path, name="original")
+    expected = cpu_grid.run(prelude + source, FILLED_DRIVER, tmp_path, name="original")
     for factor in (2, 4, 8):
         got = cpu_grid.run(prelude + variant, FILLED_DRIVER, tmp_path,
                            {"DX": factor, "R3_CF_X": factor}, f"x{factor}", sanitize=True)
