@@ -64,13 +64,23 @@ def _defined_name(function: ts.Node, parsed: Parsed) -> str | None:
 
 def arithmetic_type(name: str, source: str) -> bool:
     """Whether ``name`` is an arithmetic type: a built-in one, or a name ``source`` defines as
-    one (``#define FLOAT double``, ``typedef float real;``)."""
-    if re.fullmatch(_ARITHMETIC, name):
-        return True
-    if not re.fullmatch(r"[A-Za-z_]\w*", name):
-        return False
-    return bool(re.search(rf"^[ \t]*#[ \t]*define[ \t]+{name}[ \t]+{_ARITHMETIC}[ \t]*$"
-                          rf"|\btypedef\s+{_ARITHMETIC}\s+{name}\s*;", source, re.MULTILINE))
+    one (``#define FLOAT double``, ``typedef float real;``, through such names)."""
+    return re.fullmatch(_ARITHMETIC, resolved_type(name, source)) is not None
+
+
+def resolved_type(name: str, source: str) -> str:
+    """``name`` with the ``typedef``s and object-like ``#define``s of ``source`` that name a
+    type followed, four deep at most (lulesh's ``Real_t`` -> ``real8`` -> ``double``)."""
+    for _ in range(5):
+        if re.fullmatch(_ARITHMETIC, name) or not re.fullmatch(r"[A-Za-z_]\w*", name):
+            return name
+        found = re.search(rf"^[ \t]*#[ \t]*define[ \t]+{name}[ \t]+(?P<a>\w+(?:[ \t]+\w+)?)"
+                          rf"[ \t]*$|\btypedef\s+(?P<b>\w+(?:\s+\w+)?)\s+{name}\s*;", source,
+                          re.MULTILINE)
+        if found is None:
+            return name
+        name = re.sub(r"\s+", " ", found.group("a") or found.group("b")).strip()
+    return name
 
 
 class Unsupported(Exception):

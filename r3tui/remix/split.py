@@ -49,6 +49,7 @@ from r3tui.analysis.per_thread import (
     declared_name,
     grid_indices,
     lvalue_base,
+    resolved_type,
     walk,
     write_target,
 )
@@ -175,7 +176,8 @@ class _Loop:
             head = r.parsed.data[node.start_byte:node.children_by_field_name(
                 "declarator")[0].start_byte].decode().strip()
             kind = re.sub(r"^(?:const\s+|volatile\s+|register\s+)+", "", head)
-            if not _SHUFFLED.match(kind) and kind not in _type_parameters(r.body):
+            if (not _SHUFFLED.match(resolved_type(kind, r.source))
+                    and kind not in _type_parameters(r.body)):
                 raise Declined(f"the sum {name} is a {kind}, which a shuffle does not add")
             if re.search(r"\b(?:const|volatile|static)\b", head):
                 raise Declined(f"the sum {name} is declared {head}")

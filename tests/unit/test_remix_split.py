@@ -336,3 +336,23 @@ def test_export_writes_the_threads_an_element_the_winner_launches_with(tmp_path:
     assert launch["tunables"] == {"R3_SPLIT": 8}
     assert launch["threads_per_item"] == [8, 1, 1]
     assert launch["work_per_thread"] == [1, 1, 1]
+
+
+def test_a_sum_of_a_type_named_through_typedefs_is_shuffled() -> None:
+    """lulesh's sums are `Real_t`: `typedef real8 Real_t;`, `typedef double real8;`."""
+    from r3tui.analysis.per_thread import arithmetic_type, resolved_type
+
+    prelude = "typedef double real8;\ntypedef real8 Real_t;\n#define WORD unsigned int\n"
+    assert resolved_type("Real_t", prelude) == "double"
+    assert resolved_type("WORD", prelude) == "unsigned int"
+    assert arithmetic_type("Real_t", prelude) and not arithmetic_type("Other", prelude)
+    source = prelude + _DECLINE.replace("BEFORE", "").replace("BODY", "t += a[j];").replace(
+        "float s = 0.0f;", "float s = 0.0f; Real_t t = 0;").replace("s + v.x", "s + v.x + t")
+    made, _ = split_loop(source, "k", random.Random(0))
+    assert "__shfl_xor_sync" in made
+    compiled = get_toolchain("nvrtc").compile(CompileRequest(made, "k", arch="sm_90"))
+    assert compiled.ok, compiled.log
+    # a type the source names as something that is no number still declines
+    other = source.replace("typedef real8 Real_t;", "struct Real_t { double v; };")
+    with pytest.raises(Declined, match="which a shuffle does not add"):
+        split_loop(other, "k", random.Random(0))
