@@ -32,12 +32,16 @@ from r3tui.remix.rule_base import (
 )
 
 WPT_FACTORS = (1, 2, 4, 8, 16)
+# a reduction's threads each sum up to 256 elements first: every block ends in an atomic on
+# one address, and reduce_sum's 2^26 elements in blocks of 256 threads at 16 a thread are
+# still 16,384 blocks, each adding to the same double
+ACCUMULATE_FACTORS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 
 
-def _work_per_thread(indent: str, macro: str) -> str:
+def _work_per_thread(indent: str, macro: str, values: tuple[int, ...] = WPT_FACTORS) -> str:
     """The declarations of a tunable elements-a-thread count that divides the launch's grid
-    (``WPT_FACTORS``, 1 by default: the recorded grid, the original's work)."""
-    factors = " ".join(str(f) for f in WPT_FACTORS)
+    (``values``, 1 by default: the recorded grid, the original's work)."""
+    factors = " ".join(str(f) for f in values)
     return (f"{indent}// r3: tune {macro} {factors}\n"
             f"{indent}// r3: work_per_thread {macro}\n"
             f"#ifndef {macro}\n#define {macro} 1\n#endif\n")
@@ -223,14 +227,14 @@ def strided_accumulate(source: str, kernel_name: str, rng: random.Random) -> Rul
     if source[line_start:at].strip():
         return declined("the load does not start its line")
     indent = re.match(r"[ \t]*", source[line_start:]).group(0)  # type: ignore[union-attr]
-    factors = " ".join(str(f) for f in WPT_FACTORS)
+    factors = " ".join(str(f) for f in ACCUMULATE_FACTORS)
     original = source[at:body_start + load.end()]
     each = re.sub(rf"(?<![\w.]){re.escape(name)}\b", k, source[
         body_start + load.start("value"):body_start + load.end("value")])
     limit = source[body_start + load.start("bound"):body_start + load.end("bound")]
     zero = source[body_start + load.start("zero"):body_start + load.end("zero")]
     lhs = source[body_start + load.start("lhs"):body_start + load.end("lhs")]
-    text = (_work_per_thread(indent, macro)
+    text = (_work_per_thread(indent, macro, ACCUMULATE_FACTORS)
             + f"{indent}// was: {original.strip()}\n"
             f"{indent}{shared.group('type')} {acc} = {zero};\n"
             f"{indent}for (auto {k} = {name}; {k} < {limit}; "

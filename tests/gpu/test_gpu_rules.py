@@ -128,8 +128,8 @@ def test_every_rule_variant_replays_to_the_recorded_epilogue(example: str,
         assert any(rule == "coarsen" and 8 in scaled[0] for rule, _d, scaled in ran)
     if example == "stencil7":  # 16 points a thread along one axis, the column in registers
         assert any(rule == "stream_axis" and 16 in scaled[0] for rule, _d, scaled in ran)
-    if example == "reduce_sum":  # 16 elements summed a thread, the same total
-        assert any(rule == "strided_accumulate" and scaled[0] == (16, 1, 1)
+    if example == "reduce_sum":  # 256 elements summed a thread, the same total
+        assert any(rule == "strided_accumulate" and scaled[0] == (256, 1, 1)
                    for rule, _d, scaled in ran)
     if example in ("sgemm", "spmv_csr", "nbody"):  # threads an element, shuffled together:
         # 32 (16 for sgemm's recorded 16x16 block)

@@ -443,7 +443,7 @@ def test_strided_accumulate_sums_several_elements_a_thread_before_the_tree(case:
     (name,) = parse_work_per_thread(result.source).values()
     assert name.startswith("R3_WPT_")
     (tunable,) = parse_tunables(result.source)
-    assert tunable.values == (1, 2, 4, 8, 16) and tunable.default == 1
+    assert tunable.values == (1, 2, 4, 8, 16, 32, 64, 128, 256) and tunable.default == 1
     assert work_divisor(result.source, {name: 4}) == 4
     # the loop starts at the thread's element and strides over the grid's threads; the
     # accumulator has the shared array's type and takes the value the load took
@@ -451,7 +451,7 @@ def test_strided_accumulate_sums_several_elements_a_thread_before_the_tree(case:
     assert "gridDim.x * gridDim.y * gridDim.z * blockDim.x * blockDim.y * blockDim.z" in loop
     acc = "double r3_acc_" if "double buf" in body else "float r3_acc_"
     assert acc in result.source and "buf[tid] = r3_acc_" in result.source
-    for value in ("1", "16"):
+    for value in ("1", "256"):
         compiled = get_toolchain("nvrtc").compile(
             CompileRequest(result.source, "total", defines=((name, value),)))
         assert compiled.ok, compiled.log
