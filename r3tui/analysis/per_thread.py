@@ -51,11 +51,18 @@ _IMPURE = re.compile(r"\b(?:asm|atomic\w*|printf|malloc|free|new|delete|__trap|g
                      r"|__shared__|__syncthreads\w*|static)\b")
 
 
-def _defined_name(function: ts.Node, parsed: Parsed) -> str | None:
-    """The unqualified name a function definition defines."""
+def _function_declarator(function: ts.Node) -> ts.Node | None:
+    """A function definition's declarator of its name and parameters (through pointers and
+    references of the return type)."""
     node = function.child_by_field_name("declarator")
     while node is not None and node.type != "function_declarator":
         node = node.child_by_field_name("declarator")
+    return node
+
+
+def _defined_name(function: ts.Node, parsed: Parsed) -> str | None:
+    """The unqualified name a function definition defines."""
+    node = _function_declarator(function)
     named = node.child_by_field_name("declarator") if node is not None else None
     if named is None:
         return None
@@ -593,19 +600,21 @@ class IndexDependence:
             self._refs[name] = self._find_reference_parameters(name)
         return self._refs[name]
 
-    def _find_reference_parameters(self, name: str) -> set[int] | None:
+    def _definitions(self, name: str) -> list[ts.Node]:
+        """The function definitions of ``name`` in the parse the body belongs to."""
         root = self.body
         while root.parent is not None:
             root = root.parent
-        found = [f for f in walk(root) if f.type == "function_definition"
-                 and _defined_name(f, self.parsed) == name]
+        return [f for f in walk(root) if f.type == "function_definition"
+                and _defined_name(f, self.parsed) == name]
+
+    def _find_reference_parameters(self, name: str) -> set[int] | None:
+        found = self._definitions(name)
         if not found:
             return None
         positions: set[int] = set()
         for function in found:
-            node = function.child_by_field_name("declarator")
-            while node is not None and node.type != "function_declarator":
-                node = node.child_by_field_name("declarator")
+            node = _function_declarator(function)
             params = node.child_by_field_name("parameters") if node is not None else None
             if params is None:
                 return None
@@ -695,11 +704,7 @@ class IndexDependence:
             return False
         if name in self._pure:
             return self._pure[name]
-        root = self.body
-        while root.parent is not None:
-            root = root.parent
-        found = [f for f in walk(root) if f.type == "function_definition"
-                 and _defined_name(f, self.parsed) == name]
+        found = self._definitions(name)
         pure = bool(found) and all(self._pure_body(f, seen | {name}) for f in found)
         self._pure[name] = pure
         return pure
