@@ -111,6 +111,19 @@ int main() {
 """
 
 
+def same_at_every_factor(original: str, variant: str, driver: str, tmp: Path, block: int,
+                         factors: tuple[int, ...] = FACTORS) -> str:
+    """Run the original and the variant at each factor along x (the driver divides its grid
+    by ``DX``) on this CPU under AddressSanitizer; the original's output, each equal to it."""
+    prelude = f"#define BX {block}\n"
+    expected = cpu_grid.run(prelude + original, driver, tmp, name="original")
+    for factor in factors:
+        got = cpu_grid.run(prelude + variant, driver, tmp, {"DX": factor, "R3_CF_X": factor},
+                           f"x{factor}", sanitize=True)
+        assert got == expected, f"x{factor}:\n{variant}"
+    return expected
+
+
 def coarsened(source: str, kernel: str) -> str:
     result = apply_rule("coarsen", source, kernel, random.Random(0))
     assert result.ok and result.source is not None, result.reason
@@ -153,13 +166,8 @@ def test_the_curve_kernel_coarsened_computes_what_the_original_does(tmp_path: Pa
     assert re.search(r"^\s*wv = weight\(c, tv, nc\);", variant, re.MULTILINE), variant
     assert "REAL wv;" in variant and "REAL wu[r3_cf];" in variant
     assert "acc[r3_e] = {0, 0, 0};" in variant
-    prelude = "#define BX 8\n"
-    expected = cpu_grid.run(prelude + CURVE, CURVE_DRIVER, tmp_path, name="original")
+    expected = same_at_every_factor(CURVE, variant, CURVE_DRIVER, tmp_path, 8)
     assert len(expected.splitlines()) == 37 * 5
-    for factor in FACTORS:
-        got = cpu_grid.run(prelude + variant, CURVE_DRIVER, tmp_path,
-                           {"DX": factor, "R3_CF_X": factor}, f"x{factor}", sanitize=True)
-        assert got == expected, f"x{factor}:\n{variant}"
     compiled = get_toolchain("nvrtc").compile(CompileRequest(
         variant, "curve", arch="sm_90", defines=(("R3_CF_X", "4"),)))
     assert compiled.ok, compiled.log
@@ -180,12 +188,7 @@ def test_several_locals_in_one_declaration_each_kept_as_it_depends(tmp_path: Pat
     # ax and ay hold one value per element; s and t do not depend on the index
     for declared in ("real_t ax[r3_cf];", "real_t ay[r3_cf];", "real_t s = 2.0;", "real_t t;"):
         assert declared in variant, variant
-    prelude = "#define BX 4\n"
-    expected = cpu_grid.run(prelude + FORCES, FORCES_DRIVER, tmp_path, name="original")
-    for factor in FACTORS:
-        got = cpu_grid.run(prelude + variant, FORCES_DRIVER, tmp_path,
-                           {"DX": factor, "R3_CF_X": factor}, f"x{factor}", sanitize=True)
-        assert got == expected, f"x{factor}:\n{variant}"
+    same_at_every_factor(FORCES, variant, FORCES_DRIVER, tmp_path, 4)
     compiled = get_toolchain("nvrtc").compile(CompileRequest(
         variant, "forces", arch="sm_90", defines=(("R3_CF_X", "2"),)))
     assert compiled.ok, compiled.log
@@ -273,13 +276,8 @@ def test_a_kernel_that_never_bounds_its_index_is_coarsened_for_exact_grids(
     assert "r3_all" not in variant  # no element is ever past the work: no flags checked
     # what the helper writes through its reference is one value per element
     assert "v3 velocity[r3_cf];" in variant and "speed2(velocity[r3_e])" in variant
-    prelude = "#define BX 8\n"
-    expected = cpu_grid.run(prelude + UNCHECKED, UNCHECKED_DRIVER, tmp_path, name="original")
+    expected = same_at_every_factor(UNCHECKED, variant, UNCHECKED_DRIVER, tmp_path, 8)
     assert len(expected.splitlines()) == 192
-    for factor in FACTORS:
-        got = cpu_grid.run(prelude + variant, UNCHECKED_DRIVER, tmp_path,
-                           {"DX": factor, "R3_CF_X": factor}, f"x{factor}", sanitize=True)
-        assert got == expected, f"x{factor}:\n{variant}"
     compiled = get_toolchain("nvrtc").compile(CompileRequest(
         variant, "step_factor", arch="sm_90", defines=(("R3_CF_X", "4"),)))
     assert compiled.ok, compiled.log
@@ -296,12 +294,7 @@ def test_a_helper_writing_a_reference_makes_its_argument_one_value_per_element(
     assert "// r3: exact" not in variant and "v3 velocity[r3_cf];" in variant
     driver = UNCHECKED_DRIVER.replace("const int nelr = 8 * 8 * 3;", "const int nelr = 190;") \
         .replace("dim3 grid(nelr / (BX * DX), 1, 1);", "dim3 grid(r3_cover(nelr, DX, BX), 1, 1);")
-    prelude = "#define BX 8\n"
-    expected = cpu_grid.run(prelude + guarded, driver, tmp_path, name="original")
-    for factor in (2, 8):
-        got = cpu_grid.run(prelude + variant, driver, tmp_path,
-                           {"DX": factor, "R3_CF_X": factor}, f"g{factor}", sanitize=True)
-        assert got == expected, f"x{factor}:\n{variant}"
+    same_at_every_factor(guarded, variant, driver, tmp_path, 8, (2, 8))
 
 
 def test_the_coarsened_unchecked_kernel_keeps_to_exact_grids_in_the_search() -> None:
@@ -368,9 +361,4 @@ def test_a_local_array_a_helper_fills_through_a_pointer_is_one_per_element(
         source = source.replace("a[0] = v; a[1] = 2.0f * v;", "a[0] += v; a[1] += 2.0f * v;")
     variant = coarsened(source, "filled")
     assert made in variant, variant
-    prelude = "#define BX 4\n"
-    expected = cpu_grid.run(prelude + source, FILLED_DRIVER, tmp_path, name="original")
-    for factor in (2, 4, 8):
-        got = cpu_grid.run(prelude + variant, FILLED_DRIVER, tmp_path,
-                           {"DX": factor, "R3_CF_X": factor}, f"x{factor}", sanitize=True)
-        assert got == expected, f"x{factor}:\n{variant}"
+    same_at_every_factor(source, variant, FILLED_DRIVER, tmp_path, 4, (2, 4, 8))
