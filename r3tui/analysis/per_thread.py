@@ -407,10 +407,18 @@ class IndexDependence:
                 found.setdefault(self.text(name), name)
         return found
 
+    def _statements(self) -> list[ts.Node]:
+        """The body's statements but comments and a bare ``return;`` that ends it (kmeans'
+        ``invert_mapping``: nothing of a thread's work follows it)."""
+        top = [n for n in statements(self.body) if n.type != "comment"]
+        if top and top[-1].type == "return_statement" and not top[-1].named_children:
+            top.pop()
+        return top
+
     def _top_level(self) -> list[ts.Node]:
         """The body's statements, with an ``if (i < n) { ... }`` that closes the body
         flattened: its statements follow it (it becomes a guard)."""
-        top = [n for n in statements(self.body) if n.type != "comment"]
+        top = self._statements()
         last = top[-1] if top else None
         if (last is not None and last.type == "if_statement"
                 and last.child_by_field_name("alternative") is None):
@@ -743,11 +751,11 @@ class IndexDependence:
         return self.source.count("\n", 0, self.parsed.char(node.start_byte)) + 1
 
     def flattened(self) -> bool:
-        return len(self.top) > len([n for n in statements(self.body) if n.type != "comment"])
+        return len(self.top) > len(self._statements())
 
     def closing_at(self) -> int:
         """Where the flattened ``if (i < n) { ... }`` stands among the top statements."""
-        return len([n for n in statements(self.body) if n.type != "comment"]) - 1
+        return len(self._statements()) - 1
 
 
 @dataclass(frozen=True)

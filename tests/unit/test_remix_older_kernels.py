@@ -362,3 +362,41 @@ def test_a_local_array_a_helper_fills_through_a_pointer_is_one_per_element(
     variant = coarsened(source, "filled")
     assert made in variant, variant
     same_at_every_factor(source, variant, FILLED_DRIVER, tmp_path, 4, (2, 4, 8))
+
+
+# kmeans' invert_mapping: the work inside `if (i < n) { ... }`, then a bare `return;`
+TRANSPOSE = r"""
+__global__ void transpose(const float* input, float* output, int npoints, int nfeatures) {
+  int point_id = threadIdx.x + blockDim.x * blockIdx.x;
+  int i;
+
+  if (point_id < npoints) {
+    for (i = 0; i < nfeatures; i++)
+      output[point_id + npoints * i] = input[point_id * nfeatures + i];
+  }
+  return;
+}
+"""
+
+TRANSPOSE_DRIVER = r"""
+#ifndef DX
+#define DX 1
+#endif
+int main() {
+    const int npoints = 45, nfeatures = 3;
+    std::vector<float> input(npoints * nfeatures), output(npoints * nfeatures, -1.0f);
+    for (size_t k = 0; k < input.size(); ++k) input[k] = (float)k * 0.5f;
+    dim3 block(BX, 1, 1);
+    dim3 grid(r3_cover(npoints, DX, BX), 1, 1);
+    launch(grid, block, [&] { transpose(input.data(), output.data(), npoints, nfeatures); });
+    for (float v : output) printf("%a\n", v);
+}
+"""
+
+
+def test_a_bare_return_ending_the_body_does_not_hide_the_enclosing_bound(
+        tmp_path: Path) -> None:
+    cpu_grid.compiler()
+    variant = coarsened(TRANSPOSE, "transpose")
+    assert "r3_live" in variant and "return;" not in variant.split("transpose(")[1]
+    same_at_every_factor(TRANSPOSE, variant, TRANSPOSE_DRIVER, tmp_path, 4)
