@@ -4,8 +4,11 @@ variants, and a non-empty export.  Three steps on two machines, the folder carri
 
     # 1. on the H200 (carry .device; the folder comes back under $OUT/demo)
     source .device/setup.sh && python bench/make_demo.py record --out "$OUT/demo"
-    # 2. here, with the bundled SmolLM2 (the GPU machine has no model file)
-    python bench/make_demo.py generate --folder examples/demo
+    # 2. here, with a local model (the GPU machine has no model file): the bundled SmolLM2,
+    #    or Qwen2.5-Coder-1.5B (bash bench/fetch_qwen.sh), whose recorded answers a re-run
+    #    replays without it (on nbody SmolLM2's 12 proposals compiled 0, session 30)
+    python bench/make_demo.py generate --folder examples/demo \\
+        --model bench/work/models/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf --variants 16
     # 3. on the H200 again (carry .device and examples/demo)
     source .device/setup.sh && python bench/make_demo.py evaluate --folder examples/demo \\
         --out "$OUT/demo"
@@ -66,10 +69,11 @@ def record(out: Path, example: str, scale: float | None, budget: str) -> None:
     r3("runs", "--db", str(db))
 
 
-def generate(folder: Path, variants: int) -> None:
+def generate(folder: Path, variants: int, model: Path | None) -> None:
     bundle = bundle_of(folder)
+    chosen = ("--model", str(model)) if model is not None else ()
     r3("tune", str(bundle), "--generate-only", "--budget", str(variants), "--llm-share", "1",
-       "--name", f"{bundle.stem}-llm", "--db", str(folder / DB_NAME))
+       "--name", f"{bundle.stem}-llm", "--db", str(folder / DB_NAME), *chosen)
 
 
 def evaluate(folder: Path, out: Path | None) -> None:
@@ -94,6 +98,10 @@ def main(argv: list[str] | None = None) -> int:
     gen = sub.add_parser("generate", help="here: the model's proposals, pending")
     gen.add_argument("--folder", type=Path, required=True)
     gen.add_argument("--variants", type=int, default=8)
+    gen.add_argument("--model", type=Path,
+                     help="a GGUF file (default: the bundled SmolLM2; bench/fetch_qwen.sh "
+                     "gives Qwen2.5-Coder-1.5B, whose answers the demo's re-run replays "
+                     "without it)")
     ev = sub.add_parser("evaluate", help="on the GPU: the pending proposals evaluated")
     ev.add_argument("--folder", type=Path, required=True)
     ev.add_argument("--out", type=Path, help="copy the folder here afterwards (e.g. $OUT/demo)")
@@ -101,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.step == "record":
         record(args.out, args.example, args.scale, args.budget)
     elif args.step == "generate":
-        generate(args.folder, args.variants)
+        generate(args.folder, args.variants, args.model)
     else:
         evaluate(args.folder, args.out)
     return 0
