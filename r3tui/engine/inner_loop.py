@@ -181,7 +181,7 @@ def exact_grid_relations(launch: LaunchInfo, source: KernelSource
     if not kept:
         return (), None
     return tuple(relations), (
-        f"block {' and '.join(f'.{a}' for a in kept)}: only grids that cover the work exactly "
+        f"{' and '.join(f'block.{a}' for a in kept)}: only grids that cover the work exactly "
         "(the kernel does not check its index against a bound along "
         + ("it" if len(kept) == 1 else "them") + ")")
 

@@ -178,11 +178,17 @@ def unified_diff(parent: str, child: str, name: str = "kernel.cu") -> str:
 
 def declaration_problem(source: str) -> str | None:
     """Why the variant's ``// r3:`` declarations would stop the inner loop, or ``None``."""
-    from r3tui.search.source import DeclarationError, parse_relations, parse_tunables
+    from r3tui.search.source import (
+        DeclarationError,
+        parse_exact,
+        parse_relations,
+        parse_tunables,
+    )
 
     try:
         parse_tunables(source)
         parse_relations(source)
+        parse_exact(source)
     except DeclarationError as exc:
         return f"its r3 declarations do not parse: {exc.one_line()}"
     return None

@@ -144,6 +144,7 @@ def test_a_model_answer_applies_in_part_and_says_what_was_left_out() -> None:
             "parameters of sgemm changed",
         ),
         (edit(LOOP, "    // r3: tune\n" + LOOP), "r3 declarations do not parse"),
+        (edit(LOOP, "    // r3: exact w\n" + LOOP), "is not a list of axes"),
     ],
 )
 def test_bad_model_answers_are_failed_proposals_that_keep_the_call(
