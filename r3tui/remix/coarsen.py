@@ -20,11 +20,14 @@ that checks each element's flag.
 
 It declines, with the reason, where the threads of a block work together (barriers, shared
 memory, warp operations), where the grid's extent along the axis is read elsewhere
-(``gridDim``, a second ``blockIdx``), where the index has no upper bound check (a grid covering
-more elements could run past the work), where a statement that depends on the index leaves
-the thread early from anywhere but such a guard, or where code the parser could not read is
-in the body (:mod:`r3tui.analysis.per_thread` reads all of that from the parse).  Everything
-here is a text transform on ``source``; nothing is compiled.
+(``gridDim``, a second ``blockIdx``), where the index is ordered against something but has no
+upper bound check (a grid covering more elements could run past the work), where a statement
+that depends on the index leaves the thread early from anywhere but such a guard, or where code
+the parser could not read is in the body (:mod:`r3tui.analysis.per_thread` reads all of that
+from the parse). An index the kernel orders nowhere (``unchecked_axes``: the host sized the
+work to the grid) is coarsened without live flags, and the variant declares ``// r3: exact A``:
+the search and ``r3 apply`` keep its grids covering the work exactly. Everything here is a text
+transform on ``source``; nothing is compiled.
 """
 
 from __future__ import annotations
