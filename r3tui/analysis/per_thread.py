@@ -570,10 +570,7 @@ class IndexDependence:
         out = set()
         for n in walk(node):
             targets = []
-            target = write_target(n)
-            if target is None and n.type == "pointer_expression" and self.text(n).lstrip(
-                    ).startswith("&"):
-                target = n.child_by_field_name("argument")
+            target = changed_target(n)
             if target is not None:
                 targets.append(target)
             if n.type == "call_expression" and not self.pure(n):
@@ -841,6 +838,17 @@ def lvalue_base(node: ts.Node) -> ts.Node | None:
         else:
             return None
     return None
+
+
+def changed_target(node: ts.Node) -> ts.Node | None:
+    """What ``node`` writes (an assignment's or increment's target) or takes the address of
+    (``&x``'s operand); None for anything else."""
+    target = write_target(node)
+    if target is None and node.type == "pointer_expression":
+        operator = node.child_by_field_name("operator")
+        if operator is not None and operator.type == "&":
+            target = node.child_by_field_name("argument")
+    return target
 
 
 def write_target(node: ts.Node) -> ts.Node | None:

@@ -15,12 +15,12 @@ from r3tui.analysis.body import kernel_body
 from r3tui.analysis.kernels import Parsed
 from r3tui.analysis.per_thread import (
     TOGETHER,
+    changed_target,
     grid_indices,
     lvalue_base,
     single_init,
     statements,
     walk,
-    write_target,
 )
 from r3tui.analysis.text import mask
 from r3tui.remix.rule_base import (
@@ -92,10 +92,7 @@ def grid_stride(source: str, kernel_name: str, rng: random.Random) -> RuleResult
     char = parsed.char
     rest_text = source[char(rest.start):char(rest.end)]
     for node in (n for lo in rest.nodes for n in walk(lo)):
-        target = write_target(node)
-        if target is None and node.type == "pointer_expression" and parsed.text(
-                node).lstrip().startswith("&"):
-            target = node.child_by_field_name("argument")
+        target = changed_target(node)
         base = lvalue_base(target) if target is not None else None
         if base is not None and parsed.text(base) == name:
             return declined(f"the body assigns or takes the address of {name}")
@@ -190,11 +187,11 @@ def strided_accumulate(source: str, kernel_name: str, rng: random.Random) -> Rul
     ``x[i]``, ``x[i + T]``, ... (``T`` the grid's threads) in a register of the shared array's
     type and stores that sum, so the tree, its barriers and the block's atomic are paid once
     for several elements.  The number of elements a thread takes is a tunable that divides the
-    launch's grid (``// r3: work_per_thread R3_WPT_<line>``, 1 2 4 8 16; 1 launches the
-    recorded grid and sums what the original summed).  ``i`` must be the thread's index over
-    the whole grid (each thread its own element), as a one-element-a-thread load implies; a
-    kernel where it is not fails verification.  Never for an application's kernel, whose
-    grid its host code computes.
+    launch's grid (``// r3: work_per_thread R3_WPT_<line>``, ``ACCUMULATE_FACTORS``: 1 to 256;
+    1 launches the recorded grid and sums what the original summed).  ``i`` must be the
+    thread's index over the whole grid (each thread its own element), as a one-element-a-thread
+    load implies; a kernel where it is not fails verification.  For an application's kernel
+    the campaign offers it only where ``r3 apply`` can rescale the host code's grid.
     """
     found = kernel_body_text(source, kernel_name)
     if isinstance(found, RuleResult):
