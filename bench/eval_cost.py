@@ -25,6 +25,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -249,18 +250,22 @@ def run_example(
     )
 
 
-def campaign_rate(bundle_dir: Path, budget: int, workdir: Path) -> tuple[float, int, float]:
-    """``r3 tune BUNDLE --inner-only --budget N`` as a user runs it: (evaluations/s as the
-    campaign's figures define it, trials, duration s); the search's asks are included."""
+def campaign_rate(bundle_dir: Path, budget: int, workdir: Path,
+                  extra: Sequence[str] = ()) -> tuple[float, int, float, dict[str, float]]:
+    """``r3 tune BUNDLE --inner-only --budget N [EXTRA]`` as a user runs it: (evaluations/s
+    as the campaign's figures define it, trials, duration s, the inner loop's seconds per
+    phase); the search's asks are included."""
     import subprocess
     from datetime import UTC, datetime
 
+    from db.events import events
     from db.figures import figures_of
     from db.session import open_database
 
     db = workdir / "campaign-rate.sqlite"
+    db.unlink(missing_ok=True)
     done = subprocess.run([sys.executable, "-m", "r3tui", "tune", str(bundle_dir),
-                           "--inner-only", "--budget", str(budget), "--db", str(db)],
+                           "--inner-only", "--budget", str(budget), "--db", str(db), *extra],
                           capture_output=True, text=True, timeout=540)
     if done.returncode != 0:
         raise RuntimeError(f"r3 tune --inner-only failed: {done.stderr.strip()[-500:]}")
@@ -269,8 +274,40 @@ def campaign_rate(bundle_dir: Path, budget: int, workdir: Path) -> tuple[float, 
         assert figures is not None
         now = datetime.now(UTC)
         rate, took = figures.evaluations_per_s(now), figures.duration_s(now)
+        done_events = [e for e in events(s, 1) if e.kind == "inner_done"]
+        phases = dict((done_events[-1].data or {}).get("seconds", {})) if done_events else {}
     assert rate is not None and took is not None
-    return rate, figures.n_trials, took
+    return rate, figures.n_trials, took, phases
+
+
+def campaign_only(name: str, scale: float, budget: int, flag_sets: Sequence[str]) -> int:
+    """``--campaign-only``: one recording, one live campaign per flag set, each one's rate
+    and the inner loop's seconds per phase."""
+    import shlex
+
+    from r3tui.record.kernel_recorder import RecordKernelRequest, record_kernel
+
+    sys.path.insert(0, str(ROOT / "examples"))
+    from catalog import load_example
+
+    example = load_example(name)
+    print(f"date: {datetime.now(UTC).strftime('%Y-%m-%d %H:%M UTC')}")
+    print(f"gpu: {gpu_name()}")
+    print(f"host: {platform.node()} ({os.cpu_count()} cores)")
+    with tempfile.TemporaryDirectory(prefix="r3-campaign-rate-") as tmp:
+        bundle_dir = Path(tmp) / f"{name}.r3b"
+        record_kernel(RecordKernelRequest(
+            Path(example.path) / "kernel.cu", example.kernel_name,
+            Path(example.path) / "inputs.py", bundle_dir, seed=1, scale=scale))
+        for flags in flag_sets:
+            rate, n, took, phases = campaign_rate(bundle_dir, budget, Path(tmp),
+                                                  shlex.split(flags))
+            split = ", ".join(f"{k} {v:.2f}" for k, v in sorted(phases.items(),
+                                                                key=lambda kv: -kv[1]))
+            print(f"campaign_evals_per_s: {rate:.1f} ({name}: `r3 tune --inner-only --budget "
+                  f"{budget} {flags}`, {n} trials in {took:.1f} s; seconds: {split})",
+                  flush=True)
+    return 0
 
 
 def gpu_name() -> str:
@@ -296,9 +333,18 @@ def main(argv: list[str] | None = None) -> int:
                         help="example whose live inner campaign gives campaign_evals_per_s "
                         "('' : none)")
     parser.add_argument("--campaign-budget", type=int, default=200)
+    parser.add_argument("--campaign-only", action="store_true",
+                        help="only record the --campaign example and run its live campaign, "
+                        "once per --campaign-flags")
+    parser.add_argument("--campaign-flags", action="append", default=[],
+                        help="more `r3 tune` flags for one --campaign-only run, as one string "
+                        "(repeatable; default: one run with none)")
     parser.add_argument("--out", type=Path, help="also write the report to this file")
     args = parser.parse_args(argv)
 
+    if args.campaign_only:
+        return campaign_only(args.campaign, args.scale or DEFAULT_SCALES.get(args.campaign, 1.0),
+                             args.campaign_budget, args.campaign_flags or [""])
     results = []
     with tempfile.TemporaryDirectory(prefix="r3-eval-cost-") as tmp:
         for name in args.examples.split(","):
@@ -367,6 +413,8 @@ def main(argv: list[str] | None = None) -> int:
         lines.append(f"campaign_evals_per_s: {rate[0]:.1f} ({args.campaign}: `r3 tune "
                      f"--inner-only --budget {args.campaign_budget}`, {rate[1]} trials in "
                      f"{rate[2]:.1f} s, the search's asks included)")
+        lines.append("campaign_seconds_by_phase: " + ", ".join(
+            f"{name} {s:.2f}" for name, s in sorted(rate[3].items(), key=lambda kv: -kv[1])))
     report = "\n".join(lines)
     print(report)
     if args.out:

@@ -8,6 +8,7 @@ recorded configuration.
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -254,6 +255,29 @@ class Evaluator(Protocol):
     def retime(self, configs: Sequence[TrialConfig], rounds: int) -> list[list[float]]: ...
 
 
+class _Phases:
+    """Wall seconds per phase of :func:`run_inner`, summed: ``with phases("ask"): ...``."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+        self._name = ""
+        self._at = 0.0
+
+    def __call__(self, name: str) -> _Phases:
+        self._name = name
+        return self
+
+    def __enter__(self) -> None:
+        self._at = time.perf_counter()
+
+    def __exit__(self, *exc: object) -> None:
+        took = time.perf_counter() - self._at
+        self.seconds[self._name] = self.seconds.get(self._name, 0.0) + took
+
+    def rounded(self) -> dict[str, float]:
+        return {name: round(s, 4) for name, s in self.seconds.items()}
+
+
 def _start(evaluator: Evaluator, configs: list[TrialConfig]) -> Callable[[], list[Measurement]]:
     start = getattr(evaluator, "start", None)
     if start is not None:
@@ -287,6 +311,7 @@ def run_inner(
     from db import repository as repo
     from r3tui.search import choose_winner, config_key
 
+    clock = _Phases()
     trial_ids: dict[str, int] = {}
     flight: deque[tuple[list[TrialConfig], Callable[[], list[Measurement]]]] = deque()
     # an evaluator that measures as it is asked gains nothing from a second batch in flight
@@ -314,23 +339,27 @@ def run_inner(
             if give_up_after is not None and unproven:
                 # until something works, ask only as many as may be wasted
                 batch = max(1, min(batch, give_up_after - search.n_evaluated))
-            configs = search.ask(batch) if batch > 0 else []
+            with clock("ask"):
+                configs = search.ask(batch) if batch > 0 else []
             if not configs:
                 break
-            flight.append((configs, _start(evaluator, configs)))
+            with clock("submit"):
+                flight.append((configs, _start(evaluator, configs)))
         if not flight:
             break
         configs, results = flight.popleft()
-        measurements = results()
-        with database.session_scope() as s:
+        with clock("wait"):
+            measurements = results()
+        with clock("store"), database.session_scope() as s:
             rows = [
                 repo.NewTrial(campaign_id, variant_id, c, m)
                 for c, m in zip(configs, measurements, strict=True)
             ]
             ids = repo.insert_trials(s, rows)
-        for config, measurement, trial_id in zip(configs, measurements, ids, strict=True):
-            search.tell(config, measurement)
-            trial_ids[config_key(config)] = trial_id
+        with clock("tell"):
+            for config, measurement, trial_id in zip(configs, measurements, ids, strict=True):
+                search.tell(config, measurement)
+                trial_ids[config_key(config)] = trial_id
         if progress:
             progress(search)
 
@@ -346,8 +375,9 @@ def run_inner(
     unmeasured = ""  # why the recorded configuration could not be re-timed
     while finalists:
         try:
-            winner = choose_winner(finalists, baseline, evaluator.retime,
-                                   rounds=settings.rounds)
+            with clock("retime"):
+                winner = choose_winner(finalists, baseline, evaluator.retime,
+                                       rounds=settings.rounds)
             break
         except NotRetimed as exc:
             if config_key(exc.config) == config_key(baseline):
@@ -383,6 +413,9 @@ def run_inner(
                 "ci": [winner.best.low, winner.best.high] if winner else None,
                 # ancestors' trials its model was told (a child's prior), when it has one
                 "prior_points": sum(len(g) for g in search.prior),
+                # where the loop's wall time went (s): the search's asks and tells, waiting
+                # for the runner, storing trials, re-timing the finalists
+                "seconds": clock.rounded(),
             },
         )
     return InnerResult(

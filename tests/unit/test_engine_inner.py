@@ -114,6 +114,10 @@ def test_run_inner_stores_every_trial_and_marks_the_winner(tmp_path: Path) -> No
     winner_row = next(t for t in stored if t.id == node.best_trial_id)
     assert config_key(winner_row.config) == config_key(result.winner.config)
     assert events[-1].kind == "inner_done" and "winner" in events[-1].message
+    # where the loop's time went, phase by phase, for a campaign that is slower than its GPU
+    seconds = (events[-1].data or {})["seconds"]
+    assert {"ask", "submit", "wait", "store", "tell", "retime"} <= set(seconds)
+    assert all(s >= 0 for s in seconds.values()) and seconds["ask"] > 0
 
 
 def test_resume_from_the_database_asks_no_stored_point_again(tmp_path: Path) -> None:
