@@ -390,9 +390,11 @@ class ResidentBundle:
         every launch starts from the restored prologue, so the order changes no result.
         """
         key = (*c.launch_key(self.manifest), timed)
-        if key in self._results:
-            return self._results[key]
         began = time.perf_counter()
+        if key in self._results:
+            # the same binary at the same launch (two option sets that compile alike): the
+            # result stands, and this candidate cost the GPU nothing
+            return replace(self._results[key], replay_wall_s=time.perf_counter() - began)
         base = Measurement(MeasurementStatus.OK, binary_sha256=c.binary_sha256,
                            compile_time_s=c.compile_time_s, compile_log=c.compile_log,
                            resources=c.resources)

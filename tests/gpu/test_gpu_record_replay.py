@@ -97,6 +97,12 @@ def test_example_records_reference_and_replays(
         recompiled = worker.evaluate(Candidate.from_compiled(compiled))
         assert recompiled.status is MeasurementStatus.OK, recompiled.error_text
         assert recompiled.resources.registers is not None
+        # the same binary at the same launch again: the stored result, at no GPU cost (a busy
+        # fraction that sums the trials' replay walls counts it once)
+        again = worker.evaluate(Candidate.from_compiled(compiled))
+        assert again.time == recompiled.time and again.verified == recompiled.verified
+        assert again.replay_wall_s is not None and recompiled.replay_wall_s is not None
+        assert again.replay_wall_s < 0.1 * recompiled.replay_wall_s
 
         if m.launch.block_tunable and m.launch.work is not None:
             work, block = m.launch.work, m.launch.block
