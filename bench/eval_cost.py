@@ -38,6 +38,7 @@ from app_harness import ApplicationHarness  # noqa: E402
 
 from r3tui.domain import Dim3, TrialConfig  # noqa: E402
 from r3tui.engine.inner import KernelSource  # noqa: E402
+from r3tui.runners.base import Runner  # noqa: E402
 
 DEFAULT_EXAMPLES = ("stencil7", "spmv_csr", "reduce_sum", "sgemm", "nbody", "softmax")
 # Problem size as a fraction of each example's full size: full size for the memory-bound ones
@@ -54,6 +55,8 @@ OPTION_SETS: tuple[tuple[str, ...], ...] = (
 )
 # candidates_per_s_small is over the examples whose recorded kernel takes this long or less
 SMALL_KERNEL_US = 100.0
+# local/Dask rounds per example for dask_overhead_pct (the order alternates round by round)
+DASK_ROUNDS = 6
 REGISTER_CAPS = (32, 40, 48, 64, 80, 96, 128, 168, 255)
 BLOCKS_1D = (Dim3(128), Dim3(256), Dim3(512), Dim3(64), Dim3(1024))
 BLOCKS_2D = (Dim3(16, 16), Dim3(32, 8), Dim3(32, 4), Dim3(64, 4), Dim3(8, 8))
@@ -88,7 +91,8 @@ class ExampleResult:
     replay_us: float
     app_us: float
     flow: Flow
-    dask_flow: Flow | None
+    # (local, dask) per round of the same candidates, both runners warm (paired_flows)
+    dask_pairs: list[tuple[Flow, Flow]]
     wrong_in_app: int
 
     @property
@@ -140,17 +144,56 @@ def throughput(kind: str, bundle_dir: Path, source: KernelSource,
     """``configs`` through the ``kind`` runner as a campaign submits them (one batch), after a
     warm-up that starts every compile worker."""
     from r3tui.engine.gpu import RunnerSettings, open_runner
+
+    with open_runner(bundle_dir, 120.0, RunnerSettings(runner=kind)) as runner:
+        warm_up(runner, source)
+        return timed_flow(runner, source, configs)
+
+
+def warm_up(runner: Runner, source: KernelSource) -> None:
     from r3tui.engine.inner import ReplayEvaluator
 
     cores = os.cpu_count() or 1
-    with open_runner(bundle_dir, 120.0, RunnerSettings(runner=kind)) as runner:
-        warm = ReplayEvaluator(source, runner)
-        warm.evaluate([TrialConfig(options=(f"--maxrregcount={255 - i}",)) for i in range(cores)])
-        started = time.perf_counter()
-        measured = ReplayEvaluator(source, runner).evaluate(configs)
-        wall = time.perf_counter() - started
+    ReplayEvaluator(source, runner).evaluate(
+        [TrialConfig(options=(f"--maxrregcount={255 - i}",)) for i in range(cores)])
+
+
+def timed_flow(runner: Runner, source: KernelSource, configs: list[TrialConfig]) -> Flow:
+    from r3tui.engine.inner import ReplayEvaluator
+
+    started = time.perf_counter()
+    measured = ReplayEvaluator(source, runner).evaluate(configs)
+    wall = time.perf_counter() - started
     return Flow(len(configs), sum(m.ok for m in measured), wall,
                 sum(m.replay_wall_s or 0.0 for m in measured))
+
+
+def paired_flows(bundle_dir: Path, source: KernelSource, configs: list[TrialConfig],
+                 rounds: int) -> list[tuple[Flow, Flow]]:
+    """The same candidates through the local runner and the Dask runner (a local cluster, one
+    GPU worker), both open and warm, ``rounds`` times, the order alternating: (local, dask)
+    per round.  Each round's source carries an unused ``__device__`` variable of its own, so
+    its binaries are new to both runners' workers (a worker serves a binary it has replayed
+    from its cache)."""
+    from dataclasses import replace
+
+    from r3tui.engine.gpu import RunnerSettings, open_runner
+
+    with (open_runner(bundle_dir, 120.0, RunnerSettings(runner="local")) as local,
+          open_runner(bundle_dir, 120.0, RunnerSettings(runner="dask")) as dask):
+        warm_up(local, source)
+        warm_up(dask, source)
+        pairs = []
+        for r in range(rounds):
+            unused = f"\n__device__ int r3_eval_cost_round_{r};\n"
+            fresh = replace(source, text=source.text + unused)
+            if r % 2 == 0:
+                first = timed_flow(local, fresh, configs)
+                pairs.append((first, timed_flow(dask, fresh, configs)))
+            else:
+                second = timed_flow(dask, fresh, configs)
+                pairs.append((timed_flow(local, fresh, configs), second))
+        return pairs
 
 
 def run_example(
@@ -233,9 +276,9 @@ def run_example(
     # runners' own take the GPU
     flow = throughput("local", bundle_dir, KernelSource(source, example.kernel_name,
                                                         defines=defines), pool_configs)
-    dask_flow = (throughput("dask", bundle_dir, KernelSource(source, example.kernel_name,
-                                                             defines=defines), pool_configs)
-                 if with_dask else None)
+    dask_pairs = (paired_flows(bundle_dir, KernelSource(source, example.kernel_name,
+                                                        defines=defines), pool_configs,
+                               DASK_ROUNDS) if with_dask else [])
     return ExampleResult(
         name,
         scale,
@@ -245,7 +288,7 @@ def run_example(
         replay_us,
         app_us,
         flow,
-        dask_flow,
+        dask_pairs,
         wrong_in_app,
     )
 
@@ -402,13 +445,19 @@ def main(argv: list[str] | None = None) -> int:
     idlest = min(results, key=lambda r: r.flow.gpu_busy)
     lines.append(f"gpu_busy_fraction: {idlest.flow.gpu_busy:.2f} ({idlest.name}) to "
                  f"{busiest.flow.gpu_busy:.2f} ({busiest.name})")
-    with_dask = [r for r in results if r.dask_flow is not None]
-    if with_dask:
-        pcts = [100.0 * (r.dask_flow.wall_s / r.flow.wall_s - 1.0) for r in with_dask
-                if r.dask_flow is not None]
-        lines.append(f"dask_overhead_pct: {statistics.median(pcts):.1f} (median of "
-                     f"{len(pcts)} examples; {min(pcts):.1f} to {max(pcts):.1f}; one GPU "
-                     "worker, the same candidates, warm)")
+    ratios = [d.wall_s / loc.wall_s for r in results for loc, d in r.dask_pairs]
+    if ratios:
+        from r3tui.search.winner import order_statistic_median_ci
+
+        low, high = order_statistic_median_ci(ratios, 0.95)
+        per_example = ", ".join(
+            f"{r.name} "
+            f"{100 * (statistics.median(d.wall_s / c.wall_s for c, d in r.dask_pairs) - 1):+.1f}"
+            for r in results if r.dask_pairs)
+        lines.append(f"dask_overhead_pct: {100 * (statistics.median(ratios) - 1):.1f} "
+                     f"[{100 * (low - 1):.1f}, {100 * (high - 1):.1f}] (median of {len(ratios)} "
+                     f"paired rounds, 95% interval of the median; per example: {per_example}; "
+                     "one GPU worker, the same candidates, both runners warm)")
     if rate is not None:
         lines.append(f"campaign_evals_per_s: {rate[0]:.1f} ({args.campaign}: `r3 tune "
                      f"--inner-only --budget {args.campaign_budget}`, {rate[1]} trials in "
