@@ -5,18 +5,70 @@ worth its interval when both kernels are timed round by round on the same GPU, s
 budget the archive's best (at its best configuration) and the original (at the recorded
 configuration) are launched alternately and the per-round ratios summarized with a bootstrap
 interval (event ``final``, shown by ``r3 report``).
+
+The same rounds also time the steps between the two (:func:`ladder`): the best variant's source
+with its tunables at the recorded options and launch, then with the winner's options, then
+the winner itself.  Each level's factor is the per-round ratio of one step to the one before,
+with its interval, so ``r3 report`` says what the source, the options and the launch each
+gained as measured, not as read off whichever trials the search happened to make.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
+from r3tui.domain import TrialConfig
 from r3tui.engine.inner import build_space
 from r3tui.engine.lineage import fitness_of
 
 if TYPE_CHECKING:
     from r3tui.engine.campaign import CampaignRun
+
+
+class Checks(Protocol):
+    """What :func:`measurable` asks of a search space: why a config cannot be sent."""
+
+    def check(self, config: TrialConfig) -> list[str]: ...
+
+
+def ladder(best: TrialConfig, base: TrialConfig) -> list[tuple[str, TrialConfig]]:
+    """The steps from the recorded configuration ``base`` (of the best variant's space) to
+    ``best``: its tunables (what the variant's source exposes, shared memory with them), then
+    its toolchain, options and pipeline, then its block and launch bounds.  A step that
+    changes nothing is left out (its level gained exactly 1)."""
+    source = replace(base, tunables=dict(best.tunables),
+                     shared_mem_bytes=best.shared_mem_bytes)
+    options = replace(source, toolchain=best.toolchain, options=best.options,
+                      pipeline=best.pipeline)
+    steps = [("source", source), ("options", options), ("launch", best)]
+    out: list[tuple[str, TrialConfig]] = []
+    previous = base
+    for level, config in steps:
+        if config != previous:
+            out.append((level, config))
+            previous = config
+    # the winner at the variant's recorded configuration: all its gain is the source's
+    return out or [("source", best)]
+
+
+def measurable(steps: Sequence[tuple[str, TrialConfig]], space: Checks,
+               ok: Any) -> list[tuple[str, TrialConfig]]:
+    """``steps`` less those the variant's space refuses or that do not measure OK (``ok``);
+    a level whose step is dropped is merged into the next one's name ("source+options").
+    The last step (the winner) is always kept."""
+    kept: list[tuple[str, TrialConfig]] = []
+    carried = ""
+    for i, (level, config) in enumerate(steps):
+        name = f"{carried}+{level}" if carried else level
+        last = i == len(steps) - 1
+        if last or (not space.check(config) and ok(config)):
+            kept.append((name, config))
+            carried = ""
+        else:
+            carried = name
+    return kept
 
 
 def compare_with_original(run: CampaignRun, rounds: int = 15) -> dict[str, Any] | None:
@@ -38,13 +90,26 @@ def compare_with_original(run: CampaignRun, rounds: int = 15) -> dict[str, Any] 
     original = run.evaluator_for(run.seed_source)
     tuned = run.evaluator_for(replace(run.seed_source, text=variant.source))
     if not (
-        hasattr(original, "interleave_with")
+        hasattr(original, "interleave_many")
         and original.evaluate([space.baseline_config()])[0].ok
         and tuned.evaluate([fit.config])[0].ok
     ):
         return None
-    base, times = original.interleave_with(tuned, space.baseline_config(), fit.config, rounds)
+    own_space = build_space(run.launch, replace(run.seed_source, text=variant.source),
+                            run.settings.inner, run.limits)
+    steps = measurable(ladder(fit.config, own_space.baseline_config()), own_space,
+                       lambda c: tuned.evaluate([c])[0].ok)
+    base, per_step = original.interleave_many(tuned, space.baseline_config(),
+                                              [c for _, c in steps], rounds)
+    times = per_step[-1]
     f = summarize(fit.config, base, times)
+    levels = []
+    previous = base
+    for (level, config), step_times in zip(steps, per_step, strict=True):
+        g = summarize(config, previous, step_times)
+        levels.append({"level": level, "speedup": g.speedup, "ci": [g.low, g.high],
+                       "config": config.to_json()})
+        previous = step_times
     data = {
         "variant_id": variant.id,
         "seed_variant_id": seed.id,
@@ -53,6 +118,8 @@ def compare_with_original(run: CampaignRun, rounds: int = 15) -> dict[str, Any] 
         "rounds": rounds,
         "median_s": f.median_s,
         "config": fit.config.to_json(),
+        # the steps from the original to the winner, each over the one before (ladder)
+        "levels": levels,
     }
     with run.database.session_scope() as s:
         repo.add_event(

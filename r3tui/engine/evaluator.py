@@ -170,12 +170,20 @@ class ReplayEvaluator:
     ) -> tuple[list[float], list[float]]:
         """Times of ``mine`` (this source) and ``theirs`` (``other``'s source), interleaved on
         one GPU round by round; both must have been measured OK before."""
+        base, (times,) = self.interleave_many(other, mine, [theirs], rounds)
+        return base, times
+
+    def interleave_many(
+        self, other: ReplayEvaluator, mine: TrialConfig, theirs: Sequence[TrialConfig],
+        rounds: int,
+    ) -> tuple[list[float], list[list[float]]]:
+        """Times of ``mine`` (this source) and of each of ``theirs`` (``other``'s source), all
+        interleaved on one GPU round by round; each must have been measured OK before."""
         from r3tui.search import config_key
 
-        a = self.jobs[config_key(mine)]
-        b = other.jobs[config_key(theirs)]
-        per_job = self.runner.interleaved([a, b], rounds)
-        return list(per_job[0]), list(per_job[1])
+        jobs = [self.jobs[config_key(mine)], *(other.jobs[config_key(c)] for c in theirs)]
+        per_job = self.runner.interleaved(jobs, rounds)
+        return list(per_job[0]), [list(times) for times in per_job[1:]]
 
     def retime(self, configs: Sequence[TrialConfig], rounds: int) -> list[list[float]]:
         """``samples[round][i]`` for ``configs`` (measured OK before), interleaved on one GPU."""

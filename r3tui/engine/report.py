@@ -105,6 +105,9 @@ class CampaignReport:
     # the figures every screen shows (db.figures): best speedup, duration, evaluations/s
     figures: CampaignFigures | None = None
     duration_s: float | None = None  # at the time of the report, for a running campaign
+    # each contribution's 95% interval where it was measured (the final re-timing's ladder of
+    # steps, engine.comparison); absent where it is read off the best variant's trials
+    contribution_ci: dict[str, tuple[float, float]] = field(default_factory=dict)
 
     @property
     def speedup(self) -> float | None:
@@ -196,6 +199,13 @@ def build_report(s: Session, campaign_id: int, now: datetime | None = None) -> C
         elif e.kind == "skipped" and e.data:
             skipped.update(e.data.get("counts", {}))
             skipped_by_operator.update(e.data.get("by_operator", {}))
+    contribution_ci: dict[str, tuple[float, float]] = {}
+    if final and final.get("levels"):
+        # measured step by step, interleaved with the original: these replace the figures
+        # read off whichever trials the search made
+        contributions = {lv["level"]: float(lv["speedup"]) for lv in final["levels"]}
+        contribution_ci = {lv["level"]: (float(lv["ci"][0]), float(lv["ci"][1]))
+                           for lv in final["levels"]}
     all_trials = [t for ts in trials.values() for t in ts]
     llm_s = sum(c.latency_s for _, c in repo.campaign_llm_calls(s, campaign_id))
     compile_s = sum(t.measurement.compile_time_s or 0.0 for t in all_trials)
@@ -228,6 +238,7 @@ def build_report(s: Session, campaign_id: int, now: datetime | None = None) -> C
         _yields(variants, by="operator"),
         figures,
         duration_s,
+        contribution_ci,
     )
 
 
@@ -276,8 +287,13 @@ def render(report: CampaignReport) -> list[str]:
             + f", {report.trials} evaluations, {rate_text(report.evaluations_per_s)}"
         )
     if report.contributions:
-        parts = ", ".join(f"{k} {x:.3f}x" for k, x in report.contributions.items())
-        lines.append(f"contributions: {parts}")
+        ci = report.contribution_ci
+        parts = ", ".join(f"{k} {x:.3f}x" + (f" [{ci[k][0]:.3f}, {ci[k][1]:.3f}]" if k in ci
+                                             else "")
+                          for k, x in report.contributions.items())
+        how = (" (each step re-timed interleaved with the original, 95% CI)" if ci
+               else " (read off the best variant's trials)")
+        lines.append(f"contributions: {parts}{how}")
     t = report.time_split
     if t:
         lines.append(

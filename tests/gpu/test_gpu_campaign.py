@@ -80,6 +80,10 @@ def test_tune_runs_the_outer_loop_and_reports(stencil_bundle: Path, tmp_path: Pa
     skipped = [int(n) for n in re.findall(r"(\d+) (?:declined|duplicate)", report.stdout)]
     assert len(children) + sum(skipped) == 4, report.stdout
     assert "re-timed interleaved with the original" in report.stdout
+    # each level's gain measured: the steps from the original to the winner, re-timed
+    contributions = next(ln for ln in report.stdout.splitlines()
+                         if ln.startswith("contributions: "))
+    assert "each step re-timed interleaved with the original" in contributions, contributions
     export = r3("export", "1", "--db", str(db), "--out", str(tmp_path / "x"))
     assert export.returncode == 0 and (tmp_path / "x" / "stencil7.patch").exists()
 

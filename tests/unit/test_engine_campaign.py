@@ -368,17 +368,26 @@ def test_report_and_export_describe_the_best_variant(
         files = export_variant(s, cid, None, tmp_path / "export")
     assert report.original_s and report.best_s and report.best_s <= report.original_s
     assert report.speedup == pytest.approx(report.original_s / report.best_s)
-    if report.contributions:
-        product = 1.0
-        for x in report.contributions.values():
-            product *= x
-        assert product == pytest.approx(report.speedup)
+    # the final re-timing measured the steps from the original to the winner (FAKE times)
+    assert report.final is not None and report.contribution_ci
+    levels = report.final["levels"]
+    assert [lv["level"] for lv in levels] == list(report.contributions)
+    assert set(report.contributions) <= {"source", "options", "launch", "source+options",
+                                         "options+launch", "source+options+launch"}
+    assert levels[-1]["config"] == report.final["config"]
+    product = 1.0
+    for level, x in report.contributions.items():
+        low, high = report.contribution_ci[level]
+        assert low <= x <= high
+        product *= x
+    assert product == pytest.approx(report.final["speedup"], rel=0.02)
     assert "rule" in report.yields
     assert report.yields["rule"].proposals + sum(report.skipped.values()) == SETTINGS.variants
     if report.skipped:
         assert any(line.startswith("not stored: ") for line in render(report))
     text = "\n".join(render(report))
     assert "speedup" in text and "yield rule" in text
+    assert "contributions: " in text and "re-timed interleaved with the original" in text
     names = {p.name for p in files}
     assert {"stencil7.cu", "options.txt", "launch.json", "stencil7.patch"} <= names
     launch = json.loads(next(p for p in files if p.name == "launch.json").read_text())
