@@ -2,25 +2,26 @@
 whose campaigns show improvements at every level, an LLM campaign with applied and verified
 variants, and a non-empty export.  Three steps on two machines, the folder carried between:
 
-    # 1. on the H200 (carry .device; the folder comes back under $OUT/demo)
+    # 1. on the GPU machine (carry .device; the folder comes back under $OUT/demo)
     source .device/setup.sh && python bench/make_demo.py record --out "$OUT/demo"
     # 2. here, with a local model (the GPU machine has no model file): the bundled SmolLM2,
     #    or Qwen2.5-Coder-1.5B (bash bench/fetch_qwen.sh), whose recorded answers a re-run
     #    replays without it (on nbody SmolLM2's 12 proposals compiled 0, session 30)
     python bench/make_demo.py generate --folder examples/demo \\
         --model bench/work/models/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf --variants 16
-    # 3. on the H200 again (carry .device and examples/demo)
+    # 3. on the GPU machine again (carry .device and examples/demo)
     source .device/setup.sh && python bench/make_demo.py evaluate --folder examples/demo \\
         --out "$OUT/demo"
 
 Step 1 records an example (nbody by default: compute-bound, so compiler options, the launch
 and the source each have something to gain, and its recording at the default scale is a
-quarter of a MB) into ``FOLDER/bundles/`` and runs a rules-and-search campaign into
-``FOLDER/r3-demo.sqlite``; the recording is stored relative
-to the database (docs/database.md), so the folder ships as a whole and ``r3 demo`` on a CPU
-machine opens a copy of it.  Step 2 writes the model's proposals as pending variants
-(``r3 tune --generate-only``); step 3 evaluates them (``r3 evaluate``) and prints what
-``r3 runs`` says.
+quarter of a MB) into ``FOLDER/bundles/``; the recording is stored relative to the database
+(docs/database.md), so the folder ships as a whole and ``r3 demo`` on a CPU machine opens a
+copy of it.  Step 2 writes the model's proposals as pending variants (``r3 tune
+--generate-only``).  Step 3 runs a rules-and-search campaign with the code of the day (its
+final re-timing measures what the source, the options and the launch each gained), evaluates
+the pending proposals (``r3 evaluate``) and prints what ``r3 runs`` says: every GPU figure
+of the demo comes from one GPU machine and one code version, whatever time passed for step 2.
 """
 
 from __future__ import annotations
@@ -54,7 +55,7 @@ def bundle_of(folder: Path) -> Path:
     return found[0]
 
 
-def record(out: Path, example: str, scale: float | None, budget: str) -> None:
+def record(out: Path, example: str, scale: float | None) -> None:
     if out.exists():
         shutil.rmtree(out)
     bundle = out / "bundles" / f"{example}.r3b"
@@ -64,9 +65,6 @@ def record(out: Path, example: str, scale: float | None, budget: str) -> None:
     scale = scale if scale is not None else SCALES.get(example, 0.01)
     r3("record", "kernel", str(ex / "kernel.cu"), "--kernel", example, "--inputs",
        str(ex / "inputs.py"), "--scale", str(scale), "--out", str(bundle), "--db", str(db))
-    r3("tune", str(bundle), "--rules-only", "--budget", budget, "--name", f"{example}-rules",
-       "--db", str(db))
-    r3("runs", "--db", str(db))
 
 
 def generate(folder: Path, variants: int, model: Path | None) -> None:
@@ -76,9 +74,12 @@ def generate(folder: Path, variants: int, model: Path | None) -> None:
        "--name", f"{bundle.stem}-llm", "--db", str(folder / DB_NAME), *chosen)
 
 
-def evaluate(folder: Path, out: Path | None) -> None:
+def evaluate(folder: Path, out: Path | None, budget: str) -> None:
     db = folder / DB_NAME
-    r3("evaluate", "--db", str(db), "--bundle", str(bundle_of(folder)))
+    bundle = bundle_of(folder)
+    r3("tune", str(bundle), "--rules-only", "--budget", budget, "--name", f"{bundle.stem}-rules",
+       "--db", str(db))
+    r3("evaluate", "--db", str(db), "--bundle", str(bundle))
     r3("runs", "--db", str(db))
     if out is not None:
         if out.exists():
@@ -89,12 +90,11 @@ def evaluate(folder: Path, out: Path | None) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     sub = parser.add_subparsers(dest="step", required=True)
-    rec = sub.add_parser("record", help="on the GPU: the recording and a rules campaign")
+    rec = sub.add_parser("record", help="on the GPU: the recording")
     rec.add_argument("--out", type=Path, required=True)
     rec.add_argument("--example", default=EXAMPLE, help=f"example to record ({EXAMPLE})")
     rec.add_argument("--scale", type=float,
                      help="of the example's full size (nbody 0.05, another example 0.01)")
-    rec.add_argument("--budget", default="20")
     gen = sub.add_parser("generate", help="here: the model's proposals, pending")
     gen.add_argument("--folder", type=Path, required=True)
     gen.add_argument("--variants", type=int, default=8)
@@ -102,16 +102,18 @@ def main(argv: list[str] | None = None) -> int:
                      help="a GGUF file (default: the bundled SmolLM2; bench/fetch_qwen.sh "
                      "gives Qwen2.5-Coder-1.5B, whose answers the demo's re-run replays "
                      "without it)")
-    ev = sub.add_parser("evaluate", help="on the GPU: the pending proposals evaluated")
+    ev = sub.add_parser("evaluate", help="on the GPU: a rules campaign, and the pending "
+                        "proposals evaluated")
     ev.add_argument("--folder", type=Path, required=True)
+    ev.add_argument("--budget", default="20", help="variants of the rules campaign (20)")
     ev.add_argument("--out", type=Path, help="copy the folder here afterwards (e.g. $OUT/demo)")
     args = parser.parse_args(argv)
     if args.step == "record":
-        record(args.out, args.example, args.scale, args.budget)
+        record(args.out, args.example, args.scale)
     elif args.step == "generate":
         generate(args.folder, args.variants, args.model)
     else:
-        evaluate(args.folder, args.out)
+        evaluate(args.folder, args.out, args.budget)
     return 0
 
 
