@@ -40,16 +40,20 @@ How the optimizer is used, and why (scikit-optimize 0.10.2, scikit-learn 1.9, nu
   told a lie (``cl_min``: the best value so far; ``cl_mean``, ``cl_max``) before the next point
   is asked, as ``Optimizer.ask(n_points=..., strategy=...)`` does, so a batch holds distinct
   points and the compile pool stays busy.
-- **One hyperparameter search a batch, past 40 points** (``fit_per=auto``, the default since
-  session 24).  skopt's ``Optimizer`` searches the GP's hyperparameters at every point it is
+- **One hyperparameter search a batch** (``fit_per=auto``, the default; session 31).  skopt's
+  ``Optimizer`` (``fit_per=point``) searches the GP's hyperparameters at every point it is
   told, lies included: 7.6 searches a batch of 8, 389 ms of CPU an evaluation at 100
-  evaluations on these tables, more than a GPU needs to replay a candidate.  ``fit_per=batch``
-  (:mod:`r3tui.search.surrogate`) searches them once a batch and tells the batch's later
-  points their lies with the hyperparameters held.  Over five seeds on the nine tables its
-  loss was within noise of the Optimizer's at 30 and at 100 evaluations, at 0.06x the CPU at
-  100, but with it the BO-beats-random test at 20 evaluations failed on hard sgemm; so
-  ``auto`` asks what ``point`` asks until the model is told ``batch_after`` points (own and
-  prior) and batches from there (bench/results/2026-12-05-search-cost-cpu.txt).
+  evaluations on these tables, more than a GPU needs to replay a candidate.  The batch model
+  (:mod:`r3tui.search.surrogate`) searches them once an ask and tells the batch's later points
+  their lies with the hyperparameters held.  ``auto`` searches them at every ask until
+  ``batch_after`` (40) trials are finished, then only as the history grows by
+  ``gp_search_growth``; ``batch`` grows from the initial design on, which lost the
+  BO-beats-random test at 20 evaluations on hard sgemm (hyperparameters of 10 points held
+  until 15).  ``auto`` passes it on every table; at batches of 8 over 10 seeds on the nine
+  tables it found what ``point`` found at 50 evaluations (within 0.0015 of the optimum on
+  every table) for a fifth to a seventh of the CPU (bench/results/2026-12-06-search-auto-cpu.txt).
+  A search told a prior (a campaign's child) still asks skopt's Optimizer until the model is
+  told ``batch_after`` points: the lineage test needs it.
 - **Output transforms** (``transform``): what the model fits from the told log-times
   (:mod:`r3tui.search.output_transform`).
 - **Acquisition.**  ``gp_hedge`` (skopt's portfolio of EI, LCB and PI) is, since each ask builds
@@ -263,8 +267,12 @@ class BayesSearch(InnerSearch):
         # (a Gaussian-process fit took 10x longer with both cores busy).
         s = self.in_force
         with threadpool_limits(limits=1):
-            told = self.n_evaluated + self.n_prior_points()
-            batch = s.fit_per == "batch" or (s.fit_per == "auto" and told >= s.batch_after)
+            batch = s.fit_per == "batch" or (s.fit_per == "auto" and not (
+                # a child told its ancestors' trials asks skopt's Optimizer until the model
+                # is told batch_after points (the lineage test: 0.948 of the optimum with
+                # the batch model there, against 0.99 or more)
+                (prior := self.n_prior_points())
+                and self.n_evaluated + prior < s.batch_after))
             if batch and s.estimator == "GP" and s.constrain_sampling:
                 return self._ask_batch(n, taken)
             return self._ask_model(n, taken)
@@ -342,8 +350,11 @@ class BayesSearch(InnerSearch):
             return []
         if self._batch is None:
             self._batch = surrogate.BatchProposer(self.space, neighbours)
-        checkpoint = surrogate.checkpoint(len(self.history), s.n_initial_points,
-                                          s.gp_search_growth)
+        # auto: the hyperparameters searched at every ask until batch_after trials are
+        # finished (one search a batch, where skopt's Optimizer searches at every lie), then
+        # only as the history grows; batch: from the initial design on, as it grows
+        first = s.batch_after if s.fit_per == "auto" else s.n_initial_points
+        checkpoint = surrogate.checkpoint(len(self.history), first, s.gp_search_growth)
 
         def told_at_checkpoint() -> tuple[list[list[Any]], list[float]]:
             at, told, _ = self._told(upto=checkpoint)

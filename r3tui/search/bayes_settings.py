@@ -100,12 +100,13 @@ class BayesSettings:
                                  "hyperparameter search for every point of a batch; batch: one "
                                  "hyperparameter search per batch, the batch's later points "
                                  "told their lie with the hyperparameters fixed "
-                                 "(r3tui.search.surrogate); auto: point until the model is told "
-                                 "batch_after points, batch from then on; RF, ET and "
+                                 "(r3tui.search.surrogate), searched again as the history "
+                                 "grows by gp_search_growth; auto: batch, searched at every ask "
+                                 "until batch_after trials are finished; RF, ET and "
                                  "constrain_sampling=false always run point"})
     batch_after: int = field(
-        default=40, metadata={"help": "fit_per=auto: the points told the model (own trials and "
-                              "a prior's) from which a batch costs one hyperparameter search"})
+        default=40, metadata={"help": "fit_per=auto: finished trials until which the "
+                              "hyperparameters are searched at every ask (once a batch)"})
     gp_restarts: int = field(
         default=2, metadata={"help": "fit_per=batch: random restarts of the GP's hyperparameter "
                              "search (skopt's GP: 2)"})
