@@ -107,7 +107,7 @@ def check_candidate(original: str, candidate: str) -> SafetyReport:
     new = _new_items(before, after)
     state, names = _module_state(before, after)
     findings = [
-        *_host_code(before, new),
+        *_host_code(before, after, new),
         *_macros(before, after, new),
         *_includes(before, after),
         *_heap(before, after),
@@ -142,9 +142,20 @@ def _new_items(before: TranslationUnit, after: TranslationUnit) -> list[Item]:
     return new
 
 
-def _host_code(before: TranslationUnit, new: list[Item]) -> Iterator[Finding]:
+def _host_code(before: TranslationUnit, after: TranslationUnit, new: list[Item]
+               ) -> Iterator[Finding]:
     known = {f.qualified_name for f in before.functions}
+    macros = {m.name for m in (*before.macros, *after.macros)}
     for item in new:
+        if item.kind is ItemKind.STATEMENT and _misplaced_code(item.text, macros):
+            # an assignment or expression outside any function, naming no macro: the edit
+            # closed a function early (a '}' too many), which the compiler rejects and a
+            # repair turn can fix; nothing there can expand to host code
+            yield Finding(FindingKind.PARSE, item.line,
+                          f"statement '{_excerpt(item.text)}' at namespace scope (line "
+                          f"{item.line}): code outside any function (the compiler will "
+                          "report it)", refuses=False)
+            continue
         yield from _host_item(item, known, before.defines_main)
         for call in item.calls:
             if call.name in HOST_ONLY_CALLS:
@@ -338,6 +349,18 @@ def _parse(before: TranslationUnit, after: TranslationUnit) -> Iterator[Finding]
         yield Finding(FindingKind.PARSE, error.line,
                       f"parse error at line {error.line} near '{_excerpt(error.text)}' "
                       "(the compiler will report it)", refuses=False)
+
+
+_CALL_LIKE = re.compile(r"\s*([A-Za-z_]\w*)\s*\(")
+_KEYWORDS = frozenset({"for", "while", "if", "switch", "return", "do", "sizeof"})
+
+
+def _misplaced_code(text: str, macros: set[str]) -> bool:
+    """Whether a statement at namespace scope is plain code that no macro can turn into a
+    definition: it names none of the unit's macros and does not start like a macro
+    invocation (``NAME(...)``, which a header's macro could expand)."""
+    call = _CALL_LIKE.match(text)
+    return not (words(text) & macros) and (call is None or call.group(1) in _KEYWORDS)
 
 
 def _refuse(kind: FindingKind, line: int, message: str) -> Finding:

@@ -165,6 +165,16 @@ ADVERSARIAL = [
          FindingKind.MODULE_STATE, True, "__managed__ variable 'flag'", ("flag",)),
     Case("a syntax error", sgemm, in_sgemm("float broken = ;"),
          FindingKind.PARSE, False, "line 21"),
+    # a model's edit with a '}' too many leaves the kernel's last statements outside it:
+    # plain code no macro can expand, so the compiler reports it and a repair turn gets that
+    # error (Qwen2.5-Coder on nbody: 5 of 16 answers, refused as host code until session 31)
+    Case("code left outside the kernel by a '}' too many", sgemm, in_sgemm("}"),
+         FindingKind.PARSE, False, "at namespace scope (line 27): code outside any function"),
+    Case("the same, with a statement that names a macro", sgemm,
+         lambda: "#define HOOK(x) int main() { return 0; } int v##x\n" + edit(
+             sgemm(), KERNEL_LINE, f"    }}\n    HOOK(x) = 1;\n{KERNEL_LINE}"),
+         FindingKind.HOST_CODE, True, "a macro there can expand to host code",
+         also=frozenset({FindingKind.PARSE})),
 ]
 
 
