@@ -126,23 +126,51 @@ def test_skopts_optimizer_refits_at_every_point_of_a_batch() -> None:
     assert (search.model_fits, search.lies_told) == (4, 0)
 
 
-def test_auto_asks_what_point_asks_until_the_model_is_told_enough_then_batches() -> None:
-    """``fit_per=auto``: skopt's Optimizer while the model is told fewer than batch_after
-    points (where it searched better at 20 evaluations on the hard tables), then one
-    hyperparameter search a batch (where the Optimizer's cost grows with every point)."""
+def test_auto_searches_once_an_ask_until_batch_after_trials_then_as_the_history_grows() -> None:
+    """``fit_per=auto``: the batch model with one hyperparameter search at every ask (where
+    skopt's Optimizer searches at every lie: 4 a batch of 4) until ``batch_after`` trials are
+    finished, then only as the history grows by ``gp_search_growth``."""
     space = make_space()
     after = FAST["n_initial_points"] + 8
-    point = BayesSearch(space, seed=6, settings=BayesSettings(fit_per="point", **FAST))
     auto = BayesSearch(space, seed=6, settings=BayesSettings(fit_per="auto",
                                                              batch_after=after, **FAST))
-    assert drive(auto, after, batch=4) == drive(point, after, batch=4)
-    assert auto.lies_told == 0 and auto.model_fits == point.model_fits > 0
+    drive(auto, FAST["n_initial_points"], batch=4)
+    asks = 0
+    while len(auto.history) < after:
+        fits = auto.model_fits
+        asked = auto.ask(4)
+        assert auto.model_fits == fits + 1 and len({config_key(c) for c in asked}) == 4
+        for config in asked:
+            auto.tell(config, synthetic_time(config))
+        asks += 1
+    assert asks == 2 and auto.lies_told == 3 * asks
     fits = auto.model_fits
-    asked = auto.ask(4)  # told `after` points: one search for the batch, lies for the rest
-    assert auto.model_fits - fits <= 1 and auto.lies_told == 3
-    assert len({config_key(c) for c in asked}) == 4
+    for config in auto.ask(4):  # at batch_after trials: the growth schedule starts, one search
+        auto.tell(config, synthetic_time(config))
+    assert auto.model_fits == fits + 1
+    fits = auto.model_fits
+    auto.ask(4)  # 4 more than batch_after, less than 1.5x: the hyperparameters are held
+    assert auto.model_fits == fits
     with pytest.raises(ConfigError, match="batch_after"):
         BayesSettings(fit_per="auto", batch_after=0)
+
+
+def test_auto_asks_a_search_told_a_prior_what_point_asks_until_batch_after() -> None:
+    """A child told its ancestors' trials keeps skopt's Optimizer below ``batch_after`` told
+    points (the lineage test of test_search_simulation.py needs it)."""
+    space = make_space()
+    parent = BayesSearch(space, seed=3, settings=BayesSettings(**FAST))
+    drive(parent, FAST["n_initial_points"] + 4, batch=4)
+    after = len(parent.history) + 12
+    children = []
+    for fit_per in ("auto", "point"):
+        child = BayesSearch(space, seed=6, settings=BayesSettings(fit_per=fit_per,
+                                                                  batch_after=after, **FAST))
+        child.set_prior([parent.history])
+        children.append(child)
+    auto, point = children
+    assert drive(auto, 8, batch=4) == drive(point, 8, batch=4)
+    assert auto.lies_told == 0 and auto.model_fits == point.model_fits > 0
 
 
 def test_batch_asks_are_seeded_and_resume_asks_what_the_uninterrupted_search_does() -> None:
