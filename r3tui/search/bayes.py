@@ -49,9 +49,10 @@ How the optimizer is used, and why (scikit-optimize 0.10.2, scikit-learn 1.9, nu
   ``batch_after`` (40) trials are finished, then only as the history grows by
   ``gp_search_growth``; ``batch`` grows from the initial design on, which lost the
   BO-beats-random test at 20 evaluations on hard sgemm (hyperparameters of 10 points held
-  until 15).  ``auto`` passes it on every table; at batches of 8 over 10 seeds on the nine
-  tables it found what ``point`` found at 50 evaluations (within 0.0015 of the optimum on
-  every table) for a fifth to a seventh of the CPU (bench/results/2026-12-06-search-auto-cpu.txt).
+  until 15).  ``auto`` passes it on every table; at batches of 8 over 10 seeds on the
+  recorded tables its loss at 20 and 50 evaluations was within noise of ``point``'s (0.98%
+  against 1.55% of the optimum, standard error of the difference 0.45) for 58 s of CPU
+  against 510 s (bench/results/2026-12-06-search-auto-cpu.txt).
   A search told a prior (a campaign's child) still asks skopt's Optimizer until the model is
   told ``batch_after`` points: the lineage test needs it.
 - **Output transforms** (``transform``): what the model fits from the told log-times
