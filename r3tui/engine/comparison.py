@@ -15,7 +15,7 @@ gained as measured, not as read off whichever trials the search happened to make
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -54,7 +54,7 @@ def ladder(best: TrialConfig, base: TrialConfig) -> list[tuple[str, TrialConfig]
 
 
 def measurable(steps: Sequence[tuple[str, TrialConfig]], space: Checks,
-               ok: Any) -> list[tuple[str, TrialConfig]]:
+               ok: Callable[[TrialConfig], bool]) -> list[tuple[str, TrialConfig]]:
     """``steps`` less those the variant's space refuses or that do not measure OK (``ok``);
     a level whose step is dropped is merged into the next one's name ("source+options").
     The last step (the winner) is always kept."""
