@@ -114,22 +114,10 @@ def open_runner(bundle_path: Path, timeout_s: float,
                 settings: RunnerSettings | None = None) -> Iterator[Runner]:
     """The runner for ``bundle_path`` (timing set against the application's own time where
     the bundle is an application's), its GPUs started with the bundle resident."""
-    import threading
-
     settings = settings or RunnerSettings()
-    # the Bayesian search's libraries (scikit-optimize, scikit-learn, scipy) take 1-2 s to
-    # import; they load while the GPUs start instead of in the campaign's first ask
-    threading.Thread(target=_preload_search, name="r3-preload-search", daemon=True).start()
     runner = RUNNERS[settings.runner](bundle_path, timeout_s, settings)
     with runner:
         yield runner
-
-
-def _preload_search() -> None:
-    try:
-        import skopt  # noqa: F401
-    except Exception:  # the first ask imports it again and says what is wrong
-        return
 
 
 @contextmanager
