@@ -33,6 +33,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
+sys.path.insert(0, str(ROOT / "examples"))  # the examples' catalog
 
 from app_harness import ApplicationHarness  # noqa: E402
 
@@ -187,26 +188,46 @@ def paired_flows(bundle_dir: Path, source: KernelSource, configs: list[TrialConf
         for r in range(rounds):
             unused = f"\n__device__ int r3_eval_cost_round_{r};\n"
             fresh = replace(source, text=source.text + unused)
-            if r % 2 == 0:
-                first = timed_flow(local, fresh, configs)
-                pairs.append((first, timed_flow(dask, fresh, configs)))
-            else:
-                second = timed_flow(dask, fresh, configs)
-                pairs.append((timed_flow(local, fresh, configs), second))
+            order = (local, dask) if r % 2 == 0 else (dask, local)
+            flows = {id(runner): timed_flow(runner, fresh, configs) for runner in order}
+            pairs.append((flows[id(local)], flows[id(dask)]))
         return pairs
+
+
+def record_example(name: str, scale: float, workdir: Path) -> Path:
+    """The example recorded at ``scale`` (seed 1) into ``workdir/NAME.r3b``."""
+    from catalog import load_example  # type: ignore[import-not-found]
+
+    from r3tui.record.kernel_recorder import RecordKernelRequest, record_kernel
+
+    example = load_example(name)
+    bundle_dir = workdir / f"{name}.r3b"
+    record_kernel(RecordKernelRequest(
+        Path(example.path) / "kernel.cu", example.kernel_name, Path(example.path) / "inputs.py",
+        bundle_dir, seed=1, scale=scale))
+    return bundle_dir
+
+
+def header(argv: Sequence[str] | None) -> list[str]:
+    """The report's first lines: when, on what, and the command."""
+    return [
+        f"date: {datetime.now(UTC).strftime('%Y-%m-%d %H:%M UTC')}",
+        f"gpu: {gpu_name()}",
+        f"host: {platform.node()} ({os.cpu_count()} cores)",
+        "command: python bench/eval_cost.py " + " ".join(sys.argv[1:] if argv is None else argv),
+    ]
 
 
 def run_example(
     name: str, scale: float, app_candidates: int, pool_candidates: int, workdir: Path,
     with_dask: bool = False,
 ) -> ExampleResult:
-    sys.path.insert(0, str(ROOT / "examples"))
-    from catalog import load_example  # type: ignore[import-not-found]
+    from catalog import load_example
 
     from r3tui.compile.base import CompileRequest, get_toolchain
     from r3tui.compile.options import canonicalize, render
     from r3tui.record.bundle import Bundle
-    from r3tui.record.kernel_recorder import RecordKernelRequest, load_inputs, record_kernel
+    from r3tui.record.kernel_recorder import load_inputs
     from r3tui.record.spec import PointerTable
     from r3tui.replay.candidate import Candidate
     from r3tui.replay.verify import compare_host
@@ -216,12 +237,7 @@ def run_example(
     source_path = Path(example.path) / "kernel.cu"
     inputs_path = Path(example.path) / "inputs.py"
     inputs = load_inputs(inputs_path, seed=1, scale=scale)
-    bundle_dir = workdir / f"{name}.r3b"
-    record_kernel(
-        RecordKernelRequest(
-            source_path, example.kernel_name, inputs_path, bundle_dir, seed=1, scale=scale
-        )
-    )
+    bundle_dir = record_example(name, scale, workdir)
     bundle = Bundle.open(bundle_dir)
     manifest = bundle.manifest
     source = source_path.read_text()
@@ -323,34 +339,27 @@ def campaign_rate(bundle_dir: Path, budget: int, workdir: Path,
     return rate, figures.n_trials, took, phases
 
 
-def campaign_only(name: str, scale: float, budget: int, flag_sets: Sequence[str]) -> int:
+def campaign_only(name: str, scale: float, budget: int, flag_sets: Sequence[str],
+                  argv: Sequence[str] | None) -> int:
     """``--campaign-only``: one recording, one live campaign per flag set, each one's rate
     and the inner loop's seconds per phase."""
     import shlex
 
-    from r3tui.record.kernel_recorder import RecordKernelRequest, record_kernel
-
-    sys.path.insert(0, str(ROOT / "examples"))
-    from catalog import load_example
-
-    example = load_example(name)
-    print(f"date: {datetime.now(UTC).strftime('%Y-%m-%d %H:%M UTC')}")
-    print(f"gpu: {gpu_name()}")
-    print(f"host: {platform.node()} ({os.cpu_count()} cores)")
+    print("\n".join(header(argv)), flush=True)
     with tempfile.TemporaryDirectory(prefix="r3-campaign-rate-") as tmp:
-        bundle_dir = Path(tmp) / f"{name}.r3b"
-        record_kernel(RecordKernelRequest(
-            Path(example.path) / "kernel.cu", example.kernel_name,
-            Path(example.path) / "inputs.py", bundle_dir, seed=1, scale=scale))
+        bundle_dir = record_example(name, scale, Path(tmp))
         for flags in flag_sets:
             rate, n, took, phases = campaign_rate(bundle_dir, budget, Path(tmp),
                                                   shlex.split(flags))
-            split = ", ".join(f"{k} {v:.2f}" for k, v in sorted(phases.items(),
-                                                                key=lambda kv: -kv[1]))
             print(f"campaign_evals_per_s: {rate:.1f} ({name}: `r3 tune --inner-only --budget "
-                  f"{budget} {flags}`, {n} trials in {took:.1f} s; seconds: {split})",
-                  flush=True)
+                  f"{budget} {flags}`, {n} trials in {took:.1f} s; seconds: "
+                  f"{phase_text(phases)})", flush=True)
     return 0
+
+
+def phase_text(phases: dict[str, float]) -> str:
+    """The inner loop's seconds per phase, the longest first."""
+    return ", ".join(f"{k} {v:.2f}" for k, v in sorted(phases.items(), key=lambda kv: -kv[1]))
 
 
 def gpu_name() -> str:
@@ -387,7 +396,7 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.campaign_only:
         return campaign_only(args.campaign, args.scale or DEFAULT_SCALES.get(args.campaign, 1.0),
-                             args.campaign_budget, args.campaign_flags or [""])
+                             args.campaign_budget, args.campaign_flags or [""], argv)
     results = []
     with tempfile.TemporaryDirectory(prefix="r3-eval-cost-") as tmp:
         for name in args.examples.split(","):
@@ -410,10 +419,7 @@ def main(argv: list[str] | None = None) -> int:
                                  Path(tmp))
 
     lines = [
-        f"date: {datetime.now(UTC).strftime('%Y-%m-%d %H:%M UTC')}",
-        f"gpu: {gpu_name()}",
-        f"host: {platform.node()} ({os.cpu_count()} cores)",
-        "command: python bench/eval_cost.py " + " ".join(sys.argv[1:] if argv is None else argv),
+        *header(argv),
         "",
         f"{'example':<11} {'scale':>5} {'replay s/cand':>13} {'app s/cand':>10} {'(nvcc s)':>8} "
         f"{'ratio':>7} {'replay us':>9} {'app us':>9} {'dev %':>6} {'cand/s':>7} {'busy':>5} "
@@ -462,8 +468,7 @@ def main(argv: list[str] | None = None) -> int:
         lines.append(f"campaign_evals_per_s: {rate[0]:.1f} ({args.campaign}: `r3 tune "
                      f"--inner-only --budget {args.campaign_budget}`, {rate[1]} trials in "
                      f"{rate[2]:.1f} s, the search's asks included)")
-        lines.append("campaign_seconds_by_phase: " + ", ".join(
-            f"{name} {s:.2f}" for name, s in sorted(rate[3].items(), key=lambda kv: -kv[1])))
+        lines.append(f"campaign_seconds_by_phase: {phase_text(rate[3])}")
     report = "\n".join(lines)
     print(report)
     if args.out:
