@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
@@ -255,27 +256,14 @@ class Evaluator(Protocol):
     def retime(self, configs: Sequence[TrialConfig], rounds: int) -> list[list[float]]: ...
 
 
-class _Phases:
-    """Wall seconds per phase of :func:`run_inner`, summed: ``with phases("ask"): ...``."""
-
-    def __init__(self) -> None:
-        self.seconds: dict[str, float] = {}
-        self._name = ""
-        self._at = 0.0
-
-    def __call__(self, name: str) -> _Phases:
-        self._name = name
-        return self
-
-    def __enter__(self) -> None:
-        self._at = time.perf_counter()
-
-    def __exit__(self, *exc: object) -> None:
-        took = time.perf_counter() - self._at
-        self.seconds[self._name] = self.seconds.get(self._name, 0.0) + took
-
-    def rounded(self) -> dict[str, float]:
-        return {name: round(s, 4) for name, s in self.seconds.items()}
+@contextmanager
+def _timed(seconds: dict[str, float], phase: str) -> Iterator[None]:
+    """Adds the wall seconds of the ``with`` body to ``seconds[phase]``."""
+    began = time.perf_counter()
+    try:
+        yield
+    finally:
+        seconds[phase] = seconds.get(phase, 0.0) + time.perf_counter() - began
 
 
 def _start(evaluator: Evaluator, configs: list[TrialConfig]) -> Callable[[], list[Measurement]]:
@@ -311,7 +299,8 @@ def run_inner(
     from db import repository as repo
     from r3tui.search import choose_winner, config_key
 
-    clock = _Phases()
+    # where the loop's wall time goes, phase by phase (the inner_done event keeps it)
+    seconds: dict[str, float] = {}
     trial_ids: dict[str, int] = {}
     flight: deque[tuple[list[TrialConfig], Callable[[], list[Measurement]]]] = deque()
     # an evaluator that measures as it is asked gains nothing from a second batch in flight
@@ -339,24 +328,24 @@ def run_inner(
             if give_up_after is not None and unproven:
                 # until something works, ask only as many as may be wasted
                 batch = max(1, min(batch, give_up_after - search.n_evaluated))
-            with clock("ask"):
+            with _timed(seconds, "ask"):
                 configs = search.ask(batch) if batch > 0 else []
             if not configs:
                 break
-            with clock("submit"):
+            with _timed(seconds, "submit"):
                 flight.append((configs, _start(evaluator, configs)))
         if not flight:
             break
         configs, results = flight.popleft()
-        with clock("wait"):
+        with _timed(seconds, "wait"):
             measurements = results()
-        with clock("store"), database.session_scope() as s:
+        with _timed(seconds, "store"), database.session_scope() as s:
             rows = [
                 repo.NewTrial(campaign_id, variant_id, c, m)
                 for c, m in zip(configs, measurements, strict=True)
             ]
             ids = repo.insert_trials(s, rows)
-        with clock("tell"):
+        with _timed(seconds, "tell"):
             for config, measurement, trial_id in zip(configs, measurements, ids, strict=True):
                 search.tell(config, measurement)
                 trial_ids[config_key(config)] = trial_id
@@ -375,7 +364,7 @@ def run_inner(
     unmeasured = ""  # why the recorded configuration could not be re-timed
     while finalists:
         try:
-            with clock("retime"):
+            with _timed(seconds, "retime"):
                 winner = choose_winner(finalists, baseline, evaluator.retime,
                                        rounds=settings.rounds)
             break
@@ -415,7 +404,7 @@ def run_inner(
                 "prior_points": sum(len(g) for g in search.prior),
                 # where the loop's wall time went (s): the search's asks and tells, waiting
                 # for the runner, storing trials, re-timing the finalists
-                "seconds": clock.rounded(),
+                "seconds": {k: round(v, 4) for k, v in seconds.items()},
             },
         )
     return InnerResult(

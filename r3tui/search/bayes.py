@@ -268,12 +268,12 @@ class BayesSearch(InnerSearch):
         # (a Gaussian-process fit took 10x longer with both cores busy).
         s = self.in_force
         with threadpool_limits(limits=1):
-            batch = s.fit_per == "batch" or (s.fit_per == "auto" and not (
-                # a child told its ancestors' trials asks skopt's Optimizer until the model
-                # is told batch_after points (the lineage test: 0.948 of the optimum with
-                # the batch model there, against 0.99 or more)
-                (prior := self.n_prior_points())
-                and self.n_evaluated + prior < s.batch_after))
+            # auto: a child told its ancestors' trials asks skopt's Optimizer until the model
+            # is told batch_after points (the lineage test: 0.948 of the optimum with the
+            # batch model there, against 0.99 or more); any other search the batch model
+            prior = self.n_prior_points()
+            early_child = prior > 0 and self.n_evaluated + prior < s.batch_after
+            batch = s.fit_per == "batch" or (s.fit_per == "auto" and not early_child)
             if batch and s.estimator == "GP" and s.constrain_sampling:
                 return self._ask_batch(n, taken)
             return self._ask_model(n, taken)

@@ -102,7 +102,8 @@ class BayesSettings:
                                  "told their lie with the hyperparameters fixed "
                                  "(r3tui.search.surrogate), searched again as the history "
                                  "grows by gp_search_growth; auto: batch, searched at every ask "
-                                 "until batch_after trials are finished; RF, ET and "
+                                 "until batch_after trials are finished (a search told a prior: "
+                                 "point until the model is told batch_after points); RF, ET and "
                                  "constrain_sampling=false always run point"})
     batch_after: int = field(
         default=40, metadata={"help": "fit_per=auto: finished trials until which the "
