@@ -196,7 +196,7 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
 
     from db import repository as repo
     from db.session import open_database
-    from r3tui.domain import VariantStatus
+    from r3tui.domain import Variant, VariantStatus
     from r3tui.engine.campaign import CampaignSettings
     from r3tui.engine.tune import CampaignJob, run_campaign
 
@@ -204,19 +204,26 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
         open_database(args.db, readonly=True, create=False) as database,
         database.session_scope() as s,
     ):
-        summaries = repo.list_campaign_summaries(s)
+        def pending_of(campaign_id: int) -> list[Variant]:
+            return [
+                v
+                for v in repo.campaign_variants(s, campaign_id)
+                if v.status is VariantStatus.PENDING
+            ]
+
         if args.campaign is None:
             remix = [
-                c
-                for c in summaries
+                c.id
+                for c in repo.list_campaign_summaries(s)
                 if (camp := repo.get_campaign(s, c.id)) and camp.settings.get("mode") == "remix"
             ]
             if not remix:
                 raise R3Error(f"no remix campaign in {args.db}")
-            args.campaign = remix[-1].id
-        pending = [
-            v for v in repo.campaign_variants(s, args.campaign) if v.status is VariantStatus.PENDING
-        ]
+            # the latest remix campaign that has something to evaluate: a rules campaign run
+            # after a --generate-only one must not hide the proposals waiting in it
+            waiting = [cid for cid in remix if pending_of(cid)]
+            args.campaign = (waiting or remix)[-1]
+        pending = pending_of(args.campaign)
     job = CampaignJob(args.bundle, args.db, CampaignSettings(), None, resume_campaign=args.campaign,
                       runner=runner_settings(args))
     with _bar(len(pending), "evaluating") as (bar, task):
@@ -263,7 +270,11 @@ def add_commands(sub: Subcommands) -> None:
     tune.set_defaults(handler=_cmd_tune)
 
     evaluate = sub.add_parser("evaluate", help="evaluate a campaign's pending variants on this GPU")
-    evaluate.add_argument("--campaign", type=int, help="campaign id (default: the latest remix)")
+    evaluate.add_argument(
+        "--campaign",
+        type=int,
+        help="campaign id (default: the latest remix campaign with pending variants)",
+    )
     evaluate.add_argument(
         "--bundle", type=Path, help="the recording on this node (default: the stored path)"
     )
