@@ -11,10 +11,16 @@ with its tunables at the recorded options and launch, then with the winner's opt
 the winner itself.  Each level's factor is the per-round ratio of one step to the one before,
 with its interval, so ``r3 report`` says what the source, the options and the launch each
 gained as measured, not as read off whichever trials the search happened to make.
+
+What ships is the fastest of those steps (:func:`fastest_rung`), not always the last: a launch
+setting that won a noisy search trial but is slower than the recorded one when re-timed
+interleaved is dropped (listed under ``dropped`` with its factor), and the winner is the step
+before it.
 """
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Protocol
@@ -101,9 +107,10 @@ def compare_with_original(run: CampaignRun, rounds: int = 15) -> dict[str, Any] 
                        lambda c: tuned.evaluate([c])[0].ok)
     base, per_step = original.interleave_many(tuned, space.baseline_config(),
                                               [c for _, c in steps], rounds)
-    times = per_step[-1]
-    f = summarize(fit.config, base, times)
-    levels = []
+    keep = fastest_rung(per_step)
+    shipped = steps[keep][1]
+    f = summarize(shipped, base, per_step[keep])
+    levels: list[dict[str, Any]] = []
     previous = base
     for (level, config), step_times in zip(steps, per_step, strict=True):
         g = summarize(config, previous, step_times)
@@ -117,10 +124,14 @@ def compare_with_original(run: CampaignRun, rounds: int = 15) -> dict[str, Any] 
         "ci": [f.low, f.high],
         "rounds": rounds,
         "median_s": f.median_s,
-        "config": fit.config.to_json(),
-        # the steps from the original to the winner, each over the one before (ladder)
-        "levels": levels,
+        "config": shipped.to_json(),
+        # the steps from the original to what ships, each over the one before (ladder)
+        "levels": levels[: keep + 1],
+        # the steps after it: slower than the step before them when re-timed, not shipped
+        "dropped": levels[keep + 1:],
     }
+    dropped = "".join(f"; {lv['level']} step dropped ({lv['speedup']:.3f}x re-timed)"
+                      for lv in levels[keep + 1:])
     with run.database.session_scope() as s:
         repo.add_event(
             s,
@@ -128,7 +139,15 @@ def compare_with_original(run: CampaignRun, rounds: int = 15) -> dict[str, Any] 
             "final",
             f"best variant #{variant.id}: {f.speedup:.3f}x "
             f"[{f.low:.3f}, {f.high:.3f}] over the original, {rounds} "
-            "interleaved rounds",
+            f"interleaved rounds{dropped}",
             data,
         )
     return data
+
+
+def fastest_rung(per_step: Sequence[Sequence[float]]) -> int:
+    """The step of the ladder that ships: the one of the lowest median time over the
+    interleaved rounds (all steps were timed in the same rounds); on a tie the earlier step,
+    which changes less."""
+    medians = [statistics.median(times) for times in per_step]
+    return min(range(len(medians)), key=lambda i: (medians[i], i))

@@ -199,6 +199,9 @@ def build_report(s: Session, campaign_id: int, now: datetime | None = None) -> C
         elif e.kind == "skipped" and e.data:
             skipped.update(e.data.get("counts", {}))
             skipped_by_operator.update(e.data.get("by_operator", {}))
+    if final and final.get("config") and best and final.get("variant_id") == best[1].id:
+        # what ships: the re-timed ladder's fastest step (engine.comparison)
+        best_config = TrialConfig.from_json(final["config"])
     contribution_ci: dict[str, tuple[float, float]] = {}
     if final and final.get("levels"):
         # measured step by step, interleaved with the original: these replace the figures
@@ -273,6 +276,11 @@ def render(report: CampaignReport) -> list[str]:
             )
         if report.best_config is not None:
             lines.append(f"  config: {json.dumps(report.best_config.to_json())}")
+        for lv in (report.final or {}).get("dropped", []):
+            lines.append(
+                f"  not shipped: its {lv['level']} step, {lv['speedup']:.3f}x "
+                f"[{lv['ci'][0]:.3f}, {lv['ci'][1]:.3f}] over the step before it when re-timed"
+            )
     best = report.best_speedup
     if best is not None:
         lines.append(

@@ -50,3 +50,12 @@ def test_a_step_that_cannot_run_merges_its_level_into_the_next() -> None:
     failed = measurable(steps, Space(set()), lambda c: c == BEST)
     assert failed == [("source+options+launch", BEST)]
     assert measurable(steps, Space(set()), lambda c: True) == steps
+
+
+def test_the_fastest_step_ships_and_a_tie_keeps_the_smaller_change() -> None:
+    from r3tui.engine.comparison import fastest_rung
+
+    # source gains, options gain more, the launch step is slower again: options ships
+    assert fastest_rung([[3.0, 3.1, 2.9], [2.0, 2.1, 1.9], [2.4, 2.5, 2.3]]) == 1
+    assert fastest_rung([[3.0], [2.0], [1.0]]) == 2
+    assert fastest_rung([[2.0, 2.0], [2.0, 2.0]]) == 0
