@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from r3tui.engine.options import option
 
@@ -47,7 +47,8 @@ def _gpu_ids(settings: RunnerSettings) -> list[int]:
     return list(range(min(settings.gpus, count) if settings.gpus > 0 else count))
 
 
-def _local(bundle_path: Path, timeout_s: float, settings: RunnerSettings) -> Runner:
+def _local(bundle_path: Path, timeout_s: float, settings: RunnerSettings,
+           while_starting: Callable[[], object] | None = None) -> Runner:
     from r3tui.compile.cache import CompileCache, default_cache_dir
     from r3tui.compile.pool import CompilePool
     from r3tui.engine.app_recording import in_app_reference
@@ -61,13 +62,14 @@ def _local(bundle_path: Path, timeout_s: float, settings: RunnerSettings) -> Run
                  for device in _gpu_ids(settings)]
     pool = CompilePool(settings.workers or None, cache=CompileCache(default_cache_dir()))
     try:
-        return LocalRunner(replayers, pool)
+        return LocalRunner(replayers, pool, while_starting)
     except BaseException:
         pool.close(cancel_pending=True)
         raise
 
 
-def _dask(bundle_path: Path, timeout_s: float, settings: RunnerSettings) -> Runner:
+def _dask(bundle_path: Path, timeout_s: float, settings: RunnerSettings,
+          while_starting: Callable[[], object] | None = None) -> Runner:
     import os
 
     from r3tui.compile.cache import CompileCache, default_cache_dir
@@ -92,6 +94,8 @@ def _dask(bundle_path: Path, timeout_s: float, settings: RunnerSettings) -> Runn
             cluster = local_cluster(settings.workers or os.cpu_count() or 1,
                                     [str(i) for i in _gpu_ids(settings)])
         client = connect(None, cluster)
+    if while_starting is not None:  # the cluster's workers are up; it overlaps nothing here
+        while_starting()
     try:
         return DaskRunner(client, bundle_path, backend,
                           cache=CompileCache(default_cache_dir()), owned=cluster)
@@ -102,8 +106,15 @@ def _dask(bundle_path: Path, timeout_s: float, settings: RunnerSettings) -> Runn
         raise
 
 
+class RunnerFactory(Protocol):
+    """How a runner is opened: ``while_starting`` runs while its GPUs start, where it can."""
+
+    def __call__(self, bundle_path: Path, timeout_s: float, settings: RunnerSettings,
+                 while_starting: Callable[[], object] | None = None) -> Runner: ...
+
+
 # name -> how to open it
-RUNNERS: dict[str, Callable[[Path, float, RunnerSettings], Runner]] = {
+RUNNERS: dict[str, RunnerFactory] = {
     "local": _local,
     "dask": _dask,
 }
@@ -111,11 +122,14 @@ RUNNERS: dict[str, Callable[[Path, float, RunnerSettings], Runner]] = {
 
 @contextmanager
 def open_runner(bundle_path: Path, timeout_s: float,
-                settings: RunnerSettings | None = None) -> Iterator[Runner]:
+                settings: RunnerSettings | None = None,
+                while_starting: Callable[[], object] | None = None) -> Iterator[Runner]:
     """The runner for ``bundle_path`` (timing set against the application's own time where
-    the bundle is an application's), its GPUs started with the bundle resident."""
+    the bundle is an application's), its GPUs started with the bundle resident;
+    ``while_starting`` (the campaign's slow imports) runs while the local runner's replay
+    workers map the bundle."""
     settings = settings or RunnerSettings()
-    runner = RUNNERS[settings.runner](bundle_path, timeout_s, settings)
+    runner = RUNNERS[settings.runner](bundle_path, timeout_s, settings, while_starting)
     with runner:
         yield runner
 

@@ -129,8 +129,10 @@ def run_inner_campaign(job: InnerCampaign, progress: Progress | None = None) -> 
     settings = job.settings
     database = open_database(job.db_path, create=True, upgrade=True)
     from r3tui.engine.gpu import open_runner, report_load
+    from r3tui.engine.inner_loop import preload
 
-    with open_runner(job.bundle_path, job.timeout_s, job.runner) as runner:
+    with open_runner(job.bundle_path, job.timeout_s, job.runner,
+                     lambda: preload(settings)) as runner:
         info = runner.info
         # before any campaign row: an original that does not compile ends here, in one line
         checked = preflight(source, settings.toolchain, info.arch)

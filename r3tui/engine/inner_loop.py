@@ -236,6 +236,16 @@ def make_strategy(space: SearchSpace, settings: InnerSettings) -> InnerSearch:
     return make_search(settings.strategy, space, settings.seed, bayes)
 
 
+def preload(settings: InnerSettings) -> None:
+    """Import what the search's first asks would import (scikit-optimize and scikit-learn
+    for the Bayesian search: 1.1-1.2 s here), for a caller to run while the GPUs start
+    instead of in the first ask.  In the calling thread: an import in a thread of its own
+    deadlocked a process forked meanwhile (session 31)."""
+    if settings.strategy == "bayes":
+        import skopt.sampler
+        import skopt.utils  # noqa: F401
+
+
 def bayes_settings(settings: InnerSettings) -> BayesSettings:
     """The Bayesian search's settings: ``--estimator``, then the ``--bo`` spec over it."""
     from r3tui.search import BayesSettings

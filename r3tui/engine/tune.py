@@ -140,6 +140,7 @@ def run_campaign(
     from db import repository as repo
     from db.session import open_database
     from r3tui.domain import CampaignStatus
+    from r3tui.engine.inner_loop import preload
     from r3tui.record.bundle import Bundle
 
     control = control or CampaignControl()
@@ -154,7 +155,8 @@ def run_campaign(
         needs_gpu = generate_only is None
         with (
             control.signals(),
-            open_runner(bundle_path, job.timeout_s, job.runner) if needs_gpu
+            open_runner(bundle_path, job.timeout_s, job.runner,
+                        lambda: preload(settings.inner)) if needs_gpu
             else nullcontext(None) as gpu,
         ):
             evaluator_for = None

@@ -124,6 +124,7 @@ class ReplayWorker:
         self._proc: Any = None
         self._conn: Any = None
         self._started = False
+        self._greeted = False  # the child alive has said it mapped the bundle
         self._ctx = mp.get_context("spawn")
 
     @property
@@ -145,10 +146,11 @@ class ReplayWorker:
                     raise
         raise AssertionError("unreachable")
 
-    def _start_once(self) -> WorkerInfo:
+    def begin(self) -> None:
+        """Spawn the child without waiting for it to map the bundle (:meth:`start` waits):
+        the caller can work meanwhile.  Nothing is done while a child is alive."""
         if self.alive:
-            assert self.info is not None
-            return self.info
+            return
         self._reap()
         parent, child = self._ctx.Pipe()
         proc = self._ctx.Process(target=_child_main, name="r3-replay-worker",
@@ -157,8 +159,16 @@ class ReplayWorker:
                                  daemon=True)
         proc.start()
         self._started = True
+        self._greeted = False
         child.close()
         self._proc, self._conn = proc, parent
+
+    def _start_once(self) -> WorkerInfo:
+        if self.alive and self._greeted:
+            assert self.info is not None
+            return self.info
+        self.begin()
+        proc, parent = self._proc, self._conn
         if not parent.poll(self.startup_timeout_s):
             self._kill()
             raise GpuUnavailable(
@@ -176,6 +186,7 @@ class ReplayWorker:
             cls = _ERRORS.get(message[1], RecordingError)
             raise cls(f"replay worker: {message[2]}")
         self.info = message[1]
+        self._greeted = True
         return message[1]
 
     def evaluate(self, candidate: Candidate, *, timed: bool = True) -> Measurement:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import queue
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -31,6 +31,9 @@ class GpuReplayer:
 
     def __init__(self, worker: ReplayWorker) -> None:
         self.worker = worker
+
+    def begin(self) -> None:
+        self.worker.begin()
 
     def start(self) -> WorkerInfo:
         return self.worker.start()
@@ -60,7 +63,8 @@ class LocalRunner(Runner):
 
     name = "local"
 
-    def __init__(self, replayers: Sequence[Replayer], pool: CompilePool) -> None:
+    def __init__(self, replayers: Sequence[Replayer], pool: CompilePool,
+                 while_starting: Callable[[], object] | None = None) -> None:
         if not replayers:
             raise ValueError("a local runner needs at least one replayer")
         self.pool = pool
@@ -71,6 +75,13 @@ class LocalRunner(Runner):
         self._closed = False
         infos = []
         try:
+            # every GPU's worker spawned first, then ``while_starting`` (the campaign's own
+            # imports) runs here while they map the bundle, then each is waited for
+            for gpu in self._gpus:
+                if (begin := getattr(gpu.replayer, "begin", None)) is not None:
+                    begin()
+            if while_starting is not None:
+                while_starting()
             for gpu in self._gpus:
                 infos.append(gpu.replayer.start())
         except BaseException:

@@ -78,6 +78,13 @@ def test_worker_reports_a_bad_bundle(tmp_path: Path) -> None:
     (tmp_path / "empty").mkdir()
     with pytest.raises(RecordingError, match="not a recording bundle"):
         ReplayWorker(tmp_path / "empty", startup_timeout_s=120).start()
+    # begun first (the child spawned while the caller works), the error comes from start
+    worker = ReplayWorker(tmp_path / "empty", startup_timeout_s=120)
+    worker.begin()
+    assert worker._proc is not None
+    with pytest.raises(RecordingError, match="not a recording bundle"):
+        worker.start()
+    worker.close()
 
 
 def test_a_child_whose_driver_took_the_arena_range_is_replaced(

@@ -89,6 +89,30 @@ def test_gpus_of_different_architectures_are_refused(space_file: SpaceFile) -> N
     pool.close()
 
 
+def test_the_campaigns_imports_run_while_every_gpu_starts(space_file: SpaceFile) -> None:
+    # every replayer that can be begun is begun (its child spawned) before while_starting
+    # runs, and waited for after it: the import of the search's model overlaps the GPUs'
+    # start instead of the first ask
+    calls: list[str] = []
+
+    class Begun(SimulatedReplayer):
+        def __init__(self, name: str) -> None:
+            super().__init__(space_file.table)
+            self.name = name
+
+        def begin(self) -> None:
+            calls.append(f"begin {self.name}")
+
+        def start(self):  # type: ignore[no-untyped-def]
+            calls.append(f"start {self.name}")
+            return super().start()
+
+    pool = CompilePool(workers=1)
+    with LocalRunner([Begun("a"), Begun("b")], pool, lambda: calls.append("imports")):
+        pass
+    assert calls == ["begin a", "begin b", "imports", "start a", "start b"]
+
+
 class Watched:
     """The real ReplayEvaluator, with the order of its batches' submissions and waits kept."""
 
