@@ -54,7 +54,12 @@ How the optimizer is used, and why (scikit-optimize 0.10.2, scikit-learn 1.9, nu
   against 1.55% of the optimum, standard error of the difference 0.45) for 58 s of CPU
   against 510 s (bench/results/2026-12-06-search-auto-cpu.txt).
   A search told a prior (a campaign's child) still asks skopt's Optimizer until the model is
-  told ``batch_after`` points: the lineage test needs it.
+  told ``batch_after`` points: the lineage test needs it.  From ``batch_after`` trials on the
+  hyperparameter search starts from skopt's initial kernel only (``gp_restarts_late``, 0;
+  before it ``gp_restarts``, 2, as skopt): those searches are on more points and cost more,
+  and without restarts a 200-trial campaign's asks took half the CPU with optima as good
+  (bench/results/2026-12-06-search-restarts-cpu.txt); 0 restarts from the start lost the
+  BO-beats-random test at 20 evaluations on hard sgemm.
 - **Output transforms** (``transform``): what the model fits from the told log-times
   (:mod:`r3tui.search.output_transform`).
 - **Acquisition.**  ``gp_hedge`` (skopt's portfolio of EI, LCB and PI) is, since each ask builds
@@ -361,9 +366,10 @@ class BayesSearch(InnerSearch):
             at, told, _ = self._told(upto=checkpoint)
             return at, transformed(told, s.transform)
 
+        restarts = s.gp_restarts if checkpoint < s.batch_after else s.gp_restarts_late
         hyper = self._batch.hyperparameters(checkpoint, told_at_checkpoint,
                                             derive_seed(self.seed, "model", checkpoint),
-                                            s.gp_restarts)
+                                            restarts)
         lie = self._lie(values)
         pending = [p for c in self._pending.values() if (p := self._point_of(c)) is not None]
         step = (len(self.history), len(self._pending))

@@ -109,8 +109,15 @@ class BayesSettings:
         default=40, metadata={"help": "fit_per=auto: finished trials until which the "
                               "hyperparameters are searched at every ask (once a batch)"})
     gp_restarts: int = field(
-        default=2, metadata={"help": "fit_per=batch: random restarts of the GP's hyperparameter "
-                             "search (skopt's GP: 2)"})
+        default=2, metadata={"help": "fit_per=batch/auto: random restarts of the GP's "
+                             "hyperparameter search besides the start at skopt's initial "
+                             "kernel (skopt's GP: 2), while fewer than batch_after trials are "
+                             "finished"})
+    gp_restarts_late: int = field(
+        default=0, metadata={"help": "fit_per=batch/auto: the same once batch_after trials are "
+                             "finished, where each search costs more (0 found optima as good "
+                             "at 100-200 evaluations in half the CPU time: bench/results/"
+                             "2026-12-06-search-restarts-cpu.txt)"})
     gp_search_growth: float = field(
         default=1.5, metadata={"help": "fit_per=batch: the GP's hyperparameters are searched "
                                "again once the history has grown by this factor (1: at every "
@@ -147,8 +154,8 @@ class BayesSettings:
             raise ConfigError(f"fit_per {self.fit_per!r} is not one of {', '.join(FIT_PER)}")
         if self.batch_after < 1:
             raise ConfigError("batch_after must be at least 1")
-        if self.gp_restarts < 0:
-            raise ConfigError("gp_restarts must be at least 0")
+        if self.gp_restarts < 0 or self.gp_restarts_late < 0:
+            raise ConfigError("gp_restarts and gp_restarts_late must be at least 0")
         if not (math.isfinite(self.gp_search_growth) and self.gp_search_growth >= 1.0):
             raise ConfigError("gp_search_growth must be at least 1")
         if self.local_candidates < 0 or self.prior_local_candidates < 0:

@@ -203,6 +203,8 @@ def test_batch_settings_are_checked_and_forests_keep_skopts_optimizer() -> None:
         BayesSettings(fit_per="ask")
     with pytest.raises(ConfigError, match="gp_restarts"):
         BayesSettings(gp_restarts=-1)
+    with pytest.raises(ConfigError, match="gp_restarts_late"):
+        BayesSettings(gp_restarts_late=-1)
     for growth in (0.5, float("inf")):
         with pytest.raises(ConfigError, match="gp_search_growth"):
             BayesSettings(gp_search_growth=growth)
