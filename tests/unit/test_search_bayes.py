@@ -446,6 +446,25 @@ def test_cap_and_mixed_transforms() -> None:
     assert transformed(values[:4], "power") != values[:4]
 
 
+@pytest.mark.parametrize("seed", range(6))
+def test_the_power_transform_is_scikit_learns(seed: int) -> None:
+    # written on numpy for speed; it must give what PowerTransformer gives (log-times of a
+    # search: a slow tail, ties, a few values)
+    import random
+
+    import numpy as np
+    from sklearn.preprocessing import PowerTransformer
+
+    rng = random.Random(seed)
+    n = rng.choice([3, 5, 16, 40, 200])
+    times = [rng.lognormvariate(-9, rng.uniform(0.05, 2.0)) for _ in range(n)]
+    times[: n // 4] = [times[0]] * (n // 4)  # ties, as repeated configurations give
+    logs = [float(np.log(t)) for t in times]
+    low = min(logs)
+    expected = PowerTransformer(method="yeo-johnson").fit_transform([[v - low] for v in logs])
+    assert transformed(logs, "power") == pytest.approx(list(expected[:, 0]), abs=1e-6)
+
+
 @pytest.mark.parametrize("transform", ["rank", "power", "cap", "mixed"])
 def test_output_transforms_are_valid_deterministic_and_move_the_model(transform: str) -> None:
     with pytest.raises(ConfigError, match="transform"):
