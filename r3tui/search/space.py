@@ -131,6 +131,7 @@ class SearchSpace:
         = field(default=None, repr=False)
     _shared_expression: Relation | None = field(default=None, repr=False)
     _launch_notes: list[str] = field(default_factory=list, repr=False)
+    _keys: dict[tuple[int, ...], str] = field(default_factory=dict, repr=False, compare=False)
 
     # -- construction --------------------------------------------------------------------
     @classmethod
@@ -396,7 +397,15 @@ class SearchSpace:
         return self.to_config(self.baseline_point())
 
     def key(self, point: Sequence[Any]) -> str:
-        return config_key(self.to_config(point))
+        """``config_key`` of the point's config, kept per point of the space: a search asks it
+        of thousands of acquisition candidates a campaign (0.3 s of JSON in a 200-trial one)."""
+        indices = self._indices(point)
+        if indices is None:
+            return config_key(self.to_config(point))
+        found = self._keys.get(indices)
+        if found is None:
+            found = self._keys[indices] = config_key(self.to_config(point))
+        return found
 
     def check(self, config: TrialConfig) -> list[str]:
         """Why ``config`` cannot be sent (empty when it is a valid point of this space)."""
