@@ -256,6 +256,9 @@ class DaskRunner(Runner):
                        "replay_tasks": 0}
         self._closed = False
         self._waiting: list[tuple[ReplayJob, Future[Measurement]]] = []
+        # compiles on the cluster by cache key: a request asked again while its compile runs
+        # (configs that differ only in their launch) waits for that one, as CompilePool does
+        self._compiling: dict[str, Future[CompiledKernel]] = {}
         self._batches = 0  # replay tasks in flight
         self._gpu_count, self._gpus_seen_at = 1, 0.0  # GPU workers, asked at most once a second
         check_versions(client)
@@ -353,18 +356,34 @@ class DaskRunner(Runner):
             return CompiledKernel.failure(chain, f"the Dask worker compiling it was lost twice "
                                           f"({why})", cache_key=key)
 
-        future = self._submit(compile_task, lambda: (toolchain, request), on_lost=lost,
-                              resources=None,
-                              key=f"r3-compile-{key[:32]}-{uuid.uuid4().hex[:8]}")
-        if self.cache is not None:
-            cache = self.cache
+        with self._lock:
+            running = self._compiling.get(key)
+            if running is None:
+                running = self._submit(compile_task, lambda: (toolchain, request), on_lost=lost,
+                                       resources=None,
+                                       key=f"r3-compile-{key[:32]}-{uuid.uuid4().hex[:8]}")
+                self._compiling[key] = running
+                first = True
+            else:
+                first = False
+        mine: Future[CompiledKernel] = Future()
+        cache = self.cache
 
-            def keep(done: Future[CompiledKernel]) -> None:
-                if not done.cancelled() and done.exception() is None:
+        def answered(done: Future[CompiledKernel]) -> None:
+            if first:
+                with self._lock:
+                    self._compiling.pop(key, None)
+                if cache is not None and not done.cancelled() and done.exception() is None:
                     cache.put(done.result())
+            if done.cancelled():
+                mine.cancel()
+            elif done.exception() is not None:
+                mine.set_exception(done.exception())
+            else:
+                mine.set_result(done.result())
 
-            future.add_done_callback(keep)
-        return future
+        running.add_done_callback(answered)
+        return mine
 
     def replay(self, job: ReplayJob) -> Future[Measurement]:
         if self._closed:

@@ -244,3 +244,29 @@ def test_replays_that_queue_up_go_to_the_gpu_workers_in_batches(
     assert stats.replays == 40 and stats.lost == 0
     # the first `slots` alone, then the 36 that waited in batches of at most MAX_BATCH
     assert slots + -(-(40 - slots) // MAX_BATCH) <= stats.replay_tasks < 40
+
+
+def test_a_compile_asked_again_while_it_runs_is_not_sent_twice(
+        cluster: Any, tmp_path: Path, space_file: Any) -> None:
+    """Configurations that differ only in their launch compile the same code: the second ask
+    waits for the first's task (as the local compile pool does), and each gets the kernel."""
+    from r3tui.compile.base import CompileRequest
+    from r3tui.runners import dask_runner
+
+    sent: list[str] = []
+    with _runner(cluster, tmp_path, space_file, 0.0) as runner:
+        submit = runner._submit
+
+        def counted(fn: Any, *args: Any, **kwargs: Any) -> Any:
+            if fn is dask_runner.compile_task:
+                sent.append(kwargs["key"])
+            return submit(fn, *args, **kwargs)
+
+        runner._submit = counted  # type: ignore[method-assign]
+        request = CompileRequest(_source().text, "stencil7", options=("--use_fast_math",))
+        other = CompileRequest(_source().text, "stencil7", options=("-lineinfo",))
+        futures = [runner.compile("nvrtc", r) for r in (request, request, other, request)]
+        kernels = [f.result(timeout=120) for f in futures]
+    assert len(sent) == 2
+    assert all(k.ok for k in kernels)
+    assert kernels[0].binary == kernels[1].binary == kernels[3].binary != kernels[2].binary
