@@ -262,7 +262,7 @@ def test_a_compile_asked_again_while_it_runs_is_not_sent_twice(
                 sent.append(kwargs["key"])
             return submit(fn, *args, **kwargs)
 
-        runner._submit = counted  # type: ignore[method-assign]
+        runner._submit = counted
         request = CompileRequest(_source().text, "stencil7", options=("--use_fast_math",))
         other = CompileRequest(_source().text, "stencil7", options=("-lineinfo",))
         futures = [runner.compile("nvrtc", r) for r in (request, request, other, request)]
