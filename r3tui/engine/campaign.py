@@ -13,6 +13,7 @@ part on a login node), from the archive as it was before the current evaluation.
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
@@ -197,6 +198,9 @@ class CampaignRun(ProposalSide):
         self.ledger = ProposalLedger()  # proposals counted instead of stored; streaks
         self.novelty = Novelty(campaign_id, self._code_of)
         self.stored = 0  # proposals of this run stored as variants
+        # generate-only: the GPU architecture (sm_90) the model's changes are compiled for on
+        # this machine before they are written, so a compile error gets its repair turn here
+        self.compile_arch: str | None = None
 
     # -- state from the database ---------------------------------------------------------
     def _variants(self) -> list[Variant]:
@@ -532,12 +536,12 @@ class CampaignRun(ProposalSide):
         seed = self.seed_variant()
         made = self.n_children()
         out: list[Variant] = [] if seed.status is not VariantStatus.PENDING else [seed]
-        repairs = self._unrepaired() if self.settings.repair else []
-        for k in range(n):
+        repairs = deque(self._unrepaired() if self.settings.repair else [])
+        for _ in range(n):
             if self.control.stop_requested:
                 break
-            if k < len(repairs):
-                failed, why = repairs[k]
+            if repairs:
+                failed, why = repairs.popleft()
                 request = ProposalRequest(made, failed.island, failed, None, (), (), why)
             else:
                 request = self._request(made)
@@ -546,7 +550,37 @@ class CampaignRun(ProposalSide):
             variant = self.store_proposal(request, proposal)
             made += 1
             if variant is not None:
+                variant = self._checked(variant)
                 out.append(variant)
                 self._announce(request.index, variant)
+                if (self.settings.repair and variant.status is VariantStatus.COMPILE_FAILED
+                        and variant.origin is VariantOrigin.LLM):
+                    repairs.appendleft((variant, f"compile_failed: {variant.status_reason}"))
         self.record_skipped()
         return out
+
+    def _checked(self, variant: Variant) -> Variant:
+        """generate-only (``compile_arch`` set): a model's pending change compiled here at its
+        baseline configuration (NVRTC needs no GPU); one that does not compile is stored as
+        compile_failed with the compiler's first error, so its repair turn comes in this run
+        instead of after a round trip through the GPU node."""
+        from db import repository as repo
+        from r3tui.engine.unit_source import compile_error
+
+        if (self.compile_arch is None or variant.status is not VariantStatus.PENDING
+                or variant.origin not in (VariantOrigin.LLM, VariantOrigin.REPAIR)
+                or variant.id is None):
+            return variant
+        error = compile_error(replace(self.seed_source, text=variant.source), self.launch,
+                              self.settings.inner, self.limits, self.compile_arch)
+        if error is None:
+            return variant
+        reason = f"compile_error (compiled on this machine before any GPU): {error}"
+        with self.database.session_scope() as s:
+            repo.update_variant(s, variant.id, status=VariantStatus.COMPILE_FAILED,
+                                status_reason=reason)
+            repo.add_event(s, self.campaign_id, "variant",
+                           f"#{variant.id} {variant.origin.value}:{variant.operator} → "
+                           f"compile_failed ({error})",
+                           {"variant_id": variant.id, "status": "compile_failed", "best_s": None})
+        return replace(variant, status=VariantStatus.COMPILE_FAILED, status_reason=reason)

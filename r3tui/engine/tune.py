@@ -23,7 +23,7 @@ from r3tui.engine.inner import (
     with_app_limits,
 )
 from r3tui.engine.lifecycle import campaign_run, finish
-from r3tui.engine.unit_source import preflight, searched_launch, seed_unit
+from r3tui.engine.unit_source import preflight, recorded_arch, searched_launch, seed_unit
 
 if TYPE_CHECKING:
     from db.session import Database
@@ -207,6 +207,8 @@ def run_campaign(
             )
             with campaign_run(database, campaign_id), report_load(database, campaign_id, gpu):
                 if generate_only is not None:
+                    # the model's changes compiled here, for the recorded GPU, as they come
+                    run.compile_arch = recorded_arch(bundle)
                     made = len(run.generate(generate_only))
                 elif evaluate_only:
                     made = run.evaluate_pending()

@@ -20,9 +20,10 @@ from r3tui.errors import R3Error
 
 if TYPE_CHECKING:
     from r3tui.analysis.device_unit import DeviceUnit
-    from r3tui.engine.inner import KernelSource
+    from r3tui.engine.inner import InnerSettings, KernelSource
     from r3tui.record.bundle import Bundle
     from r3tui.record.manifest import LaunchInfo
+    from r3tui.search import DeviceLimits
 
 
 class OriginalUnusable(R3Error):
@@ -165,3 +166,30 @@ def preflight(source: KernelSource, toolchain: str, arch: str) -> Preflight:
     raise OriginalUnusable(
         "the original kernel does not compile, so there is nothing to search from: "
         + "; ".join(tried))
+
+
+def compile_error(source: KernelSource, launch: LaunchInfo, inner: InnerSettings,
+                  limits: DeviceLimits, arch: str) -> str | None:
+    """The compiler's first error for ``source`` at the baseline configuration of its own
+    search space (its tunables at their defaults), compiled on this machine for ``arch``;
+    None when it compiles, or when that cannot be told here (a space that does not build, a
+    toolchain this machine lacks)."""
+    from r3tui.compile.base import first_error_line, get_toolchain
+    from r3tui.engine.inner import build_space, compile_request
+
+    try:
+        config = build_space(launch, source, inner, limits).baseline_config()
+    except (R3Error, ValueError):
+        return None
+    chain = get_toolchain(config.toolchain)
+    if not chain.available()[0]:
+        return None
+    compiled = chain.compile(compile_request(source, config, arch))
+    return None if compiled.ok else first_error_line(compiled.log)
+
+
+def recorded_arch(bundle: Bundle) -> str | None:
+    """``sm_XY`` of the GPU a bundle was recorded on (its provenance), None if not recorded."""
+    capability = str(bundle.manifest.provenance.get("compute_capability") or "")
+    major, _, minor = capability.partition(".")
+    return f"sm_{major}{minor}" if major.isdigit() and minor.isdigit() else None

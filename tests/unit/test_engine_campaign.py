@@ -609,6 +609,41 @@ def test_a_generational_run_writes_the_repair_turns_of_failed_changes_first(
     database.close()
 
 
+def test_a_generational_run_compiles_the_models_changes_and_repairs_them_at_once(
+        tmp_path: Path) -> None:
+    """--generate-only with the recorded GPU's architecture: a change that does not compile
+    (real NVRTC, on this machine without a GPU) is stored as compile_failed with the compiler's
+    error and goes back to the model in the same run; its repair, which compiles, is what
+    waits for the GPU node."""
+    settings = model_settings(3)
+    database = open_database(tmp_path / "g.sqlite")
+    cid = new_campaign(database, settings)
+    model = ScriptedBackend([BROKEN, FIXED, BROKEN.replace("nx_wrong", "nx_third")])
+    run = CampaignRun(database, cid, settings, SOURCE, LAUNCH, DeviceLimits(),
+                      make_mutator_from(settings, model), None)
+    run.compile_arch = "sm_90"
+    written = [v for v in run.generate(3) if v.origin is not VariantOrigin.SEED]
+    assert [(v.origin, v.status) for v in written] == [
+        (VariantOrigin.LLM, VariantStatus.COMPILE_FAILED),
+        (VariantOrigin.REPAIR, VariantStatus.PENDING),
+        (VariantOrigin.LLM, VariantStatus.COMPILE_FAILED)]
+    broken, repaired, third = written
+    assert "nx_third" in (third.status_reason or "")
+    assert "nx_wrong" in (broken.status_reason or "") and repaired.parent_id == broken.id
+    assert "It failed: compile_failed:" in model.prompts[1] and "nx_wrong" in model.prompts[1]
+    with database.session_scope() as s:
+        stored = {v.id: v.status for v in repo.campaign_variants(s, cid)}
+    assert stored[broken.id] is VariantStatus.COMPILE_FAILED
+    assert stored[repaired.id] is VariantStatus.PENDING
+    # without the architecture (a bundle that does not say) nothing is compiled here
+    cid2 = new_campaign(database, settings)
+    plain = CampaignRun(database, cid2, settings, SOURCE, LAUNCH, DeviceLimits(),
+                        make_mutator_from(settings, ScriptedBackend([BROKEN])), None)
+    (only,) = [v for v in plain.generate(1) if v.origin is not VariantOrigin.SEED]
+    assert only.status is VariantStatus.PENDING
+    database.close()
+
+
 def test_a_re_run_from_the_record_makes_the_repair_turns_again(tmp_path: Path) -> None:
     from db import repository as repo_
     from r3tui.remix.recorded import RecordedBackend
@@ -630,3 +665,16 @@ def test_a_re_run_from_the_record_makes_the_repair_turns_again(tmp_path: Path) -
     assert [(v.source, v.origin, v.operator) for v in redo] == \
         [(v.source, v.origin, v.operator) for v in old]
     database.close()
+
+
+@pytest.mark.parametrize(("capability", "arch"), [("9.0", "sm_90"), ("8.6", "sm_86"),
+                                                  (None, None), ("", None), ("nine", None)])
+def test_the_recorded_gpus_architecture_comes_from_the_bundles_provenance(
+        capability: str | None, arch: str | None) -> None:
+    from types import SimpleNamespace
+
+    from r3tui.engine.unit_source import recorded_arch
+
+    provenance = {} if capability is None else {"compute_capability": capability}
+    bundle = SimpleNamespace(manifest=SimpleNamespace(provenance=provenance))
+    assert recorded_arch(bundle) == arch  # type: ignore[arg-type]
