@@ -127,7 +127,7 @@ def compare_with_original(run: CampaignRun, rounds: int = 15) -> dict[str, Any] 
         "config": shipped.to_json(),
         # the steps from the original to what ships, each over the one before (ladder)
         "levels": levels[: keep + 1],
-        # the steps after it: slower than the step before them when re-timed, not shipped
+        # the steps after it, not shipped: each ends slower than what ships when re-timed
         "dropped": levels[keep + 1:],
     }
     dropped = "".join(f"; {lv['level']} step dropped ({lv['speedup']:.3f}x re-timed)"
