@@ -133,6 +133,7 @@ def parse_tunables(source: str) -> tuple[Tunable, ...]:
     """The ``// r3: tune`` declarations of ``source``, in order; :class:`DeclarationError`
     on a malformed or unknown ``// r3:`` line."""
     tunables: dict[str, Tunable] = {}
+    written: dict[str, list[str]] = {}  # name -> its values as written
     for line, verb, rest in _directives(source):
         if verb in ("require", "shared", "exact", *GRID_VERBS):
             continue
@@ -148,7 +149,13 @@ def parse_tunables(source: str) -> tuple[Tunable, ...]:
             raise DeclarationError(f"line {line}: '// r3: tune' needs a name and values")
         name, raw = parts[0], parts[1:]
         if name in tunables:
-            raise DeclarationError(f"line {line}: tunable {name} is declared twice")
+            # the same line again (a model's answer that repeats a declaration of the code it
+            # changes) says nothing new; other values for the name are a contradiction
+            if raw == written[name]:
+                continue
+            raise DeclarationError(f"line {line}: tunable {name} is declared twice, with "
+                                   "other values")
+        written[name] = raw
         if len(raw) > _MAX_VALUES:
             raise DeclarationError(f"line {line}: tunable {name} has over {_MAX_VALUES} values")
         values = [_value(v) for v in raw]
@@ -255,6 +262,8 @@ def parse_grid_scaling(source: str) -> dict[tuple[str, str], str]:
             raise DeclarationError(
                 f"line {line}: '// r3: {verb} {rest.strip()}' is not NAME [x|y|z]")
         name, axis = words[0], (words[1] if len(words) == 2 else "x")
+        if found.get((verb, axis)) == name:
+            continue  # the same line again
         if axis in axes:
             raise DeclarationError(
                 f"line {line}: '// r3: {verb}' for axis {axis}, which "

@@ -64,6 +64,24 @@ def test_bad_declarations_are_one_line_errors(source: str) -> None:
         parse_tunables(source)
 
 
+def test_a_declaration_repeated_word_for_word_is_one_declaration() -> None:
+    # a model's repair repeats the declarations of the change it fixes (Qwen on the demo's
+    # nbody: "tunable WPT is declared twice" in three of eight repairs); the same line twice
+    # says nothing new, other values for the name still contradict
+    from r3tui.search.source import parse_grid_scaling
+
+    twice = ("// r3: tune WPT 1 2 4 8\n// r3: work_per_thread WPT\n"
+             "// r3: tune WPT 1 2 4 8\n// r3: work_per_thread WPT\n")
+    (wpt,) = parse_tunables(twice)
+    assert wpt.name == "WPT" and wpt.values == (1, 2, 4, 8)
+    assert parse_grid_scaling(twice) == {("work_per_thread", "x"): "WPT"}
+    with pytest.raises(DeclarationError, match="declared twice, with other values"):
+        parse_tunables("// r3: tune WPT 1 2 4 8\n// r3: tune WPT 1 2\n")
+    with pytest.raises(DeclarationError, match="scales already"):
+        parse_grid_scaling("// r3: tune A 1 2\n// r3: tune B 1 2\n"
+                           "// r3: work_per_thread A\n// r3: work_per_thread B\n")
+
+
 @pytest.mark.parametrize(
     ("text", "env", "expected"),
     [
