@@ -159,3 +159,14 @@ def best_so_far_series(s: Session, campaign_id: int) -> list[tuple[int, float, d
         .order_by(TrialRow.id)
     )
     return [(tid, float(best), created) for tid, best, created in s.execute(query)]
+
+
+def measured_before_call(s: Session, variant_id: int, llm_call_id: int) -> bool:
+    """Whether the variant had a trial stored before the LLM call ``llm_call_id`` was: what
+    that call could have been shown of it (a re-run from recorded answers asks as it did)."""
+    from db.models import LLMCallRow
+
+    asked = select(LLMCallRow.created_at).where(LLMCallRow.id == llm_call_id).scalar_subquery()
+    found = s.execute(select(TrialRow.id).where(TrialRow.variant_id == variant_id,
+                                                TrialRow.created_at < asked).limit(1)).first()
+    return found is not None

@@ -113,12 +113,18 @@ class ProposalSide:
         inspiration_ids: list[int],
         *,
         as_parent: Variant | None = None,
+        as_of_call: int | None = None,
     ) -> ProposalRequest:
         """A proposal's inputs from stored variants: the parent's source and measured profile,
         each inspiration's source and fitness.  ``as_parent`` stands in for the parent row
-        (a re-run links its proposals to its own copy of the recorded parent)."""
+        (a re-run links its proposals to its own copy of the recorded parent); ``as_of_call``
+        (a re-run's recorded LLM call) leaves out what was measured only after that call (a
+        generational campaign's variants, evaluated on the GPU after they were written)."""
         from db import repository as repo
         from r3tui.remix.prompt import Inspiration
+
+        def known(s: Any, vid: int) -> bool:
+            return as_of_call is None or repo.measured_before_call(s, vid, as_of_call)
 
         with self.database.session_scope() as s:
             parent = repo.get_variant(s, parent_id)
@@ -126,14 +132,15 @@ class ProposalSide:
             for vid in inspiration_ids:
                 v = repo.get_variant(s, vid)
                 fit = fitness_of(s, v, self.launch.block) if v is not None else None
-                if v is not None and fit is not None:
+                if v is not None and fit is not None and known(s, vid):
                     inspirations.append(Inspiration(v.source, fit.median_s))
+            parent_known = known(s, parent_id)
         assert parent is not None
         return ProposalRequest(
             index,
             island,
             as_parent or parent,
-            self._profile(parent),
+            self._profile(parent) if parent_known else None,
             tuple(inspirations),
             tuple(inspiration_ids),
             preference=self._preference(index),

@@ -50,6 +50,7 @@ def replay_tree(run: CampaignRun, old_campaign_id: int, evaluate: bool = True) -
             ov.parent_id,
             [int(i) for i in ov.features.get("inspirations", [])],
             as_parent=parent,
+            as_of_call=ov.llm_call_id,  # shown what that call was shown, not what came later
         )
         # asked as it was: with the bandit's order then (none before it existed) and, for a
         # repair turn, the failure it fixed

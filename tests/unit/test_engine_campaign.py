@@ -646,6 +646,43 @@ def test_a_generational_run_compiles_the_models_changes_and_repairs_them_at_once
     database.close()
 
 
+def test_a_generational_campaign_is_re_made_without_a_gpu_as_it_was_asked(
+        tmp_path: Path) -> None:
+    """Written in two rounds with the GPU node's evaluation between them: the first round's
+    prompts saw the seed unmeasured, the second's its measurement.  A re-run from the recorded
+    answers asks each as it was asked (not with measurements made after the call), so the
+    tree is re-made instead of diverging at the first call."""
+    from db import repository as repo_
+    from r3tui.remix.recorded import RecordedBackend
+
+    settings = model_settings(4, repair=False)
+    database = open_database(tmp_path / "g.sqlite")
+    cid = new_campaign(database, settings)
+    other = FIXED.replace("nx_wrong", "nx").replace("volatile long long sy = nx;",
+                                                     "volatile long long sy = nx + 0;")
+    model = ScriptedBackend([BROKEN, FIXED.replace("nx_wrong", "nx"), other])
+
+    def generator() -> CampaignRun:
+        return CampaignRun(database, cid, settings, SOURCE, LAUNCH, DeviceLimits(),
+                           make_mutator_from(settings, model), None)
+
+    generator().generate(1)  # round 1: the seed not measured yet
+    make_run(database, cid, settings).evaluate_pending()  # the GPU node (FAKE times)
+    generator().generate(2)  # round 2: the seed measured
+    assert "Measured" not in model.prompts[0] and "Measured" in model.prompts[1]
+    with database.session_scope() as s:
+        old = repo_.campaign_variants(s, cid)
+        calls = [c for _, c in repo_.campaign_llm_calls(s, cid)]
+    new = new_campaign(database, settings)
+    rerun = CampaignRun(database, new, settings, SOURCE, LAUNCH, DeviceLimits(),
+                        make_mutator_from(settings, RecordedBackend(calls)), None)
+    assert replay_tree(rerun, cid, evaluate=False) == len(old) - 1 == 3
+    with database.session_scope() as s:
+        redo = repo_.campaign_variants(s, new)
+    assert [(v.source, v.origin) for v in redo] == [(v.source, v.origin) for v in old]
+    database.close()
+
+
 def test_a_re_run_from_the_record_makes_the_repair_turns_again(tmp_path: Path) -> None:
     from db import repository as repo_
     from r3tui.remix.recorded import RecordedBackend
