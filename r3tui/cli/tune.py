@@ -221,8 +221,7 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
                 raise R3Error(f"no remix campaign in {args.db}")
             # the latest remix campaign that has something to evaluate: a rules campaign run
             # after a --generate-only one must not hide the proposals waiting in it
-            waiting = [cid for cid in remix if pending_of(cid)]
-            args.campaign = (waiting or remix)[-1]
+            args.campaign = next((cid for cid in reversed(remix) if pending_of(cid)), remix[-1])
         pending = pending_of(args.campaign)
     job = CampaignJob(args.bundle, args.db, CampaignSettings(), None, resume_campaign=args.campaign,
                       runner=runner_settings(args))

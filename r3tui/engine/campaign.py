@@ -45,7 +45,12 @@ from r3tui.engine.lineage import (
 )
 from r3tui.engine.novelty import Novelty
 from r3tui.engine.options import option
-from r3tui.engine.proposals import ProposalRequest, ProposalSide, unsafe_reason
+from r3tui.engine.proposals import (
+    ProposalRequest,
+    ProposalSide,
+    unsafe_reason,
+    variant_event,
+)
 from r3tui.search.strategy import derive_seed
 
 if TYPE_CHECKING:
@@ -364,15 +369,8 @@ class CampaignRun(ProposalSide):
                 best_s,
                 seed_s,
             )
-            repo.add_event(
-                s,
-                self.campaign_id,
-                "variant",
-                f"#{variant.id} {variant.origin.value}:{variant.operator} → {status.value}"
-                + (f" ({reason})" if reason else "")
-                + (f", {best_s * 1e6:.1f} µs" if best_s is not None else ""),
-                {"variant_id": variant.id, "status": status.value, "best_s": best_s},
-            )
+            variant_event(s, self.campaign_id, variant.id, variant.origin, variant.operator,
+                          status, reason, best_s)
         if self.progress:
             self.progress(report)
         return report
@@ -579,8 +577,6 @@ class CampaignRun(ProposalSide):
         with self.database.session_scope() as s:
             repo.update_variant(s, variant.id, status=VariantStatus.COMPILE_FAILED,
                                 status_reason=reason)
-            repo.add_event(s, self.campaign_id, "variant",
-                           f"#{variant.id} {variant.origin.value}:{variant.operator} → "
-                           f"compile_failed ({error})",
-                           {"variant_id": variant.id, "status": "compile_failed", "best_s": None})
+            variant_event(s, self.campaign_id, variant.id, variant.origin, variant.operator,
+                          VariantStatus.COMPILE_FAILED, reason)
         return replace(variant, status=VariantStatus.COMPILE_FAILED, status_reason=reason)

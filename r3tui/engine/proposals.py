@@ -272,14 +272,8 @@ class ProposalSide:
             if code is not None:
                 self.novelty.add_code(code, vid)
             if not ok:
-                repo.add_event(
-                    s,
-                    self.campaign_id,
-                    "variant",
-                    f"#{vid} {proposal.origin.value}:{proposal.operator} → {failed.value} "
-                    f"({reason})",
-                    {"variant_id": vid, "status": failed.value, "best_s": None},
-                )
+                variant_event(s, self.campaign_id, vid, proposal.origin, proposal.operator,
+                              failed, reason)
             variant = repo.get_variant(s, vid)
         assert variant is not None
         return variant
@@ -357,6 +351,24 @@ class ProposalSide:
         elif fixed is not None:
             self._announce(made, fixed)
         return 1
+
+
+def variant_event(s: Any, campaign_id: int, variant_id: int, origin: VariantOrigin,
+                  operator: str | None, status: VariantStatus, reason: str | None,
+                  best_s: float | None = None) -> None:
+    """The ``variant`` event of a variant's outcome, as the TUI's log and `r3 report` read it:
+    ``#ID origin:operator → status (reason), time``."""
+    from db import repository as repo
+
+    repo.add_event(
+        s,
+        campaign_id,
+        "variant",
+        f"#{variant_id} {origin.value}:{operator} → {status.value}"
+        + (f" ({reason})" if reason else "")
+        + (f", {best_s * 1e6:.1f} µs" if best_s is not None else ""),
+        {"variant_id": variant_id, "status": status.value, "best_s": best_s},
+    )
 
 
 def _first_failure(trials: Sequence[Any]) -> str | None:
