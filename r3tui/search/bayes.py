@@ -57,9 +57,9 @@ How the optimizer is used, and why (scikit-optimize 0.10.2, scikit-learn 1.9, nu
   told ``batch_after`` points: the lineage test needs it.  From ``batch_after`` trials on the
   hyperparameter search starts from skopt's initial kernel only (``gp_restarts_late``, 0;
   before it ``gp_restarts``, 2, as skopt): those searches are on more points and cost more,
-  and without restarts a 200-trial campaign's asks took half the CPU with optima as good
-  (bench/results/2026-12-06-search-restarts-cpu.txt); 0 restarts from the start lost the
-  BO-beats-random test at 20 evaluations on hard sgemm.
+  and without them the sweep at 100 and 200 evaluations took 110 s of CPU against 170 s, its
+  loss within noise (bench/results/2026-12-06-search-restarts-cpu.txt); 0 restarts from the
+  start lost the BO-beats-random test at 20 evaluations on hard sgemm.
 - **Output transforms** (``transform``): what the model fits from the told log-times
   (:mod:`r3tui.search.output_transform`).
 - **Acquisition.**  ``gp_hedge`` (skopt's portfolio of EI, LCB and PI) is, since each ask builds
