@@ -188,8 +188,8 @@ class BayesSearch(InnerSearch):
                 design.append(point)
         return design
 
-    def _point_of(self, config: TrialConfig) -> list[Any] | None:
-        key = config_key(config)
+    def _point_of(self, config: TrialConfig, key: str | None = None) -> list[Any] | None:
+        key = config_key(config) if key is None else key
         if key not in self._points:
             indices = self.space.from_config(config)
             if indices is None and not self.settings.constrain_sampling:
@@ -220,7 +220,7 @@ class BayesSearch(InnerSearch):
         model sees its parent's landscape at the level the child measured at the parent's best.
         Prior failures are told the penalty, like own ones."""
         history = self.history if upto is None else self.history[:upto]
-        own = [(p, r) for r in history if (p := self._point_of(r.config)) is not None]
+        own = [(p, r) for r in history if (p := self._point_of(r.config, r.key)) is not None]
         scale = {r.key: math.log(r.time_s) for _, r in own if r.ok and r.time_s}
         extra: list[tuple[list[Any], float | None]] = []
         taken = {r.key for _, r in own} | (set(self._pending) if upto is None else set())
@@ -371,7 +371,7 @@ class BayesSearch(InnerSearch):
                                             derive_seed(self.seed, "model", checkpoint),
                                             restarts)
         lie = self._lie(values)
-        pending = [p for c in self._pending.values() if (p := self._point_of(c)) is not None]
+        pending = [p for k, c in self._pending.items() if (p := self._point_of(c, k)) is not None]
         step = (len(self.history), len(self._pending))
         plan = surrogate.Plan(s.acq_func, s.xi, s.kappa, s.n_candidates, s.local_candidates,
                               derive_seed(self.seed, "candidates", *step),

@@ -23,6 +23,7 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from r3tui.domain import Measurement, MeasurementStatus, TrialConfig
@@ -59,8 +60,10 @@ class TrialRecord:
     def evaluated(self) -> bool:
         return self.status is not None
 
-    @property
+    @cached_property
     def key(self) -> str:
+        # computed once: a search reads every record's key at each ask (session 33: 9,600
+        # JSON encodings in a 200-trial campaign, a tenth of its asks' CPU)
         return config_key(self.config)
 
     @classmethod
