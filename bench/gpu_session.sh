@@ -182,13 +182,13 @@ case $bench in *" evaluate_llm "*)
 import sqlite3; print(sqlite3.connect('$OUT/llm.sqlite').execute('select max(id) from campaigns').fetchone()[0])")" \
     --db "$OUT/llm.sqlite" | tee "$OUT/demo_report.log";; esac
 case $bench in *" demo_record "*)
-  # issue #20, step 1 of bench/make_demo.py: the small recording; the folder comes back as
-  # $OUT/demo.tgz (a bundle is many files)
+  # issue #20, step 1 of bench/make_demo.py: the small recordings and the rules campaign; the
+  # folder comes back as $OUT/demo.tgz (a bundle is many files)
   run_bench demo_record python3 bench/make_demo.py record --out "$OUT/demo" ${R3_DEMO_ARGS:-}
   (cd "$OUT" && tar czf demo.tgz demo && rm -rf demo);; esac
 case $bench in *" demo_evaluate "*)
-  # step 3: a rules campaign, and the model's pending proposals (made on the CPU machine into
-  # examples/demo) evaluated
+  # step 3: the model's pending proposals (made on the CPU machine into examples/demo)
+  # evaluated
   run_bench demo_evaluate python3 bench/make_demo.py evaluate --folder examples/demo \
     --out "$OUT/demo"
   (cd "$OUT" && tar czf demo.tgz demo && rm -rf demo);; esac
