@@ -14,7 +14,15 @@ from r3tui.errors import ConfigError
 from r3tui.search.bayes import BayesSearch, BayesSettings
 from r3tui.search.source import Tunable
 from r3tui.search.space import config_key
-from r3tui.search.surrogate import EncodedSpace, Posterior, acquisition, fit_gp, hyperparameters
+from r3tui.search.surrogate import (
+    EncodedSpace,
+    MaternLikelihood,
+    Posterior,
+    acquisition,
+    fit_gp,
+    hyperparameters,
+    search_hyperparameters,
+)
 from tests.unit.test_search_bayes import FAST, drive, make_space, synthetic_time
 
 BATCH = dict(fit_per="batch", **FAST)
@@ -87,6 +95,30 @@ def test_the_posterior_is_skopts_and_a_lie_extends_it_without_a_fit() -> None:
     assert np.allclose((lied_mean, lied_std), again.predict(candidates))
     assert lied_std[0] < std[0] and lied_std[1] < std[1]  # lied points are less uncertain
     assert np.allclose(posterior.predict(candidates[5:9]), (lied_mean[5:9], lied_std[5:9]))
+
+
+@pytest.mark.parametrize("n", [8, 40])
+def test_the_numpy_likelihood_and_search_are_scikit_learns(n: int) -> None:
+    space = tied_space()
+    encoded = EncodedSpace(space)
+    rows = encoded.sample(seed=n, n=n)
+    x = encoded.encode(rows)
+    y = [float(np.log(synthetic_time(space.to_config(space.from_indices(r))))) for r in rows]
+    model = fit_gp(encoded, x, y, seed=7, restarts=2)
+    likelihood = MaternLikelihood(x, y)
+    bounds = likelihood.bounds
+    assert np.allclose(bounds, model.kernel.bounds)  # skopt's kernel, its white noise added
+    for theta in (np.zeros(len(bounds)), np.random.default_rng(n).uniform(*bounds.T)):
+        value, gradient = likelihood(theta)
+        lml, lml_gradient = model.log_marginal_likelihood(theta, eval_gradient=True)
+        assert np.isclose(value, -lml, rtol=1e-10)
+        assert np.allclose(gradient, -lml_gradient, rtol=1e-7, atol=1e-9)
+    # the same searches from the same starts: the same hyperparameters
+    kernel, noise = search_hyperparameters(encoded, x, y, seed=7, restarts=2)
+    expected, expected_noise = hyperparameters(model)
+    assert np.allclose(kernel.theta, expected.theta, atol=1e-6)
+    assert np.isclose(noise, expected_noise, rtol=1e-6)
+    assert repr(kernel) == repr(expected)
 
 
 @pytest.mark.parametrize("local", [0, 3])
