@@ -16,7 +16,7 @@ Two kernels, because no one kernel shows both at a size that ships: step 1 recor
 (compute-bound: compiler options, the launch and the source each gain; a quarter of a MB at
 scale 0.05) and reduce_sum (a naive block reduction the 1.5B model rewrites correctly: 3 of
 8 of its changes verified at scale 0.05 in session 33, where on nbody 0 of 23 did; at scale
-0.012 its recording is about 3.5 MB).  Each goes into ``FOLDER/bundles/``, stored relative to
+0.012 its recording is 3.6 MB).  Each goes into ``FOLDER/bundles/``, stored relative to
 the database (docs/database.md), so the folder ships as a whole and ``r3 demo`` on a CPU
 machine opens a copy of it.  Step 1 also runs nbody's rules-and-search campaign (its final
 re-timing measures what the source, the options and the launch each gained).  Step 2 writes
@@ -34,9 +34,9 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-# (example, scale of its full size): nbody at 0.05 has 7,327 bodies (a 230 KB
-# recording, a kernel of about a millisecond); reduce_sum at 0.012 has 805,306 floats (3.2 MB,
-# about 10 us)
+# (example, scale of its full size): nbody at 0.05 has 7,327 bodies (a 0.3 MB
+# recording, a kernel of about a millisecond); reduce_sum at 0.012 has 805,305 floats (3.6 MB
+# with its check launch, a kernel of about 13 us)
 RULES = ("nbody", 0.05)
 LLM = ("reduce_sum", 0.012)
 DB_NAME = "r3-demo.sqlite"

@@ -5,6 +5,7 @@
 # variant (b) and the help (?).  Every capture goes to $OUT/tmux-first-screens.txt.
 #
 #   bash bench/tmux_first_screens.sh            (tmux on PATH; runs on the CPU machine)
+#   R3_SIZES=100x30 bash bench/tmux_first_screens.sh   (the README's captures)
 set -u
 OUT=${OUT:-/tmp/r3-tmux-first}
 mkdir -p "$OUT"
@@ -17,7 +18,7 @@ r3=${R3:-python3 -m r3tui}
 capture() {  # title
   { echo "=== $1"; tmux capture-pane -p -t "$session"; } >>"$log"
 }
-for size in 80x24 120x36; do
+for size in ${R3_SIZES:-80x24 120x36}; do
   w=${size%x*}; h=${size#*x}
   tmux -f /dev/null new-session -d -s "$session" -x "$w" -y "$h" "$r3 demo --no-gpu; sleep 3"
   sleep "${R3_OPEN_WAIT:-8}"; capture "$size: r3 demo --no-gpu, first screen"

