@@ -2,8 +2,8 @@
 
 It was made on a GPU node by bench/make_demo.py (the README says which GPU): two small
 recordings and the database of a rules-and-search campaign on one (nbody) and of a local
-model's proposals on the other (reduce_sum).  These tests read a copy of the folder, as the README tells a user to work on one, and run
-what the README says works without a GPU.
+model's proposals on the other (reduce_sum).  These tests read a copy of the folder, as the
+README tells a user to work on one, and run what the README says works without a GPU.
 """
 
 from __future__ import annotations
