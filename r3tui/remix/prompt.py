@@ -9,6 +9,7 @@ than a general request, and every token of prompt is a token less for the answer
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from importlib import resources
@@ -154,6 +155,20 @@ GENERIC_EXAMPLE = ("    float v = a[i];", "    float v = __ldg(&a[i]);")
 REPAIR_NOTE = ("The kernel below is your change for this task: {instruction} It failed: "
                "{failure}. Fix that failure, keep the change, and change nothing else.")
 REPAIR_CHARS = 600  # of the failure shown to the model
+# the compiler's first error names its line: "kernel.cu(38): error: ..." (NVRTC and nvcc)
+_ERROR_LINE = re.compile(r"\((\d+)\): (?:catastrophic )?error")
+
+
+def quote_error_line(failure: str, source: str) -> str:
+    """The failure with the line its compiler error names quoted from ``source`` (the kernel
+    that failed, as compiled): a small model cannot count to line 38 (session 33: 0 of 4
+    repairs compiled, one for an error on a line it had duplicated after the kernel)."""
+    found = _ERROR_LINE.search(failure)
+    lines = _code(source).splitlines()
+    if found is None or not 1 <= int(found.group(1)) <= len(lines):
+        return failure
+    line = lines[int(found.group(1)) - 1].strip()
+    return f"{failure} (line {found.group(1)} is `{line}`)" if line else failure
 
 
 def shown_source(ctx: MutationContext) -> str:
@@ -173,6 +188,8 @@ def build_messages(ctx: MutationContext) -> list[ChatMessage]:
     instruction = ctx.transformation.instruction
     if ctx.repair is not None:
         failure = " ".join(ctx.repair.split())[:REPAIR_CHARS]
+        if not ctx.confined:  # an application's unit is compiled whole: its lines are not these
+            failure = quote_error_line(failure, ctx.parent_source)
         instruction = REPAIR_NOTE.format(instruction=instruction, failure=failure)
     if ctx.confined:
         instruction += CONFINED_NOTE.format(kernel=ctx.kernel_name)

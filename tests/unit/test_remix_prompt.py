@@ -60,6 +60,29 @@ def test_prompt_names_the_kernel_the_change_and_the_measurements() -> None:
     assert "long long index" in text
 
 
+def test_a_repair_quotes_the_line_its_compiler_error_names() -> None:
+    """NVRTC's real first error on a kernel with a name it does not declare: the repair
+    prompt quotes that line of the failed kernel (a small model cannot count lines)."""
+    from r3tui.compile.base import CompileRequest, first_error_line, get_toolchain
+
+    broken = STENCIL.replace("in[idx]", "buf[idx]", 1)
+    compiled = get_toolchain("nvrtc").compile(CompileRequest(broken, "stencil7"))
+    error = first_error_line(compiled.log)
+    assert not compiled.ok and '"buf" is undefined' in error
+    number = int(error.split("(")[1].split(")")[0])
+    line = broken.splitlines()[number - 1].strip()
+    assert "buf[idx]" in line
+    ctx = MutationContext("stencil7", broken, transformation=transformation("restrict_const"),
+                          repair=f"compile_failed: {error}")
+    text = build_messages(ctx)[1].content
+    assert f"{error} (line {number} is `{line}`). Fix that failure" in text
+    # no line to quote: the failure as it was
+    for failure in ("verification: max abs error 3.5 at out[7]", "kernel.cu(9999): error: x"):
+        plain = MutationContext("stencil7", broken, transformation=ctx.transformation,
+                                repair=failure)
+        assert f"It failed: {failure}. Fix" in build_messages(plain)[1].content
+
+
 def test_whole_format_asks_for_one_code_block_and_nothing_measured_is_said() -> None:
     ctx = MutationContext("stencil7", STENCIL, None, (), transformation("fuse_loops"), "whole")
     _, user = build_messages(ctx)
