@@ -553,7 +553,7 @@ class CampaignRun(ProposalSide):
                 self._announce(request.index, variant)
                 if (self.settings.repair and variant.status is VariantStatus.COMPILE_FAILED
                         and variant.origin is VariantOrigin.LLM):
-                    repairs.appendleft((variant, f"compile_failed: {variant.status_reason}"))
+                    repairs.appendleft((variant, self.told_failure(variant)))
         self.record_skipped()
         return out
 

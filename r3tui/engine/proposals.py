@@ -318,15 +318,22 @@ class ProposalSide:
         return (v.origin is VariantOrigin.LLM and v.status in self.REPAIRABLE
                 and bool(v.operator) and v.id is not None)
 
-    @staticmethod
-    def _failure_of(s: Any, v: Variant) -> str:
-        """What a repair turn tells the model: the status, and the first failed trial's
-        compiler error or mismatch (else the variant's own reason)."""
+    def _failure_of(self, s: Any, v: Variant) -> str:
+        """:meth:`told_failure` with the first failed trial's compiler error or mismatch."""
         from db import repository as repo
 
         assert v.id is not None
-        why = _first_failure(repo.trials_of_variant(s, v.id)) or v.status_reason
-        return f"{v.status.value}: {why}"
+        return self.told_failure(v, _first_failure(repo.trials_of_variant(s, v.id)))
+
+    def told_failure(self, v: Variant, first: str | None = None) -> str:
+        """What a repair turn tells the model: the status and ``first`` (a trial's compiler
+        error or mismatch; else the variant's own reason), with the line a compiler error
+        names quoted from the variant (not for an application's unit: it is compiled whole,
+        its lines are not the variant's)."""
+        from r3tui.remix.prompt import quote_error_line
+
+        why = f"{v.status.value}: {first or v.status_reason}"
+        return why if self.seed_source.confined else quote_error_line(why, v.source)
 
     def _repair(self, request: ProposalRequest, variant: Variant, made: int) -> int:
         """Once for a model's change that did not compile or verify: ask the model to fix it,

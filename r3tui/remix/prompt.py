@@ -162,7 +162,9 @@ _ERROR_LINE = re.compile(r"\((\d+)\): (?:catastrophic )?error")
 def quote_error_line(failure: str, source: str) -> str:
     """The failure with the line its compiler error names quoted from ``source`` (the kernel
     that failed, as compiled): a small model cannot count to line 38 (session 33: 0 of 4
-    repairs compiled, one for an error on a line it had duplicated after the kernel)."""
+    repairs compiled, one for an error on a line it had duplicated after the kernel).  The
+    campaign records the failure with its quote (the variant's ``repair`` feature), so a
+    re-run from recorded answers asks the very prompt it recorded."""
     found = _ERROR_LINE.search(failure)
     lines = _code(source).splitlines()
     if found is None or not 1 <= int(found.group(1)) <= len(lines):
@@ -188,8 +190,6 @@ def build_messages(ctx: MutationContext) -> list[ChatMessage]:
     instruction = ctx.transformation.instruction
     if ctx.repair is not None:
         failure = " ".join(ctx.repair.split())[:REPAIR_CHARS]
-        if not ctx.confined:  # an application's unit is compiled whole: its lines are not these
-            failure = quote_error_line(failure, ctx.parent_source)
         instruction = REPAIR_NOTE.format(instruction=instruction, failure=failure)
     if ctx.confined:
         instruction += CONFINED_NOTE.format(kernel=ctx.kernel_name)

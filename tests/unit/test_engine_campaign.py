@@ -633,6 +633,10 @@ def test_a_generational_run_compiles_the_models_changes_and_repairs_them_at_once
     assert "nx_third" in (third.status_reason or "")
     assert "nx_wrong" in (broken.status_reason or "") and repaired.parent_id == broken.id
     assert "It failed: compile_failed:" in model.prompts[1] and "nx_wrong" in model.prompts[1]
+    # the line NVRTC's error names, quoted from the failed change, and recorded with the
+    # repair (a re-run from recorded answers asks that very prompt)
+    assert "is `long long sy = nx_wrong;`). Fix that failure" in model.prompts[1]
+    assert "is `long long sy = nx_wrong;`)" in repaired.features["repair"]
     with database.session_scope() as s:
         stored = {v.id: v.status for v in repo.campaign_variants(s, cid)}
     assert stored[broken.id] is VariantStatus.COMPILE_FAILED

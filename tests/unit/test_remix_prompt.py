@@ -17,6 +17,7 @@ from r3tui.remix.prompt import (
     VariantProfile,
     build_messages,
     describe_profile,
+    quote_error_line,
 )
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -60,9 +61,9 @@ def test_prompt_names_the_kernel_the_change_and_the_measurements() -> None:
     assert "long long index" in text
 
 
-def test_a_repair_quotes_the_line_its_compiler_error_names() -> None:
-    """NVRTC's real first error on a kernel with a name it does not declare: the repair
-    prompt quotes that line of the failed kernel (a small model cannot count lines)."""
+def test_a_compiler_error_is_told_with_the_line_it_names() -> None:
+    """NVRTC's real first error on a kernel with a name it does not declare: the failure a
+    repair turn shows quotes that line of the failed kernel (a small model cannot count)."""
     from r3tui.compile.base import CompileRequest, first_error_line, get_toolchain
 
     broken = STENCIL.replace("in[idx]", "buf[idx]", 1)
@@ -72,15 +73,12 @@ def test_a_repair_quotes_the_line_its_compiler_error_names() -> None:
     number = int(error.split("(")[1].split(")")[0])
     line = broken.splitlines()[number - 1].strip()
     assert "buf[idx]" in line
-    ctx = MutationContext("stencil7", broken, transformation=transformation("restrict_const"),
-                          repair=f"compile_failed: {error}")
-    text = build_messages(ctx)[1].content
-    assert f"{error} (line {number} is `{line}`). Fix that failure" in text
-    # no line to quote: the failure as it was
-    for failure in ("verification: max abs error 3.5 at out[7]", "kernel.cu(9999): error: x"):
-        plain = MutationContext("stencil7", broken, transformation=ctx.transformation,
-                                repair=failure)
-        assert f"It failed: {failure}. Fix" in build_messages(plain)[1].content
+    assert quote_error_line(f"compile_failed: {error}", broken) == (
+        f"compile_failed: {error} (line {number} is `{line}`)")
+    # nothing to quote: a mismatch, a line past the end, a blank line
+    for failure in ("wrong_result: max abs error 3.5 at out[7]", "kernel.cu(9999): error: x",
+                    "kernel.cu(2): error: y"):
+        assert quote_error_line(failure, "int a;\n\n") == failure
 
 
 def test_whole_format_asks_for_one_code_block_and_nothing_measured_is_said() -> None:
