@@ -46,6 +46,7 @@ from r3tui.engine.lineage import (
 from r3tui.engine.novelty import Novelty
 from r3tui.engine.options import option
 from r3tui.engine.proposals import (
+    REPAIR_EXAMPLE,
     ProposalRequest,
     ProposalSide,
     unsafe_reason,
@@ -540,7 +541,8 @@ class CampaignRun(ProposalSide):
                 break
             if repairs:
                 failed, why = repairs.popleft()
-                request = ProposalRequest(made, failed.island, failed, None, (), (), why)
+                request = ProposalRequest(made, failed.island, failed, None, (), (), why,
+                                          repair_example=REPAIR_EXAMPLE)
             else:
                 request = self._request(made)
             proposal, llm_s = self.generate_proposal(request)

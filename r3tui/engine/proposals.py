@@ -29,6 +29,11 @@ if TYPE_CHECKING:
     from r3tui.search import DeviceLimits
 
 
+# the format example a repair turn shows (MutationContext.repair_example): since session 33
+# the generic one, whose names cannot be copied into the kernel
+REPAIR_EXAMPLE = "generic"
+
+
 @dataclass(frozen=True)
 class ProposalRequest:
     """Everything one proposal is made from, read from the DB on the engine's thread."""
@@ -40,6 +45,7 @@ class ProposalRequest:
     inspirations: tuple[Inspiration, ...]
     inspiration_ids: tuple[int, ...] = ()
     repair: str | None = None  # the parent's failure, for a repair turn
+    repair_example: str | None = None  # its format example (MutationContext; None: "worked")
     preference: tuple[str, ...] | None = None  # transformations, the one to try first first
 
 
@@ -191,6 +197,7 @@ class ProposalSide:
             confined=self.seed_source.confined,
             grid_fixed=self.settings.inner.grid_fixed,
             repair=request.repair,
+            repair_example=request.repair_example or "worked",
             preference=request.preference,
         )
         proposal = self.mutator.propose(context, rng)
@@ -264,6 +271,8 @@ class ProposalSide:
                         **({"preference": list(request.preference)}
                            if request.preference is not None else {}),
                         **({"repair": request.repair} if request.repair is not None else {}),
+                        **({"repair_example": request.repair_example}
+                           if request.repair_example is not None else {}),
                         **({"code": code} if code is not None else {}),
                     },
                     llm_call_id=call_id,
@@ -349,7 +358,8 @@ class ProposalSide:
             if failed is None or not self._repairable(failed):
                 return 0
             why = self._failure_of(s, failed)
-        repair = ProposalRequest(made, request.island, failed, None, (), (), why)
+        repair = ProposalRequest(made, request.island, failed, None, (), (), why,
+                                 repair_example=REPAIR_EXAMPLE)
         proposal, llm_s = self.generate_proposal(repair)
         self.timing.llm_s += llm_s
         fixed = self.store_proposal(repair, proposal)

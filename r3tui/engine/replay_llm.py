@@ -56,7 +56,8 @@ def replay_tree(run: CampaignRun, old_campaign_id: int, evaluate: bool = True) -
         # repair turn, the failure it fixed
         preference = ov.features.get("preference")
         request = replace(request, preference=tuple(preference) if preference else None,
-                          repair=ov.features.get("repair"))
+                          repair=ov.features.get("repair"),
+                          repair_example=ov.features.get("repair_example"))
         proposal, _ = run.generate_proposal(request)
         variant = run.store_proposal(request, proposal)
         failed = VariantStatus.APPLY_FAILED

@@ -69,6 +69,11 @@ class MutationContext:
     # The parent is the model's own change, which failed as this says (the compiler's first
     # error, or the verification's mismatch): the model is asked to fix it (a repair turn).
     repair: str | None = None
+    # a repair's format example: the transformation's worked one ("worked", as campaigns
+    # recorded before session 33 asked), or the generic one ("generic"), whose names a small
+    # model cannot copy into the kernel (Qwen2.5-Coder-1.5B's first repair on reduce_sum
+    # used the worked example's `buf`)
+    repair_example: str = "worked"
     # transformation names, the one to try first first (the campaign's bandit); None: the
     # mutator's generator picks (r3tui.search.bandit)
     preference: tuple[str, ...] | None = None
@@ -194,14 +199,16 @@ def build_messages(ctx: MutationContext) -> list[ChatMessage]:
     if ctx.confined:
         instruction += CONFINED_NOTE.format(kernel=ctx.kernel_name)
     before, after = ctx.transformation.example or GENERIC_EXAMPLE
+    worked = ctx.transformation.example is not None
+    if ctx.repair is not None and ctx.repair_example == "generic":
+        (before, after), worked = GENERIC_EXAMPLE, False
     user = template(ctx.edit_format or "search_replace").substitute(
         kernel_name=ctx.kernel_name,
         source=_code(shown_source(ctx)),
         profile=describe_profile(ctx.profile),
         inspirations=describe_inspirations(ctx.inspirations, ctx.kernel_name),
         instruction=instruction,
-        example_lead=("this change in another kernel" if ctx.transformation.example
-                      else "a change of another kind"),
+        example_lead="this change in another kernel" if worked else "a change of another kind",
         example_before=before.rstrip("\n"),
         example_after=after.rstrip("\n"),
     )

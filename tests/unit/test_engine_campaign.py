@@ -637,6 +637,10 @@ def test_a_generational_run_compiles_the_models_changes_and_repairs_them_at_once
     # repair (a re-run from recorded answers asks that very prompt)
     assert "is `long long sy = nx_wrong;`). Fix that failure" in model.prompts[1]
     assert "is `long long sy = nx_wrong;`)" in repaired.features["repair"]
+    # with the generic format example (its names cannot be copied), recorded as asked
+    assert "for example a change of another kind:" in model.prompts[1]
+    assert repaired.features["repair_example"] == "generic"
+    assert "repair_example" not in broken.features
     with database.session_scope() as s:
         stored = {v.id: v.status for v in repo.campaign_variants(s, cid)}
     assert stored[broken.id] is VariantStatus.COMPILE_FAILED

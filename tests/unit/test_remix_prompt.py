@@ -81,6 +81,24 @@ def test_a_compiler_error_is_told_with_the_line_it_names() -> None:
         assert quote_error_line(failure, "int a;\n\n") == failure
 
 
+def test_a_repair_shows_the_generic_example_where_asked_and_the_worked_one_else() -> None:
+    shuffle = transformation("warp_shuffle_reduction")
+    assert shuffle.example is not None and "buf[tid]" in shuffle.example[0]
+
+    def user(**changes: object) -> str:
+        ctx = MutationContext("stencil7", STENCIL, transformation=shuffle, **changes)  # type: ignore[arg-type]
+        return build_messages(ctx)[1].content
+
+    failure = 'compile_failed: kernel.cu(29): error: identifier "buf" is undefined'
+    generic = user(repair=failure, repair_example="generic")
+    assert "for example a change of another kind:" in generic and "buf[tid]" not in generic
+    assert "__ldg(&a[i])" in generic
+    # as campaigns recorded before it asked (a re-run asks their very prompts), and a change
+    # that is not a repair: the transformation's worked example
+    for text in (user(repair=failure), user(repair_example="generic")):
+        assert "for example this change in another kernel:" in text and "buf[tid]" in text
+
+
 def test_whole_format_asks_for_one_code_block_and_nothing_measured_is_said() -> None:
     ctx = MutationContext("stencil7", STENCIL, None, (), transformation("fuse_loops"), "whole")
     _, user = build_messages(ctx)
