@@ -146,12 +146,13 @@ class MaternLikelihood:
 
     def __call__(self, theta: np.ndarray) -> tuple[float, np.ndarray]:
         from scipy.linalg import cho_solve
-        from scipy.spatial.distance import pdist, squareform  # type: ignore[import-untyped]
 
         amplitude, scales, noise = np.exp(theta[0]), np.exp(theta[1:-1]), np.exp(theta[-1])
-        t = np.sqrt(5.0) * pdist(self.x / scales, metric="euclidean")
-        matern = squareform((1.0 + t + t**2 / 3.0) * np.exp(-t))
-        np.fill_diagonal(matern, 1.0)
+        # per dimension (x_i - x_j)^2 / l^2, and sqrt(5) r: the kernel and its gradient
+        scaled = self.sq / scales**2
+        root = np.sqrt(5.0 * scaled.sum(-1))
+        decay = np.exp(-root)
+        matern = (1.0 + root + root**2 / 3.0) * decay  # 1 on the diagonal (r = 0)
         gram = amplitude * matern
         gram[np.diag_indices_from(gram)] += noise + Posterior.ALPHA
         try:
@@ -161,9 +162,7 @@ class MaternLikelihood:
         alpha = cho_solve((factor, True), self.y, check_finite=False)
         lml = -0.5 * self.y @ alpha - np.log(np.diag(factor)).sum() - self.constant
         inner = np.outer(alpha, alpha) - cho_solve((factor, True), self.eye, check_finite=False)
-        scaled = self.sq / scales**2
-        root = np.sqrt(5.0 * scaled.sum(-1))
-        per_scale = 5.0 / 3.0 * scaled * ((root + 1.0) * np.exp(-root))[..., np.newaxis]
+        per_scale = 5.0 / 3.0 * scaled * ((root + 1.0) * decay)[..., np.newaxis]
         gradient = np.empty_like(theta)
         # 0.5 * trace(inner @ dK/dtheta), each dK symmetric
         gradient[0] = 0.5 * amplitude * np.sum(inner * matern)
