@@ -46,7 +46,6 @@ from r3tui.engine.lineage import (
 from r3tui.engine.novelty import Novelty
 from r3tui.engine.options import option
 from r3tui.engine.proposals import (
-    REPAIR_EXAMPLE,
     ProposalRequest,
     ProposalSide,
     unsafe_reason,
@@ -541,8 +540,7 @@ class CampaignRun(ProposalSide):
                 break
             if repairs:
                 failed, why = repairs.popleft()
-                request = ProposalRequest(made, failed.island, failed, None, (), (), why,
-                                          repair_example=REPAIR_EXAMPLE)
+                request = ProposalRequest.repair_of(made, failed, why)
             else:
                 request = self._request(made)
             proposal, llm_s = self.generate_proposal(request)

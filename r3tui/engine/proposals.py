@@ -29,11 +29,6 @@ if TYPE_CHECKING:
     from r3tui.search import DeviceLimits
 
 
-# the format example a repair turn shows (MutationContext.repair_example): since session 33
-# the generic one, whose names cannot be copied into the kernel
-REPAIR_EXAMPLE = "generic"
-
-
 @dataclass(frozen=True)
 class ProposalRequest:
     """Everything one proposal is made from, read from the DB on the engine's thread."""
@@ -47,6 +42,13 @@ class ProposalRequest:
     repair: str | None = None  # the parent's failure, for a repair turn
     repair_example: str | None = None  # its format example (MutationContext; None: "worked")
     preference: tuple[str, ...] | None = None  # transformations, the one to try first first
+
+    @classmethod
+    def repair_of(cls, index: int, failed: Variant, failure: str) -> ProposalRequest:
+        """A repair turn for the model's change ``failed``, told ``failure``, with the generic
+        format example (since session 33: its names cannot be copied into the kernel)."""
+        return cls(index, failed.island, failed, None, (), (), failure,
+                   repair_example="generic")
 
 
 class ProposalSide:
@@ -358,8 +360,7 @@ class ProposalSide:
             if failed is None or not self._repairable(failed):
                 return 0
             why = self._failure_of(s, failed)
-        repair = ProposalRequest(made, request.island, failed, None, (), (), why,
-                                 repair_example=REPAIR_EXAMPLE)
+        repair = ProposalRequest.repair_of(made, failed, why)
         proposal, llm_s = self.generate_proposal(repair)
         self.timing.llm_s += llm_s
         fixed = self.store_proposal(repair, proposal)
