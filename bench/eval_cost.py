@@ -173,9 +173,11 @@ def paired_flows(bundle_dir: Path, source: KernelSource, configs: list[TrialConf
                  rounds: int) -> list[tuple[Flow, Flow]]:
     """The same candidates through the local runner and the Dask runner (a local cluster, one
     GPU worker), both open and warm, ``rounds`` times, the order alternating: (local, dask)
-    per round.  Each round's source carries an unused ``__device__`` variable of its own, so
-    its binaries are new to both runners' workers (a worker serves a binary it has replayed
-    from its cache)."""
+    per round.  Each round's source carries an unused ``__device__`` variable of its own, one
+    for each runner, so its binaries are new to both runners' workers (a worker serves a binary
+    it has replayed from its cache) and each runner compiles every one: both runners share the
+    compile cache on disk, and one source for both gave the second of a round the first's
+    compiles as cache hits (the rounds alternated between compiling and not)."""
     from dataclasses import replace
 
     from r3tui.engine.gpu import RunnerSettings, open_runner
@@ -186,10 +188,12 @@ def paired_flows(bundle_dir: Path, source: KernelSource, configs: list[TrialConf
         warm_up(dask, source)
         pairs = []
         for r in range(rounds):
-            unused = f"\n__device__ int r3_eval_cost_round_{r};\n"
-            fresh = replace(source, text=source.text + unused)
             order = (local, dask) if r % 2 == 0 else (dask, local)
-            flows = {id(runner): timed_flow(runner, fresh, configs) for runner in order}
+            flows = {}
+            for runner in order:
+                unused = f"\n__device__ int r3_eval_cost_round_{r}_{runner.name};\n"
+                fresh = replace(source, text=source.text + unused)
+                flows[id(runner)] = timed_flow(runner, fresh, configs)
             pairs.append((flows[id(local)], flows[id(dask)]))
         return pairs
 
