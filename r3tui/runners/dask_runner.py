@@ -8,6 +8,10 @@ workers that offer a GPU (the worker resource ``GPU=1``), one replay at a time o
 - **The campaign stays the only writer.**  Workers return values; the engine, in the campaign's
   process, writes the database.  Nothing a worker does touches the database or a shared file
   system.
+- **Compiles stay off the GPU workers.**  A GPU worker has one thread, for replays: a compile
+  placed there would hold the GPU's replays back for as long as it runs.  Where the cluster has
+  workers without a GPU, compiles go to those only; a cluster of GPU workers alone compiles on
+  them.
 - **Replays go in batches when they queue up.**  A task costs the scheduler a round trip, a
   few milliseconds, as long as a small kernel's whole replay: a GPU worker given one replay a
   task would wait on the scheduler about as long as it works.  Each GPU worker has at most
@@ -260,9 +264,11 @@ class DaskRunner(Runner):
         # (configs that differ only in their launch) waits for that one, as CompilePool does
         self._compiling: dict[str, Future[CompiledKernel]] = {}
         self._batches = 0  # replay tasks in flight
-        self._gpu_count, self._gpus_seen_at = 1, 0.0  # GPU workers, asked at most once a second
+        # (GPU workers, the others), asked of the scheduler at most once a second
+        self._roles: tuple[list[str], list[str]] = ([], [])
+        self._roles_seen_at = 0.0
         check_versions(client)
-        gpus = self.gpu_workers()
+        gpus = self._worker_roles(fresh=True)[0]
         if not gpus:
             raise GpuUnavailable("no worker of the Dask cluster offers a GPU",
                                  hint="start one worker per GPU with "
@@ -294,8 +300,26 @@ class DaskRunner(Runner):
             return self._blob
 
     def gpu_workers(self) -> list[str]:
-        workers = self.client.scheduler_info(n_workers=-1)["workers"]
-        return sorted(a for a, w in workers.items() if w.get("resources", {}).get("GPU", 0) >= 1)
+        return self._worker_roles(fresh=True)[0]
+
+    def _worker_roles(self, fresh: bool = False) -> tuple[list[str], list[str]]:
+        """(the workers that offer a GPU, the others), as the scheduler last told it: asked
+        again at most once a second (workers of a batch system join while the campaign runs),
+        or now where ``fresh`` (which raises what asking raises; otherwise a scheduler busy or
+        gone leaves the last answer)."""
+        now = time.monotonic()
+        if fresh or now - self._roles_seen_at > 1.0:
+            with contextlib.nullcontext() if fresh else contextlib.suppress(Exception):
+                workers = self.client.scheduler_info(n_workers=-1)["workers"]
+                gpu = {a for a, w in workers.items() if w.get("resources", {}).get("GPU", 0) >= 1}
+                self._roles = (sorted(gpu), sorted(set(workers) - gpu))
+            self._roles_seen_at = now
+        return self._roles
+
+    def _compile_workers(self) -> list[str] | None:
+        """Where compiles may run: the workers without a GPU, where the cluster has any (a
+        compile on a GPU worker's one thread holds its replays back); else any worker."""
+        return self._worker_roles()[1] or None
 
     @property
     def info(self) -> WorkerInfo:
@@ -307,17 +331,21 @@ class DaskRunner(Runner):
 
     def _submit(self, fn: Callable[..., T], args: Callable[[], Sequence[Any]], *,
                 on_lost: Callable[[str], T], resources: dict[str, int] | None,
-                key: str | None = None, jobs: int = 1) -> Future[T]:
-        """``fn(*args())`` on the cluster as a ``concurrent.futures`` future; a lost worker
-        resubmits once (``args`` asked again: the bundle may have been sent again), then
-        answers ``on_lost(why)``.  ``jobs``: how many jobs the task holds, as the stats count
-        them."""
+                key: str | None = None, jobs: int = 1,
+                workers: Callable[[], list[str] | None] | None = None) -> Future[T]:
+        """``fn(*args())`` on the cluster as a ``concurrent.futures`` future, on one of
+        ``workers()`` where that names any; a lost worker resubmits once (``args`` and
+        ``workers`` asked again: the bundle may have been sent again, the worker may be gone),
+        then answers ``on_lost(why)``.  ``jobs``: how many jobs the task holds, as the stats
+        count them."""
         out: Future[T] = Future()
 
         def launch(attempt: int) -> None:
             name = f"{key}-{attempt}" if key else None
             remote = self.client.submit(fn, *args(), resources=resources, pure=False,
-                                        key=name or f"r3-{fn.__name__}-{uuid.uuid4().hex}")
+                                        key=name or f"r3-{fn.__name__}-{uuid.uuid4().hex}",
+                                        workers=workers() if workers else None,
+                                        allow_other_workers=False)
 
             def done(remote: Any) -> None:
                 try:
@@ -360,7 +388,7 @@ class DaskRunner(Runner):
             running = self._compiling.get(key)
             if running is None:
                 running = self._submit(compile_task, lambda: (toolchain, request), on_lost=lost,
-                                       resources=None,
+                                       resources=None, workers=self._compile_workers,
                                        key=f"r3-compile-{key[:32]}-{uuid.uuid4().hex[:8]}")
                 self._compiling[key] = running
                 first = True
@@ -396,14 +424,8 @@ class DaskRunner(Runner):
         return out
 
     def _gpu_slots(self) -> int:
-        """Replay tasks the cluster's GPU workers take at once (workers of a batch system join
-        while the campaign runs: their number is asked again at most once a second)."""
-        now = time.monotonic()
-        if now - self._gpus_seen_at > 1.0:
-            with contextlib.suppress(Exception):  # a scheduler busy or gone: the last count
-                self._gpu_count = max(1, len(self.gpu_workers()))
-            self._gpus_seen_at = now
-        return BATCHES_IN_FLIGHT * self._gpu_count
+        """Replay tasks the cluster's GPU workers take at once."""
+        return BATCHES_IN_FLIGHT * max(1, len(self._worker_roles()[0]))
 
     def _send_waiting(self) -> None:
         """The replays waiting, in batches, while GPU workers have a free slot."""

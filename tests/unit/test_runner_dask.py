@@ -270,3 +270,26 @@ def test_a_compile_asked_again_while_it_runs_is_not_sent_twice(
     assert len(sent) == 2
     assert all(k.ok for k in kernels)
     assert kernels[0].binary == kernels[1].binary == kernels[3].binary != kernels[2].binary
+
+
+def test_compiles_run_on_the_workers_without_a_gpu(
+        cluster: Any, tmp_path: Path, space_file: Any) -> None:
+    """A GPU worker's one thread is for replays: with a compile worker in the cluster, no
+    compile runs on a GPU worker (the scheduler's task stream says where each ran)."""
+    from distributed import get_task_stream
+
+    from r3tui.compile.base import CompileRequest
+
+    with _runner(cluster, tmp_path, space_file, 0.0) as runner:
+        gpus, others = runner._worker_roles(fresh=True)
+        assert len(gpus) == 2 and len(others) == 1
+        requests = [CompileRequest(_source().text + f"\n__device__ int placed_{k};\n",
+                                   "stencil7") for k in range(6)]
+        with get_task_stream(cluster) as stream:
+            kernels = [f.result(timeout=120)
+                       for f in [runner.compile("nvrtc", r) for r in requests]]
+    assert all(k.ok for k in kernels)
+    ran = [(str(t["key"]), t["worker"]) for t in stream.data]
+    compiled_on = [worker for key, worker in ran if "r3-compile-" in key]
+    assert len(compiled_on) == 6
+    assert set(compiled_on) == set(others)
