@@ -151,12 +151,15 @@ class ProposalSide:
             self._profile(parent) if parent_known else None,
             tuple(inspirations),
             tuple(inspiration_ids),
-            preference=self._preference(index),
+            preference=self._preference(index, (as_parent or parent).source),
         )
 
-    def _preference(self, index: int) -> tuple[str, ...] | None:
+    def _preference(self, index: int, parent_source: str) -> tuple[str, ...] | None:
         """The transformations in the order the bandit draws for proposal ``index``, from
-        what each one's variants in this campaign have gained so far."""
+        what each one's variants in this campaign have gained so far; where the model makes
+        proposals, those relevant to the parent first (:mod:`r3tui.remix.relevance`: the
+        model takes the first, and seldom makes one whose pattern the kernel lacks).  A
+        variant keeps the order it was asked with, so a re-run asks the same."""
         if not self.settings.adaptive:
             return None
         from db import repository as repo
@@ -175,7 +178,12 @@ class ProposalSide:
         # a hint to the compiler starts with misses (r3tui.search.bandit says why)
         prior = {t.name: ArmRecord(self.settings.hint_prior, 0) for t in CATALOGUE if t.hint}
         rng = random.Random(derive_seed(self.settings.seed, "prefer", index))
-        return preference([t.name for t in CATALOGUE], records, rng, prior)
+        order = preference([t.name for t in CATALOGUE], records, rng, prior)
+        if self.mutator is None or self.mutator.backend is None:
+            return order
+        from r3tui.remix.relevance import relevant_first
+
+        return relevant_first(order, parent_source, self.seed_source.kernel_name)
 
     def generate_proposal(self, request: ProposalRequest) -> tuple[Proposal, float]:
         """Ask the remix layer for one change to the request's parent (any thread)."""

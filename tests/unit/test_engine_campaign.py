@@ -204,7 +204,7 @@ def test_the_bandit_starts_the_compiler_hints_with_misses(
     try:
         for prior in (2, 0):
             run.settings = replace(kept, hint_prior=prior, adaptive=True)
-            orders = [run._preference(1000 + k) for k in range(300)]
+            orders = [run._preference(1000 + k, run.seed_source.text) for k in range(300)]
             counts[prior] = sum(1 for o in orders if o and o[0] in hints)
     finally:
         run.settings = kept
@@ -559,12 +559,12 @@ def test_the_campaign_tries_first_what_has_gained_and_reports_each_operator(
     gained = [n for n, y in report.operators.items() if y.improved]
     flat = [n for n, y in report.operators.items() if not y.improved]
     assert gained and flat, report.operators
-    orders = [run._preference(100 + k) for k in range(200)]
+    orders = [run._preference(100 + k, run.seed_source.text) for k in range(200)]
     assert all(o is not None and len(o) == len(set(o)) for o in orders)
     rank = {n: sum(o.index(n) for o in orders if o) / len(orders) for n in gained + flat}
     assert max(rank[n] for n in gained) < min(rank[n] for n in flat), rank
     run.settings = replace(run.settings, adaptive=False)
-    assert run._preference(0) is None
+    assert run._preference(0, run.seed_source.text) is None
 
 
 def test_a_change_of_comments_or_layout_only_is_a_duplicate_not_a_variant(
@@ -725,3 +725,31 @@ def test_the_recorded_gpus_architecture_comes_from_the_bundles_provenance(
     provenance = {} if capability is None else {"compute_capability": capability}
     bundle = SimpleNamespace(manifest=SimpleNamespace(provenance=provenance))
     assert recorded_arch(bundle) == arch  # type: ignore[arg-type]
+
+
+def test_the_model_is_asked_first_for_changes_whose_pattern_the_kernel_has(
+        tmp_path: Path) -> None:
+    """stencil7 has no loop and no reduction: the model's first proposal names a catalogue
+    entry whose pattern it has, and the variant keeps the order it was asked with (relevant
+    first, as the bandit drew each part) for a re-run; rules-only, the order is the bandit's."""
+    from r3tui.remix.catalogue import CATALOGUE, transformation
+    from r3tui.remix.relevance import is_relevant
+
+    settings = model_settings(1, repair=False)
+    database = open_database(tmp_path / "r.sqlite")
+    cid = new_campaign(database, settings)
+    run = make_run(database, cid, settings, backend=ScriptedBackend([BROKEN]))
+    run.run()
+    with database.session_scope() as s:
+        (asked,) = [v for v in repo.campaign_variants(s, cid) if v.origin is VariantOrigin.LLM]
+    order = asked.features["preference"]
+    fits = [is_relevant(transformation(n), SOURCE.text, "stencil7") for n in order]
+    assert sorted(order) == sorted(t.name for t in CATALOGUE)
+    assert fits == sorted(fits, reverse=True) and fits[0] and not fits[-1]
+    assert asked.operator == order[0]
+    database.close()
+    rules_only = make_run(open_database(tmp_path / "o.sqlite"),
+                          new_campaign(open_database(tmp_path / "o.sqlite")), SETTINGS)
+    drawn = [rules_only._preference(k, SOURCE.text) for k in range(40)]
+    assert any(o is not None and not is_relevant(transformation(o[0]), SOURCE.text,
+                                                 "stencil7") for o in drawn)
