@@ -75,8 +75,9 @@ def variants(source: str, example: str, rules: tuple[str, ...] | None = None
         tunables = [t for t in parse_tunables(text) if t.name.startswith("R3_")]
         if not tunables:
             out.append((label, text, ()))
-        if label.startswith("coarsen"):  # a tile: every combination of the axes' factors
-            # (with tiles: of 8 to 64 iterations; 0 is the coarsening alone)
+        if label.startswith(("coarsen", "strided_accumulate")):  # every combination of the
+            # axes' factors (with tiles: of 8 to 64 iterations; 0 is the coarsening alone), or
+            # of the elements a thread sums and the vector width it loads them at
             choices = [[v for v in t.values if t.name != "R3_TILE" or v in (8, 16, 32, 64)]
                        for t in tunables]
             for values in itertools.product(*choices):

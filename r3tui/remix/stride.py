@@ -1,7 +1,7 @@
 """Rules that give a thread more elements along x and divide the launch's grid by a tunable:
 ``grid_stride`` (a body run per element in a grid-stride loop, read from the parse) and
 ``strided_accumulate`` (a block reduction's threads each sum several elements before it,
-read from the masked text)."""
+read from the masked text, with vector loads where the elements are one array's)."""
 
 from __future__ import annotations
 
@@ -196,7 +196,7 @@ def strided_accumulate(source: str, kernel_name: str, rng: random.Random) -> Rul
     found = kernel_body_text(source, kernel_name)
     if isinstance(found, RuleResult):
         return found
-    _, _, body_start, body = found
+    span, _, body_start, body = found
     load = _GUARDED_LOAD.search(body)
     if load is None:
         return declined("no `buf[tid] = (i < n) ? x[i] : 0;` load into shared memory")
@@ -217,7 +217,9 @@ def strided_accumulate(source: str, kernel_name: str, rng: random.Random) -> Rul
         return declined(f"{name} is assigned after the load")
     line = source.count("\n", 0, body_start + load.start()) + 1
     macro, acc, k = f"R3_WPT_{line}", f"r3_acc_{line}", f"r3_k_{line}"
-    if re.search(rf"\b(?:{macro}|{acc}|{k})\b", source):
+    vec, start, lanes_v, vn = (f"R3_VEC_{line}", f"r3_from_{line}", f"r3_v_{line}",
+                               f"r3_vn_{line}")
+    if re.search(rf"\b(?:{macro}|{acc}|{k}|{vec}|{start}|{lanes_v}|{vn})\b", source):
         return declined(f"{macro} is already a name in the source")
     at = body_start + load.start()
     line_start = source.rfind("\n", 0, at) + 1
@@ -231,14 +233,66 @@ def strided_accumulate(source: str, kernel_name: str, rng: random.Random) -> Rul
     limit = source[body_start + load.start("bound"):body_start + load.end("bound")]
     zero = source[body_start + load.start("zero"):body_start + load.end("zero")]
     lhs = source[body_start + load.start("lhs"):body_start + load.end("lhs")]
+    stride = f"(decltype({k})){_GRID_THREADS}"
+    vector = _vector_part(source[span.start:span.body_end], source[
+        body_start + load.start("value"):body_start + load.end("value")], name, indent,
+        (vec, start, lanes_v, vn, acc, k), limit, stride)
     text = (_work_per_thread(indent, macro, ACCUMULATE_FACTORS)
             + f"{indent}// was: {original.strip()}\n"
             f"{indent}{shared.group('type')} {acc} = {zero};\n"
-            f"{indent}for (auto {k} = {name}; {k} < {limit}; "
-            f"{k} += (decltype({k})){_GRID_THREADS}) {{\n"
+            + (vector or "")
+            + f"{indent}for (auto {k} = {start if vector else name}; {k} < {limit}; "
+            f"{k} += {stride}) {{\n"
             f"{indent}    {acc} += {each};\n{indent}}}\n"
             f"{indent}{lhs} = {acc};")
     out = source[:line_start] + text + source[body_start + load.end():]
     return finish(source, out, kernel_name,
                    f"{macro} elements a thread summed before the reduction at line {line}, "
-                   f"in {{{factors}}}")
+                   f"in {{{factors}}}" + (f", loaded {vec} at a time" if vector else ""))
+
+
+# `x[i]`: the one array read of a summed value, at the thread's index
+_READ = r"(?<![\w.])(?P<arr>[A-Za-z_]\w*)\s*\[\s*{name}\s*\]"
+
+
+def _vector_part(kernel: str, value: str, name: str, indent: str, names: tuple[str, ...],
+                 limit: str, stride: str) -> str | None:
+    """Where every use of the index in the summed value is one read ``x[i]`` of one array of
+    floats or doubles: the first part of the thread's sum loaded through ``float4`` (4 floats;
+    ``double2``, 2 doubles) at a time, a tunable (``R3_VEC_<line>``, 1 or the lanes; 1 sums
+    what the original summed, one element at a time) that takes effect where the array is
+    aligned to the vector at run time; the elements past the last whole vector are left to
+    the scalar loop that follows (starting at ``r3_from``).  None where the value does not
+    qualify."""
+    from r3tui.remix.vector import VECTORS, _pointer_type
+
+    vec, start, lane_var, vn, acc, k = names
+    reads = list(re.finditer(_READ.format(name=re.escape(name)), value))
+    arrays = {m.group("arr") for m in reads}
+    others = re.sub(_READ.format(name=re.escape(name)), "", value)
+    if len(arrays) != 1 or re.search(rf"(?<![\w.]){re.escape(name)}\b", others):
+        return None
+    (arr,) = arrays
+    element = _pointer_type(kernel, arr)
+    if element not in ("float", "double"):
+        return None
+    vector_type, lanes = VECTORS[element]
+    summed = "".join(
+        f"{indent}        {acc} += "
+        + re.sub(_READ.format(name=re.escape(name)), f"{lane_var}.{lane}", value) + ";\n"
+        for lane in "xyzw"[:lanes])
+    return (f"{indent}// r3: tune {vec} 1 {lanes}\n"
+            f"#ifndef {vec}\n#define {vec} 1\n#endif\n"
+            f"{indent}auto {start} = {name};\n"
+            f"#if {vec} > 1\n"
+            f"{indent}if (reinterpret_cast<unsigned long long>({arr}) % sizeof({vector_type}) "
+            f"== 0) {{\n"
+            f"{indent}    const auto {vn} = (decltype({start}))(({limit}) / {lanes});\n"
+            f"{indent}    for (auto {k} = {name}; {k} < {vn}; {k} += {stride}) {{\n"
+            f"{indent}        const {vector_type} {lane_var} = "
+            f"reinterpret_cast<const {vector_type}*>({arr})[{k}];\n"
+            + summed
+            + f"{indent}    }}\n"
+            f"{indent}    {start} = {vn} * {lanes} + {name};\n"
+            f"{indent}}}\n"
+            f"#endif\n")

@@ -415,6 +415,11 @@ ACCUMULATE_CASES = {
                           "    long long b = blockIdx.x;\n"
                           "    long long i = b * blockDim.x + tid;\n"
                           "    buf[tid] = (i < (long long)n) ? (double)x[i] : 0.0;\n", True),
+    # the index used outside the array's read: summed one element at a time only
+    "index_outside_the_read": ("    __shared__ float buf[256];\n"
+                               "    unsigned int tid = threadIdx.x;\n"
+                               "    int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+                               "    buf[tid] = (i < n) ? x[i] * (float)i : 0.0f;\n", True),
     "not_shared": ("    float buf[4];\n    unsigned int tid = threadIdx.x & 3;\n"
                    "    int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
                    "    buf[tid] = (i < n) ? x[i] : 0.0f;\n", False),
@@ -424,6 +429,9 @@ ACCUMULATE_CASES = {
                        "    int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
                        "    buf[tid] = (i < n) ? x[i] : 0.0f;\n    i += 1;\n", False),
 }
+# the cases whose summed value reads one array of floats at the index and nothing else of it:
+# their first elements loaded 4 at a time (the value computed per lane)
+VECTOR_LANES = {"flat": "{v}.x * {v}.x", "through_variables": "(double){v}.x"}
 REDUCE_TAIL = ("    __syncthreads();\n"
                "    for (unsigned int s = blockDim.x / 2; s > 0; s >>= 1) {\n"
                "        if (tid < s) buf[tid] += buf[tid + s];\n        __syncthreads();\n    }\n"
@@ -442,18 +450,32 @@ def test_strided_accumulate_sums_several_elements_a_thread_before_the_tree(case:
         return
     (name,) = parse_work_per_thread(result.source).values()
     assert name.startswith("R3_WPT_")
-    (tunable,) = parse_tunables(result.source)
+    tunables = {t.name: t for t in parse_tunables(result.source)}
+    tunable = tunables.pop(name)
     assert tunable.values == (1, 2, 4, 8, 16, 32, 64, 128, 256) and tunable.default == 1
     assert work_divisor(result.source, {name: 4}) == 4
+    lane = VECTOR_LANES.get(case)
+    if lane is None:
+        assert not tunables and "float4" not in result.source
+    else:
+        (vector,) = tunables.values()
+        assert vector.name == name.replace("WPT", "VEC")
+        assert vector.values == (1, 4) and vector.default == 1
+        lane = lane.format(v=name.replace("R3_WPT", "r3_v"))
+        assert f"+= {lane};" in result.source and "reinterpret_cast<const float4*>(x)" in \
+            result.source
     # the loop starts at the thread's element and strides over the grid's threads; the
     # accumulator has the shared array's type and takes the value the load took
     loop = next(line for line in result.source.splitlines() if "for (auto r3_k_" in line)
     assert "gridDim.x * gridDim.y * gridDim.z * blockDim.x * blockDim.y * blockDim.z" in loop
     acc = "double r3_acc_" if "double buf" in body else "float r3_acc_"
     assert acc in result.source and "buf[tid] = r3_acc_" in result.source
-    for value in ("1", "256"):
+    settings = [((name, "1"),), ((name, "256"),)]
+    if lane is not None:
+        settings.append(((name, "4"), (name.replace("WPT", "VEC"), "4")))
+    for defines in settings:
         compiled = get_toolchain("nvrtc").compile(
-            CompileRequest(result.source, "total", defines=((name, value),)))
+            CompileRequest(result.source, "total", defines=defines))
         assert compiled.ok, compiled.log
 
 
