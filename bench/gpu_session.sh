@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One GPU session on the device machine: environment probe, the GPU test suite, a summary,
-# then the benchmarks named in R3_BENCH (default: eval_cost spaces inner_live; empty: none;
+# then the benchmarks named in R3_BENCH (default: eval_cost spaces inner_live, or none where
+# pytest arguments are given; empty: none;
 # also: bundles campaigns evaluate_llm app_tune verification corpus rule_gains
 # demo_record demo_evaluate).
 #
@@ -107,8 +108,11 @@ for r in rows:
               "  (other block shape)")
 PY
 fi
-# R3_BENCH: which benchmarks to run after the tests (default: all of them)
-bench=" ${R3_BENCH-eval_cost spaces inner_live} "
+# R3_BENCH: which benchmarks to run after the tests (default: eval_cost spaces inner_live;
+# none when pytest arguments select tests, as `-k test_gpu_tune` does: session 34's call with
+# them and no R3_BENCH spent 350 s of its 600 on the default benchmarks it did not ask for)
+if [ $# -gt 0 ]; then default_bench=""; else default_bench="eval_cost spaces inner_live"; fi
+bench=" ${R3_BENCH-$default_bench} "
 run_bench() {  # name, then the command; the log goes to $OUT/<name>.log
   local name=$1; shift
   echo "== benchmark: $name"
