@@ -30,6 +30,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 KINDS = ("r3", "bo", "remix")
+# the searches issue #19's comparison needs (campaigns.py --no-remix runs only these)
+COMPARED = ("r3", "bo")
 # ``--ablate-transfer``: r3 with the settings before transfer (no ancestors' trials, warm start 3)
 ABLATION = "r3nt"
 _NAME = re.compile(r"^(?P<example>.+)-(?P<kind>r3|bo|remix|r3nt)-s(?P<seed>\d+)$")
@@ -145,18 +147,20 @@ def read_results(db: Path) -> list[SearchResult]:
     return out
 
 
-def complete_seeds(results: Sequence[SearchResult]) -> dict[str, dict[int, dict[str, float]]]:
-    """example -> seed -> kind -> speedup, for the seeds whose three searches all finished
-    with a speedup (a search with no ok trial scores 0: it found nothing that runs)."""
+def complete_seeds(results: Sequence[SearchResult], kinds: Sequence[str] = KINDS
+                   ) -> dict[str, dict[int, dict[str, float]]]:
+    """example -> seed -> kind -> speedup, for the seeds whose searches of ``kinds`` all
+    finished with a speedup (a search with no ok trial scores 0: it found nothing that
+    runs)."""
     by_seed: dict[tuple[str, int], dict[str, SearchResult]] = {}
     for r in results:
         by_seed.setdefault((r.example, r.seed), {})[r.kind] = r
     out: dict[str, dict[int, dict[str, float]]] = {}
-    for (example, seed), kinds in sorted(by_seed.items()):
-        if not set(KINDS) <= set(kinds) or not all(kinds[k].finished for k in KINDS):
+    for (example, seed), found in sorted(by_seed.items()):
+        if not set(kinds) <= set(found) or not all(found[k].finished for k in kinds):
             continue
         out.setdefault(example, {})[seed] = {
-            k: r.speedup or 0.0 for k, r in kinds.items() if k in KINDS or r.finished
+            k: r.speedup or 0.0 for k, r in found.items() if k in kinds or r.finished
         }
     return out
 
@@ -176,9 +180,11 @@ def summary_lines(
     results: Sequence[SearchResult], examples: Sequence[str], seeds: int,
     budget: int | str | None,
     ceilings: Ceilings | None = None, work: Mapping[str, Work] | None = None,
+    kinds: Sequence[str] = KINDS,
 ) -> list[str]:
-    """The table and the ``key: value`` lines of issue #5, over what ``results`` hold."""
-    complete = complete_seeds(results)
+    """The table and the ``key: value`` lines of issue #5, over what ``results`` hold (a seed
+    counts once its searches of ``kinds`` finished: without remix, its columns are "-")."""
+    complete = complete_seeds(results, kinds)
     ablated = any(ABLATION in k for seeds_ in complete.values() for k in seeds_.values())
     lines = [
         f"budget: {_budget(budget)}; {seeds} seeds asked; "
@@ -198,16 +204,21 @@ def summary_lines(
         if not done:
             lines.append(f"{example:11} {0:5d}  not run")
             continue
-        m = {k: statistics.median(s[k] for s in done.values()) for k in KINDS}
+        m = {k: statistics.median(s[k] for s in done.values()) for k in COMPARED}
         # seed by seed: the same seed's searches, then the median of those ratios
         paired_bo = [_ratio(s["r3"], s["bo"]) for s in done.values()]
         over_bo[example] = statistics.median(paired_bo)
-        over_remix[example] = statistics.median(_ratio(s["r3"], s["remix"])
-                                                for s in done.values())
+        with_remix = [s for s in done.values() if "remix" in s]
+        remix, r3_remix = f"{'-':>7}", f"{'-':>8}"
+        if with_remix:
+            over_remix[example] = statistics.median(_ratio(s["r3"], s["remix"])
+                                                    for s in with_remix)
+            remix = f"{statistics.median(s['remix'] for s in with_remix):7.3f}"
+            r3_remix = f"{over_remix[example]:8.3f}"
         intervals[example] = seed_interval(paired_bo)
         row = (
-            f"{example:11} {len(done):5d} {m['r3']:7.3f} {m['bo']:7.3f} {m['remix']:7.3f} "
-            f"{over_bo[example]:7.3f} {over_remix[example]:8.3f}"
+            f"{example:11} {len(done):5d} {m['r3']:7.3f} {m['bo']:7.3f} {remix} "
+            f"{over_bo[example]:7.3f} {r3_remix}"
         )
         # the ablation over the seeds that have it, against bo on the same seeds
         paired = [s for s in done.values() if ABLATION in s]
@@ -217,7 +228,9 @@ def summary_lines(
                                                           for s in paired)
             row += f" {nt:7.3f} {ablation_over_bo[example]:8.3f}"
         lines.append(row)
-    keys = [("r3_over_bo_only", over_bo), ("r3_over_remix_only", over_remix)]
+    keys = [("r3_over_bo_only", over_bo)]
+    if "remix" in kinds or over_remix:
+        keys.append(("r3_over_remix_only", over_remix))
     if ablated:
         keys.append((f"{ABLATION}_over_bo_only", ablation_over_bo))
     for key, ratios in keys:

@@ -19,11 +19,12 @@ matrices), each tuned kernel's fraction of its ceiling.
 
     python bench/campaigns.py --db OUT/campaigns.sqlite [--seeds 3] [--variants 4] [--inner 5]
         [--seed-trials 12] [--examples a,b] [--time-limit 420] [--example-cap S]
-        [--ablate-transfer] [--no-ceilings] [--seconds S]
+        [--ablate-transfer] [--no-ceilings] [--seconds S] [--no-remix]
 
 ``--seconds S`` gives every search S seconds of wall time instead of the trial budget (issue
 #19 compares the arms at equal wall time): r3 makes variants, each tuned with ``--inner``
-trials, until its time is up; BO alone asks trials until then.
+trials, until its time is up; BO alone asks trials until then.  ``--no-remix`` leaves remix
+alone out (issue #19 compares r3 with BO alone): a seed is complete once those two finished.
 
 Seed 0 of every example runs first, then seed 1, and so on; a search that would end past
 ``--time-limit`` is not started, and the summary (bench/campaign_summary.py, read back from
@@ -53,6 +54,8 @@ sys.path.insert(0, str(ROOT / "examples"))
 
 from campaign_summary import (  # noqa: E402
     ABLATION,
+    COMPARED,
+    KINDS,
     Ceilings,
     Work,
     ceilings_path,
@@ -140,10 +143,12 @@ class Budgets:
 
 
 def run_seed(
-    name: str, bundle: Path, db: Path, seed: int, budgets: Budgets, ablate: bool = False
+    name: str, bundle: Path, db: Path, seed: int, budgets: Budgets, ablate: bool = False,
+    remix_arm: bool = True,
 ) -> bool:
-    """The three searches of one example and seed (four with ``ablate``: r3 without transfer
-    of ancestors' trials and with the old warm start of 3); ``False`` if one was stopped."""
+    """The three searches of one example and seed (two without ``remix_arm``; four with
+    ``ablate``: r3 without transfer of ancestors' trials and with the old warm start of 3);
+    ``False`` if one was stopped."""
     from r3tui.engine import InnerCampaign, InnerSettings, run_inner_campaign
     from r3tui.engine.campaign import CampaignSettings
     from r3tui.engine.tune import CampaignJob, run_campaign
@@ -189,8 +194,9 @@ def run_seed(
             name=f"{name}-bo-s{seed}",
         )
     )
-    remix = run_campaign(
-        CampaignJob(
+    searched = [("r3", r3)]
+    if remix_arm:
+        searched.append(("remix", run_campaign(CampaignJob(
             bundle,
             db,
             CampaignSettings(
@@ -206,9 +212,7 @@ def run_seed(
             ),
             None,
             name=f"{name}-remix-s{seed}",
-        )
-    )
-    searched = [("r3", r3), ("remix", remix)]
+        ))))
     if ablate:
         searched.append((ABLATION, remix_and_bo(ABLATION, warm_start=3, transfer=0)))
     speedups = {}
@@ -218,8 +222,8 @@ def run_seed(
         speedups[key] = baseline.median_s / best if best else 0.0
     speedups["bo"] = baseline.median_s / bo.best_s if bo.best_s else 0.0
     print(
-        f"   seed {seed}: r3 {speedups['r3']:.3f}x  bo {speedups['bo']:.3f}x  "
-        f"remix {speedups['remix']:.3f}x"
+        f"   seed {seed}: r3 {speedups['r3']:.3f}x  bo {speedups['bo']:.3f}x"
+        + (f"  remix {speedups['remix']:.3f}x" if remix_arm else "")
         + (f"  {ABLATION} {speedups[ABLATION]:.3f}x" if ablate else "")
         + f"  ({r3_s:.0f} s for r3, {time.monotonic() - started:.0f} s for all)",
         flush=True,
@@ -284,6 +288,9 @@ def main(argv: list[str] | None = None) -> int:
         default=0.0,
         help="seconds per example over its seeds (0: none)",
     )
+    parser.add_argument("--no-remix", action="store_true",
+                        help="run r3 and BO alone only (issue #19's comparison), not remix "
+                             "alone: a third less GPU time")
     parser.add_argument("--no-ceilings", action="store_true",
                         help="do not measure copy bandwidth, FMA rate and cuBLAS first")
     parser.add_argument("--evaluate-db", type=Path, help="evaluate pending LLM variants in it")
@@ -319,7 +326,8 @@ def main(argv: list[str] | None = None) -> int:
     for note in notes:
         print(f"# {note}")
     print("\n".join(summary_lines(read_results(args.db), examples, args.seeds, budgets.describe(),
-                                  Ceilings.load(ceilings_path(args.db)), work)))
+                                  Ceilings.load(ceilings_path(args.db)), work,
+                                  kinds=COMPARED if args.no_remix else KINDS)))
     print("\n".join(yield_lines(args.db)))
     return 0
 
@@ -338,7 +346,8 @@ def run_all(
     spent: dict[str, list[float]] = {name: [] for name in examples}
     # seeds a call before this one finished in the same database: a run of more seeds than
     # one device command holds goes on in the next (the database carried back)
-    done = ({(e, seed) for e, seeds in complete_seeds(read_results(args.db)).items()
+    kinds = COMPARED if args.no_remix else KINDS
+    done = ({(e, seed) for e, seeds in complete_seeds(read_results(args.db), kinds).items()
              for seed in seeds} if args.db is not None and Path(args.db).is_file() else set())
     previous = signal.signal(signal.SIGTERM, _on_term)
     try:
@@ -368,7 +377,8 @@ def run_all(
                     print(f"== {name} seed {seed}", flush=True)
                     t0 = clock()
                     complete = run_seed(
-                        name, bundles[name], args.db, seed, budgets, args.ablate_transfer
+                        name, bundles[name], args.db, seed, budgets, args.ablate_transfer,
+                        remix_arm=not args.no_remix,
                     )
                     spent[name].append(clock() - t0)
                     if not complete:

@@ -174,9 +174,10 @@ def test_seed_major_order_and_time_limit(monkeypatch: pytest.MonkeyPatch, tmp_pa
         return out / f"{name}.r3b"
 
     def fake_run_seed(
-        name: str, bundle: Path, db: Path, seed: int, budgets: object, ablate: bool
+        name: str, bundle: Path, db: Path, seed: int, budgets: object, ablate: bool,
+        remix_arm: bool = True,
     ) -> bool:
-        assert ablate is True
+        assert ablate is True and remix_arm is True
         ran.append((name, seed))
         now[0] += cost[name]
         return True
@@ -191,6 +192,7 @@ def test_seed_major_order_and_time_limit(monkeypatch: pytest.MonkeyPatch, tmp_pa
         scale=None,
         db=tmp_path,
         ablate_transfer=True,
+        no_remix=False,
     )
     notes = campaigns.run_all(args, ["a", "b"], campaigns.Budgets(4, 5, 12), lambda: now[0])
     # a0 (100) b0 (130) a1 (230) b1 (260: started at 230, expected 30 -> 260 > 250: no)
@@ -210,13 +212,39 @@ def test_seeds_the_database_holds_finished_are_not_run_again(
     ran: list[tuple[str, int]] = []
     monkeypatch.setattr(campaigns, "record", lambda name, out, scale: out / f"{name}.r3b")
     monkeypatch.setattr(campaigns, "run_seed",
-                        lambda name, bundle, db, seed, budgets, ablate: ran.append((name, seed))
-                        or True)
+                        lambda name, bundle, db, seed, budgets, ablate, remix_arm:
+                        ran.append((name, seed, remix_arm)) or True)
     args = campaigns.argparse.Namespace(seeds=4, time_limit=0.0, example_cap=0.0,
                                         bundles=db.parent, scale=None, db=db,
-                                        ablate_transfer=False)
+                                        ablate_transfer=False, no_remix=False)
     campaigns.run_all(args, ["stencil7", "sgemm"], campaigns.Budgets(4, 5, 12))
-    assert ran == [("sgemm", 2), ("stencil7", 3), ("sgemm", 3)]
+    assert ran == [("sgemm", 2, True), ("stencil7", 3, True), ("sgemm", 3, True)]
+    # without the remix arm, sgemm's seed 2 (r3 and BO alone finished) is complete
+    ran.clear()
+    campaigns.run_all(campaigns.argparse.Namespace(**{**vars(args), "no_remix": True}),
+                      ["stencil7", "sgemm"], campaigns.Budgets(4, 5, 12))
+    assert ran == [("stencil7", 3, False), ("sgemm", 3, False)]
+
+
+def test_without_the_remix_arm_the_summary_compares_r3_with_bo_alone(db: Path) -> None:
+    """``--no-remix``: a seed counts once r3 and BO alone finished; remix's columns are "-"
+    where a seed has none, and r3_over_remix_only is left out when no seed has one."""
+    from campaign_summary import COMPARED
+
+    results = read_results(db)
+    assert sorted(complete_seeds(results, COMPARED)["sgemm"]) == [0, 1, 2]
+    lines = summary_lines(results, ["stencil7", "sgemm"], 3, 4, kinds=COMPARED)
+    assert "cut_short: none" in lines
+    sgemm = next(line for line in lines if line.startswith("sgemm "))
+    # seeds 0 and 1 have a remix search, seed 2 none: the remix median over those two
+    assert sgemm.split()[1] == "3" and sgemm.split()[4] != "-"
+    assert value(lines, "r3_over_remix_only")
+    without = [r for r in results if r.kind != "remix"]
+    lines = summary_lines(without, ["stencil7", "sgemm"], 3, 4, kinds=COMPARED)
+    assert all(line.split()[4] == "-" for line in lines
+               if line.startswith(("stencil7 ", "sgemm ")))
+    assert not any(line.startswith("r3_over_remix_only") for line in lines)
+    assert value(lines, "r3_over_bo_only")
 
 
 def test_the_transfer_ablation_is_compared_on_the_seeds_that_have_it(db: Path) -> None:
