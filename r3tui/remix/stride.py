@@ -30,6 +30,7 @@ from r3tui.remix.rule_base import (
     from_block_index,
     kernel_body_text,
 )
+from r3tui.remix.vector import VECTORS, pointer_type
 
 WPT_FACTORS = (1, 2, 4, 8, 16)
 # a reduction's threads each sum up to 256 elements first: every block ends in an atomic on
@@ -264,22 +265,20 @@ def _vector_part(kernel: str, value: str, name: str, indent: str, names: tuple[s
     aligned to the vector at run time; the elements past the last whole vector are left to
     the scalar loop that follows (starting at ``r3_from``).  None where the value does not
     qualify."""
-    from r3tui.remix.vector import VECTORS, _pointer_type
-
     vec, start, lane_var, vn, acc, k = names
-    reads = list(re.finditer(_READ.format(name=re.escape(name)), value))
-    arrays = {m.group("arr") for m in reads}
-    others = re.sub(_READ.format(name=re.escape(name)), "", value)
+    read = re.compile(_READ.format(name=re.escape(name)))
+    arrays = {m.group("arr") for m in read.finditer(value)}
+    others = read.sub("", value)
     if len(arrays) != 1 or re.search(rf"(?<![\w.]){re.escape(name)}\b", others):
         return None
     (arr,) = arrays
-    element = _pointer_type(kernel, arr)
+    element = pointer_type(kernel, arr)
     if element not in ("float", "double"):
         return None
     vector_type, lanes = VECTORS[element]
     summed = "".join(
         f"{indent}        {acc} += "
-        + re.sub(_READ.format(name=re.escape(name)), f"{lane_var}.{lane}", value) + ";\n"
+        + read.sub(f"{lane_var}.{lane}", value) + ";\n"
         for lane in "xyzw"[:lanes])
     return (f"{indent}// r3: tune {vec} 1 {lanes}\n"
             f"#ifndef {vec}\n#define {vec} 1\n#endif\n"

@@ -28,7 +28,7 @@ _LANES = "xyzw"
 _JUMPS = re.compile(r"\b(?:break|continue|return|goto)\b|__syncthreads|__syncwarp|\.sync\s*\(")
 
 
-def _pointer_type(text: str, name: str) -> str | None:
+def pointer_type(text: str, name: str) -> str | None:
     """The element type ``name`` is declared to point to (``const float* __restrict__ x``,
     ``float *yr = ...``), if the text declares it once as a pointer to a vectorizable type."""
     found = re.findall(
@@ -122,7 +122,7 @@ def vector_access(source: str, kernel_name: str, rng: random.Random) -> RuleResu
             why = f"the body assigns {c}"
             continue
         declared = masked[:span.body_end]
-        kinds = {a: _pointer_type(declared, a) for a in arrays}
+        kinds = {a: pointer_type(declared, a) for a in arrays}
         if any(k not in VECTORS for k in kinds.values()) or len(
                 {VECTORS[k][1] for k in kinds.values() if k}) != 1:
             why = "an array is not a pointer to float, double or int, or their widths differ"
