@@ -8,11 +8,12 @@ replays configurations on a runner (:mod:`r3tui.runners`) and re-times the final
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, replace
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from r3tui.domain import Measurement, MeasurementStatus, TrialConfig
 
@@ -103,18 +104,21 @@ class ReplayEvaluator:
                                        label=str(config.options), work_divisor=divisor,
                                        work_multiplier=multiplier)
 
-    def submit(self, config: TrialConfig) -> Future[tuple[Measurement, ReplayJob | None]]:
-        """``config`` compiled, then replayed: its measurement and what it ran as."""
-        out: Future[tuple[Measurement, ReplayJob | None]] = Future()
-        self._compile(config).add_done_callback(partial(self._compiled, config, out))
+    def submit(self, config: TrialConfig, batch: _Batch | None = None
+               ) -> Future[tuple[Measurement | None, ReplayJob | None]]:
+        """``config`` compiled, then replayed: its measurement and what it ran as (``None``
+        for a configuration ``batch`` abandoned before its replay began)."""
+        out: Future[tuple[Measurement | None, ReplayJob | None]] = Future()
+        self._compile(config).add_done_callback(partial(self._compiled, config, out, batch))
         return out
 
     def _compile(self, config: TrialConfig) -> Future[CompiledKernel]:
         return self.runner.compile(config.toolchain,
                                    compile_request(self.source, config, self.arch))
 
-    def _compiled(self, config: TrialConfig, out: Future[tuple[Measurement, ReplayJob | None]],
-                  compiling: Future[CompiledKernel]) -> None:
+    def _compiled(self, config: TrialConfig,
+                  out: Future[tuple[Measurement | None, ReplayJob | None]],
+                  batch: _Batch | None, compiling: Future[CompiledKernel]) -> None:
         from r3tui.runners import ReplayJob
         from r3tui.search import config_key
 
@@ -123,18 +127,28 @@ class ReplayEvaluator:
             if not compiled.ok:
                 out.set_result((compile_failure(compiled), None))
                 return
+            if batch is not None and batch.hung:
+                out.set_result((None, None))  # another configuration hung: not replayed
+                return
             job = ReplayJob(self.candidate(config, compiled), config_key(config))
             replaying = self.runner.replay(job)
+            if batch is not None:
+                batch.add(replaying)
         except BaseException as exc:  # the runner failed, not the candidate
             out.set_exception(exc)
             return
 
         def replayed(done: Future[Measurement]) -> None:
+            if done.cancelled() and batch is not None and batch.hung:
+                out.set_result((None, None))  # another configuration of the batch hung
+                return
             try:
                 measured = done.result()
             except BaseException as exc:
                 out.set_exception(exc)
                 return
+            if batch is not None and measured.status is MeasurementStatus.TIMEOUT:
+                batch.abandon()
             out.set_result((replace(measured, compile_time_s=compiled.seconds), job))
 
         replaying.add_done_callback(replayed)
@@ -145,17 +159,25 @@ class ReplayEvaluator:
         compiled = self._compile(config).result()
         return compiled.binary_sha256 if compiled.ok else None
 
-    def start(self, configs: Sequence[TrialConfig]) -> Callable[[], list[Measurement]]:
-        """Submit ``configs``; the returned call waits for their measurements (request order)."""
+    def start(self, configs: Sequence[TrialConfig], *, hang_ends_batch: bool = False
+              ) -> Callable[[], list[Measurement | None]]:
+        """Submit ``configs``; the returned call waits for their measurements (request order).
+
+        With ``hang_ends_batch``, the first configuration that hangs (its replay timed out, a
+        worker killed) ends the batch: the replays of the others that have not begun are
+        cancelled and their entries are ``None`` (neither measured nor a failure).  A
+        variant not yet shown to work is abandoned after a hang, so each further
+        configuration would only cost the runner's whole timeout again."""
         from r3tui.search import config_key
 
-        pending = [self.submit(c) for c in configs]
+        batch = _Batch() if hang_ends_batch else None
+        pending = [self.submit(c, batch) for c in configs]
 
-        def results() -> list[Measurement]:
-            out = []
+        def results() -> list[Measurement | None]:
+            out: list[Measurement | None] = []
             for config, future in zip(configs, pending, strict=True):
                 measured, job = future.result()
-                if measured.ok and job is not None:
+                if measured is not None and measured.ok and job is not None:
                     self.jobs[config_key(config)] = job
                 out.append(measured)
             return out
@@ -163,7 +185,9 @@ class ReplayEvaluator:
         return results
 
     def evaluate(self, configs: Sequence[TrialConfig]) -> list[Measurement]:
-        return self.start(configs)()
+        measured = self.start(configs)()
+        assert all(m is not None for m in measured)  # only a batch that ends on a hang skips
+        return cast("list[Measurement]", measured)
 
     def interleave_with(
         self, other: ReplayEvaluator, mine: TrialConfig, theirs: TrialConfig, rounds: int
@@ -197,6 +221,30 @@ class ReplayEvaluator:
         jobs = [self.jobs[config_key(c)] for c in configs]
         per_job = self.runner.interleaved(jobs, rounds)
         return [[per_job[i][r] for i in range(len(configs))] for r in range(rounds)]
+
+
+class _Batch:
+    """The replays of one :meth:`ReplayEvaluator.start` batch, so that a hang can cancel the
+    rest (runner futures whose replay has not begun cancel; running ones finish)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._replays: list[Future[Measurement]] = []
+        self.hung = False
+
+    def add(self, replaying: Future[Measurement]) -> None:
+        with self._lock:
+            if not self.hung:
+                self._replays.append(replaying)
+                return
+        replaying.cancel()  # submitted while another configuration's hang was being told
+
+    def abandon(self) -> None:
+        with self._lock:
+            self.hung = True
+            replays, self._replays = self._replays, []
+        for replaying in replays:
+            replaying.cancel()
 
 
 class NotRetimed(Exception):

@@ -14,9 +14,9 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, cast
 
-from r3tui.domain import Measurement, TrialConfig
+from r3tui.domain import Measurement, MeasurementStatus, TrialConfig
 from r3tui.engine.evaluator import NotRetimed
 from r3tui.engine.options import option
 
@@ -276,11 +276,13 @@ def _timed(seconds: dict[str, float], phase: str) -> Iterator[None]:
         seconds[phase] = seconds.get(phase, 0.0) + time.perf_counter() - began
 
 
-def _start(evaluator: Evaluator, configs: list[TrialConfig]) -> Callable[[], list[Measurement]]:
+def _start(evaluator: Evaluator, configs: list[TrialConfig], hang_ends_batch: bool
+           ) -> Callable[[], list[Measurement | None]]:
     start = getattr(evaluator, "start", None)
     if start is not None:
-        return start(configs)
-    measured = evaluator.evaluate(configs)
+        return cast("Callable[[], list[Measurement | None]]",
+                    start(configs, hang_ends_batch=hang_ends_batch))
+    measured: list[Measurement | None] = list(evaluator.evaluate(configs))
     return lambda: measured
 
 
@@ -312,7 +314,8 @@ def run_inner(
     # where the loop's wall time goes, phase by phase (the inner_done event keeps it)
     seconds: dict[str, float] = {}
     trial_ids: dict[str, int] = {}
-    flight: deque[tuple[list[TrialConfig], Callable[[], list[Measurement]]]] = deque()
+    flight: deque[tuple[list[TrialConfig], Callable[[], list[Measurement | None]]]] = deque()
+    not_replayed = 0  # configurations a hang left unreplayed (not trials: never measured)
     # an evaluator that measures as it is asked gains nothing from a second batch in flight
     depth = max(1, settings.in_flight) if hasattr(evaluator, "start") else 1
     stopped = False
@@ -343,12 +346,21 @@ def run_inner(
             if not configs:
                 break
             with _timed(seconds, "submit"):
-                flight.append((configs, _start(evaluator, configs)))
+                # a variant not yet shown to work is abandoned after a hang: its batch's
+                # other configurations are not replayed (each would cost the whole timeout)
+                flight.append((configs, _start(evaluator, configs, hang_ends_batch=unproven)))
         if not flight:
             break
         configs, results = flight.popleft()
         with _timed(seconds, "wait"):
-            measurements = results()
+            answered = results()
+        measured = [(c, m) for c, m in zip(configs, answered, strict=True) if m is not None]
+        not_replayed += len(configs) - len(measured)
+        configs, measurements = [c for c, _ in measured], [m for _, m in measured]
+        if (give_up_after is not None and search.best() is None
+                and any(m.status is MeasurementStatus.TIMEOUT for m in measurements)
+                and not any(m.ok for m in measurements)):
+            stopped = True  # it hangs before it ever worked: give it up now
         with _timed(seconds, "store"), database.session_scope() as s:
             rows = [
                 repo.NewTrial(campaign_id, variant_id, c, m)
@@ -412,6 +424,8 @@ def run_inner(
                 "ci": [winner.best.low, winner.best.high] if winner else None,
                 # ancestors' trials its model was told (a child's prior), when it has one
                 "prior_points": sum(len(g) for g in search.prior),
+                # configurations not replayed because another one hung before any worked
+                "not_replayed": not_replayed,
                 # where the loop's wall time went (s): the search's asks and tells, waiting
                 # for the runner, storing trials, re-timing the finalists
                 "seconds": {k: round(v, 4) for k, v in seconds.items()},

@@ -434,6 +434,11 @@ class DaskRunner(Runner):
         with self._lock:
             while self._waiting and self._batches < slots and not self._closed:
                 batch, self._waiting = self._waiting[:MAX_BATCH], self._waiting[MAX_BATCH:]
+                # a replay cancelled while it waited (its batch ended on a hang) is not sent;
+                # one that is sent can no longer be cancelled
+                batch = [(job, out) for job, out in batch if out.set_running_or_notify_cancel()]
+                if not batch:
+                    continue
                 self._batches += 1
                 self._stats["replay_tasks"] += 1
                 batches.append(batch)
@@ -461,8 +466,8 @@ class DaskRunner(Runner):
             with self._lock:
                 self._batches -= 1
             for k, (_, out) in enumerate(batch):
-                if done.cancelled():
-                    out.cancel()
+                if done.cancelled():  # the runner closed: a sent replay is running, not pending
+                    out.set_exception(CancelledError())
                 elif done.exception() is not None:
                     out.set_exception(done.exception())
                 else:

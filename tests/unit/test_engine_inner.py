@@ -329,3 +329,48 @@ def test_elements_per_thread_reach_the_launch_and_stay_1_where_apply_cannot_resc
     assert name not in unconfined.names
     assert any("R3_WPT_15 fixed at 1: the application's host code computes the grid" in n
                for n in app.launch_notes())
+
+
+class HangingReplayer(FakeReplayer):
+    """Stands in for a GPU's replayer whose every candidate hangs: the real worker's watchdog
+    answers TIMEOUT after its whole deadline (tests/gpu/test_gpu_containment.py runs that
+    path); here the deadline is a short sleep."""
+
+    def evaluate(self, job: object) -> Measurement:
+        import time
+
+        self.candidates.append(cast(Any, job).candidate)
+        time.sleep(0.05)
+        return Measurement(MeasurementStatus.TIMEOUT,
+                           error_text="no result within 0.05 s: the worker was killed")
+
+
+@pytest.mark.parametrize("seed", [False, True])
+def test_a_variant_that_hangs_before_it_works_costs_one_timeout(tmp_path: Path,
+                                                                 seed: bool) -> None:
+    """An LLM variant that hung replayed 4 configurations on the H100 (session 35), 60 s each,
+    before the inner loop gave it up: a hang of a variant not yet shown to work now ends its
+    batch, and the configurations not replayed are not stored as trials."""
+    from r3tui.engine import KernelSource, ReplayEvaluator
+
+    database, cid, vid = setup_campaign(tmp_path / "hang.sqlite")
+    settings = InnerSettings(batch=4, rounds=2, seed=1, launch_bounds=False)
+    search = make_strategy(make_space(), settings)
+    pool, worker = FakeCompilePool(), HangingReplayer()
+    with cast(Any, fake_runner(pool, worker)) as runner:
+        evaluator = ReplayEvaluator(KernelSource("__global__ void k(){}", "k"), runner)
+        # a seed (give_up_after None) is searched whatever fails; a child is given up
+        result = run_inner(database, cid, vid, search, evaluator, Budget(max_trials=8),
+                           settings, give_up_after=None if seed else 4)
+    with database.session_scope() as s:
+        stored = repo.finished_trials(s, cid, variant_id=vid)
+        (done,) = [e for e in repo.events(s, cid) if e.kind == "inner_done"]
+    assert result.winner is None
+    if seed:
+        assert len(worker.candidates) == 8 and len(stored) == 8
+        assert done.data["not_replayed"] == 0
+    else:
+        assert len(worker.candidates) == 1  # the other three never reached the GPU
+        assert [t.measurement.status for t in stored] == [MeasurementStatus.TIMEOUT]
+        assert done.data["not_replayed"] == 3
+        assert result.failures == {"timeout": 1}

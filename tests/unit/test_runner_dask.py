@@ -246,6 +246,31 @@ def test_replays_that_queue_up_go_to_the_gpu_workers_in_batches(
     assert slots + -(-(40 - slots) // MAX_BATCH) <= stats.replay_tasks < 40
 
 
+def test_replays_cancelled_while_they_wait_are_not_sent_and_hold_back_no_answer(
+        cluster: Any, tmp_path: Path, space_file: Any) -> None:
+    """A batch that ends on a hang cancels its replays that have not begun
+    (ReplayEvaluator.start with hang_ends_batch): those waiting here are dropped from the
+    batches sent, and every other replay of those batches is still answered."""
+    from r3tui.replay.candidate import Candidate
+    from r3tui.runners.base import ReplayJob
+
+    keys = sorted(space_file.table)[:30]
+    with _runner(cluster, tmp_path, space_file, 0.05) as runner:
+        futures = [runner.replay(ReplayJob(Candidate(f"cubin {k}".encode(), "stencil7"), key))
+                   for k, key in enumerate(keys)]
+        # every other one of those that wait: a batch sent holds both kinds
+        gone = set(range(11, 20, 2))
+        cancelled = [futures[k].cancel() for k in sorted(gone)]
+        kept = [k for k in range(len(keys)) if k not in gone]
+        answers = [futures[k].result(timeout=60) for k in kept]
+        tasks = runner.stats().replay_tasks
+    assert all(cancelled)  # the first ones went at once; these were still waiting
+    assert all(futures[k].cancelled() for k in gone)
+    for k, answer in zip(kept, answers, strict=True):
+        assert answer.status is space_file.table[keys[k]].status
+    assert tasks < 20  # the waiting ones went in batches, the cancelled in none
+
+
 def test_a_compile_asked_again_while_it_runs_is_not_sent_twice(
         cluster: Any, tmp_path: Path, space_file: Any) -> None:
     """Configurations that differ only in their launch compile the same code: the second ask

@@ -120,9 +120,9 @@ class Watched:
         self.inner = inner
         self.events: list[str] = []
 
-    def start(self, configs: list[object]) -> object:
+    def start(self, configs: list[object], *, hang_ends_batch: bool = False) -> object:
         self.events.append("start")
-        results = self.inner.start(configs)  # type: ignore[arg-type]
+        results = self.inner.start(configs, hang_ends_batch=hang_ends_batch)  # type: ignore[arg-type]
 
         def wait() -> object:
             self.events.append("wait")
