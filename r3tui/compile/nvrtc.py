@@ -53,6 +53,17 @@ def _error_name(nvrtc: ModuleType, err: Any) -> str:
 
 
 @functools.cache
+def nvrtc_build() -> str:
+    """The NVRTC wheel's version: nvrtcVersion has no patch level, this tells 13.0.48 from
+    13.0.88.  Read once: ``importlib.metadata`` scans the path each time (4-5 ms a call on the
+    CPU machine), and every compile request's cache key asks for it, twice per candidate."""
+    try:
+        return metadata.version("nvidia-cuda-nvrtc")
+    except metadata.PackageNotFoundError:
+        return "unknown build"
+
+
+@functools.cache
 def nvrtc_version() -> tuple[int, int]:
     """``(major, minor)`` of the NVRTC library this process loads; :class:`ToolchainError`
     when it cannot be loaded."""
@@ -169,12 +180,7 @@ class NvrtcToolchain(Toolchain):
         return f"nvrtc {major}.{minor}"
 
     def fingerprint(self) -> str:
-        # nvrtcVersion has no patch level; the wheel's version tells 13.0.48 from 13.0.88.
-        try:
-            build = metadata.version("nvidia-cuda-nvrtc")
-        except metadata.PackageNotFoundError:
-            build = "unknown build"
-        return f"{self.version()} ({build})"
+        return f"{self.version()} ({nvrtc_build()})"
 
     def supported_archs(self) -> tuple[str, ...]:
         return supported_archs()
