@@ -46,7 +46,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import CancelledError, Future
+from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -65,6 +65,7 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 GPU = {"GPU": 1}
 MAX_BATCH = 16  # replays in one task at most
+FETCH_THREADS = 8  # finished tasks' results fetched at once
 BATCHES_IN_FLIGHT = 2  # replay tasks a GPU worker has at once: one runs while one travels
 
 
@@ -264,6 +265,10 @@ class DaskRunner(Runner):
         # (configs that differ only in their launch) waits for that one, as CompilePool does
         self._compiling: dict[str, Future[CompiledKernel]] = {}
         self._batches = 0  # replay tasks in flight
+        # where a finished task's result is fetched: Dask runs every future's callbacks in
+        # one thread, and a result fetched there (a blocking gather from the worker) made
+        # each compile and replay wait for the fetches of all that finished before it
+        self._fetchers = ThreadPoolExecutor(FETCH_THREADS, thread_name_prefix="r3-dask-fetch")
         # (GPU workers, the others), asked of the scheduler at most once a second
         self._roles: tuple[list[str], list[str]] = ([], [])
         self._roles_seen_at = 0.0
@@ -362,10 +367,18 @@ class DaskRunner(Runner):
                     else:
                         out.set_exception(exc)
 
-            remote.add_done_callback(done)
+            remote.add_done_callback(lambda remote: self._fetch(done, remote))
 
         launch(0)
         return out
+
+    def _fetch(self, done: Callable[[Any], None], remote: Any) -> None:
+        """``done(remote)`` on a fetch thread (in Dask's callback thread once the runner
+        has closed: no result is fetched then, the job is cancelled)."""
+        try:
+            self._fetchers.submit(done, remote)
+        except RuntimeError:  # the fetch threads have shut down: the runner is closing
+            done(remote)
 
     def compile(self, toolchain: str, request: CompileRequest) -> Future[CompiledKernel]:
         from r3tui.compile.base import CompiledKernel, cache_key, get_toolchain
@@ -525,6 +538,7 @@ class DaskRunner(Runner):
         if self._owned is not None:
             self.client.close()
             self._owned.close()
+        self._fetchers.shutdown(wait=False)
 
 
 # -- clusters R³ starts ----------------------------------------------------------------------

@@ -271,6 +271,37 @@ def test_replays_cancelled_while_they_wait_are_not_sent_and_hold_back_no_answer(
     assert tasks < 20  # the waiting ones went in batches, the cancelled in none
 
 
+def _add(x: int, y: int) -> int:
+    return x + y
+
+
+def test_a_result_being_handled_holds_back_no_other_result(
+        cluster: Any, tmp_path: Path, space_file: Any) -> None:
+    """Dask runs every future's callbacks in one thread; the runner fetched each finished
+    task's result there, so every compile and replay waited for the fetches (and the handling)
+    of all that finished before it.  Results are now fetched on the runner's own threads: here
+    the handling of the first result waits for the second, which would never come if both
+    were handled in one thread."""
+    with _runner(cluster, tmp_path, space_file, 0.0) as runner:
+        first, second = (runner._submit(_add, lambda k=k: (k, 1), on_lost=lambda why: -1,
+                                        resources=None) for k in (1, 2))
+        seen: list[object] = []
+
+        def waits_for_the_second(done: Any) -> None:
+            try:
+                seen.append(second.result(timeout=20))
+            except Exception as exc:
+                seen.append(exc)
+
+        first.add_done_callback(waits_for_the_second)
+        assert first.result(timeout=30) == 2
+        assert second.result(timeout=30) == 3
+        deadline = time.monotonic() + 30
+        while not seen and time.monotonic() < deadline:
+            time.sleep(0.01)
+    assert seen == [3]
+
+
 def test_a_compile_asked_again_while_it_runs_is_not_sent_twice(
         cluster: Any, tmp_path: Path, space_file: Any) -> None:
     """Configurations that differ only in their launch compile the same code: the second ask
