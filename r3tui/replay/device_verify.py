@@ -180,6 +180,13 @@ class DeviceComparator:
         cu.check(drv.cuStreamSynchronize(self.stream), "cuStreamSynchronize")
         return self._host.copy()
 
+    def touch(self, address: int, size: int) -> None:
+        """Read ``size`` bytes at ``address`` once on the device, writing none of them, so
+        that as much of the range as fits is in L2 afterwards (the comparison of the range
+        with itself: its second read of each word hits the line the first brought in)."""
+        if size:
+            self._bytes(address, address, size)
+
     def _bytes(self, a: int, b: int, size: int) -> tuple[int | None, int]:
         args = struct.pack("<QQQQ", a, b, size, self._acc)
         acc = self._run(self._bytes_fn, max(size // 16, 1), args,

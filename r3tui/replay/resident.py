@@ -24,7 +24,14 @@ from r3tui.record.bundle import Bundle
 from r3tui.record.manifest import AllocationInfo, GlobalInfo, Manifest
 from r3tui.replay.candidate import Candidate
 from r3tui.replay.device_verify import DeviceComparator
-from r3tui.replay.timing import EventTimer, L2Flush, TimingPolicy, choose_l2, time_launches
+from r3tui.replay.timing import (
+    EventTimer,
+    L2Flush,
+    L2Regime,
+    TimingPolicy,
+    choose_l2,
+    time_launches,
+)
 from r3tui.replay.verify import (
     ORDER_CAP,
     CheckPolicy,
@@ -169,8 +176,17 @@ class ResidentBundle:
         self.order_notes: tuple[str, ...] = ()
         self._probed: set[str] = set()
         self.l2_note = ""
+        # the hot regime (L2Regime.HOT): the launch's span read after every restore
+        self.touch = False
         if policy.reference_s and self.flush is not None:
             self._calibrate_l2(policy.reference_s)
+
+    @property
+    def l2_regime(self) -> L2Regime:
+        """What L2 holds when a timed launch starts."""
+        if self.flush is not None:
+            return L2Regime.COLD
+        return L2Regime.HOT if self.touch else L2Regime.WARM
 
     @property
     def measured(self) -> int:
@@ -256,6 +272,9 @@ class ResidentBundle:
                          "cuMemcpyDtoDAsync")
         if self.flush is not None:
             self.flush()
+        elif self.touch and size:
+            # read-only: the kernel starts from the prologue just restored, L2 holding it
+            self.comparator.touch(self.manifest.arena.base + offset, size)
 
     def _check_layout(self, loaded: _Loaded, args: bytes) -> str | None:
         recorded = [(p.offset, p.size) for p in self.manifest.params]
@@ -356,8 +375,9 @@ class ResidentBundle:
         return False
 
     def _calibrate_l2(self, reference_s: float) -> None:
-        """Time the recorded binary cold and warm and keep the L2 policy whose time is nearer
-        the application's own (:func:`choose_l2`); a bundle without a binary stays cold."""
+        """Time the recorded binary cold, warm and hot and keep the L2 regime whose time is
+        nearest the application's own (:func:`choose_l2`); a bundle without a binary stays
+        cold."""
         ready = self._recorded_launch(self.main)
         if ready is None:
             return
@@ -367,8 +387,12 @@ class ResidentBundle:
         cold = time_launches(launch, lambda: self.restore(loaded), self.timer, quick)
         self.flush = None
         warm = time_launches(launch, lambda: self.restore(loaded), self.timer, quick)
-        keep, self.l2_note = choose_l2(reference_s, cold.median_s, warm.median_s)
-        self.flush = flush if keep else None
+        self.touch = True
+        hot = time_launches(launch, lambda: self.restore(loaded), self.timer, quick)
+        regime, self.l2_note = choose_l2(reference_s, cold.median_s, warm.median_s,
+                                         hot.median_s)
+        self.flush = flush if regime is L2Regime.COLD else None
+        self.touch = regime is L2Regime.HOT
 
     def _resources(self, c: Candidate, loaded: _Loaded) -> ResourceUsage:
         if c.resources.registers is not None:

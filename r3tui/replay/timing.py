@@ -12,6 +12,7 @@ import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any
 
 from r3tui.cuda import driver as cu
@@ -33,20 +34,40 @@ class TimingPolicy:
     # finds the data its predecessor touched: bench/app_tune.py reports both.
     l2_flush: bool = True
     # The application's own device time per launch of the recorded configuration (an app
-    # recording's in-app mean).  With it, the replay keeps flushing L2 only when a cold
-    # replay of the original comes nearer to it than a warm one (choose_l2); hotspot3D on the
-    # H200 runs back to back over 24 MB that stay in the 50 MB L2, and a cold replay
-    # predicted 1.269x where the application measured 1.082x.
+    # recording's in-app mean).  With it, the replay times the original cold, warm and hot
+    # (L2Regime) and keeps the regime nearest it (choose_l2); hotspot3D on the H200 runs back
+    # to back over 24 MB that stay in the 50 MB L2, and a cold replay predicted 1.269x where
+    # the application measured 1.082x (on an H100, warm: 1.221x against 1.128x).
     reference_s: float | None = None
 
 
-def choose_l2(reference_s: float, cold_s: float, warm_s: float) -> tuple[bool, str]:
-    """Whether to flush L2 (the replay nearer the application's time) and one line why."""
-    flush = abs(cold_s - reference_s) <= abs(warm_s - reference_s)
-    return flush, (
-        f"L2 {'flushed' if flush else 'left warm'} before every timed launch: the application "
-        f"ran this configuration in {reference_s * 1e6:.2f} µs a launch, a cold replay of the "
-        f"original in {cold_s * 1e6:.2f} µs, a warm one in {warm_s * 1e6:.2f} µs")
+class L2Regime(StrEnum):
+    """What L2 holds when a timed launch starts (after the prologue is restored)."""
+
+    COLD = "cold"  # flushed: none of the working set (METHOD.md's repeatable default)
+    WARM = "warm"  # whatever the restore's copy left there (part of the working set)
+    # the launch's whole span read once after the restore, untimed and without writing it:
+    # the data in L2 as an application that runs the kernel back to back over it has it
+    HOT = "hot"
+
+
+_REGIME_WORDS = {L2Regime.COLD: "flushed", L2Regime.WARM: "left warm",
+                 L2Regime.HOT: "filled with the launch's data"}
+
+
+def choose_l2(reference_s: float, cold_s: float, warm_s: float, hot_s: float | None = None
+              ) -> tuple[L2Regime, str]:
+    """The L2 regime whose replay of the original is nearest the application's time, and
+    one line why (ties go to the colder: cold, then warm, then hot)."""
+    times = {L2Regime.COLD: cold_s, L2Regime.WARM: warm_s}
+    if hot_s is not None:
+        times[L2Regime.HOT] = hot_s
+    regime = min(times, key=lambda r: abs(times[r] - reference_s))  # first of equals: colder
+    told = ", ".join(f"a {r.value} one in {s * 1e6:.2f} µs" for r, s in times.items())
+    return regime, (
+        f"L2 {_REGIME_WORDS[regime]} before every timed launch: the application ran this "
+        f"configuration in {reference_s * 1e6:.2f} µs a launch; a replay of the original: "
+        f"{told}")
 
 
 def settled(samples: list[float], policy: TimingPolicy) -> bool:

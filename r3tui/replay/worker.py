@@ -45,6 +45,7 @@ class WorkerInfo:
     l2_flush: bool
     limits: dict[str, Any] = field(default_factory=dict)  # DeviceInfo.limits
     l2_note: str = ""  # how the L2 policy was chosen against the application's time
+    l2_regime: str = "cold"  # what L2 holds when a timed launch starts (timing.L2Regime)
 
 
 def _child_main(conn: Any, bundle_path: str, device: int, policy: TimingPolicy,
@@ -62,7 +63,7 @@ def _child_main(conn: Any, bundle_path: str, device: int, policy: TimingPolicy,
     conn.send(("ready", WorkerInfo(os.getpid(), resident.info.name, resident.info.arch,
                                    resident.info.driver_version, time.perf_counter() - began,
                                    resident.flush is not None, resident.info.limits,
-                                   resident.l2_note)))
+                                   resident.l2_note, resident.l2_regime.value)))
     while True:
         try:
             message = conn.recv()
