@@ -1,0 +1,27 @@
+"""bench/eval_cost.py's campaign rate: several runs, the median reported with every run's."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "bench"))
+
+from eval_cost import rate_line  # noqa: E402
+
+
+def test_the_campaign_rate_is_the_median_run_with_every_run_shown() -> None:
+    # (evaluations/s, trials, duration s, seconds per phase, command s): session 35's two
+    # H100 runs of one command, 41.7 and 66.3, and a third between them
+    runs = [(41.7, 200, 4.8, {"ask": 3.96, "wait": 0.52}, 10.1),
+            (66.3, 200, 3.0, {"ask": 2.24, "wait": 0.55}, 8.1),
+            (52.0, 200, 3.8, {"wait": 0.5, "ask": 2.9}, 9.0)]
+    rate, phases = rate_line("stencil7", 200, "", runs)
+    assert rate.startswith("campaign_evals_per_s: 52.0 (the median of 3 runs: 41.7, 66.3, 52.0;")
+    assert "`r3 tune --inner-only --budget 200`" in rate and "3.8 s" in rate
+    assert phases == "campaign_seconds_by_phase: ask 2.90, wait 0.50  (that run)"
+    # an even count: the lower middle run, so the figure is a run that happened
+    rate, _ = rate_line("stencil7", 200, "--workers 8", runs[:2])
+    assert rate.startswith("campaign_evals_per_s: 41.7 (the lower middle of 2 runs: 41.7, 66.3;")
+    assert "`r3 tune --inner-only --budget 200 --workers 8`" in rate
