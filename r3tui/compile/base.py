@@ -262,6 +262,13 @@ def dedupe(results: Iterable[CompiledKernel]) -> dict[tuple[str, str], list[int]
 
 
 _INSTANCES: dict[str, Toolchain] = {}
+# name -> (module, class) of each toolchain; imported when first asked for (those modules
+# import this one), one instance per process
+TOOLCHAIN_CLASSES: dict[str, tuple[str, str]] = {
+    "nvrtc": ("r3tui.compile.nvrtc", "NvrtcToolchain"),
+    "nvcc": ("r3tui.compile.nvcc", "NvccToolchain"),
+    "llvm": ("r3tui.compile.llvm", "LlvmToolchain"),
+}
 
 
 def get_toolchain(name: str = "nvrtc") -> Toolchain:
@@ -271,17 +278,8 @@ def get_toolchain(name: str = "nvrtc") -> Toolchain:
             f"unknown toolchain {name!r}", hint=f"known toolchains: {', '.join(TOOLCHAIN_NAMES)}"
         )
     if name not in _INSTANCES:
-        # Imported here: the toolchain modules import this one.
-        if name == "nvrtc":
-            from r3tui.compile.nvrtc import NvrtcToolchain
+        import importlib
 
-            _INSTANCES[name] = NvrtcToolchain()
-        elif name == "llvm":
-            from r3tui.compile.llvm import LlvmToolchain
-
-            _INSTANCES[name] = LlvmToolchain()
-        else:
-            from r3tui.compile.nvcc import NvccToolchain
-
-            _INSTANCES[name] = NvccToolchain()
+        module, cls = TOOLCHAIN_CLASSES[name]
+        _INSTANCES[name] = getattr(importlib.import_module(module), cls)()
     return _INSTANCES[name]

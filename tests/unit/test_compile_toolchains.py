@@ -206,6 +206,19 @@ def test_versions_and_availability() -> None:
         assert re.fullmatch(r"nvcc \d+\.\d+\.\d+", get_toolchain("nvcc").version())
 
 
+def test_every_toolchain_name_has_its_class_and_one_instance() -> None:
+    from r3tui.compile.base import TOOLCHAIN_CLASSES
+    from r3tui.compile.options import TOOLCHAIN_NAMES
+    from r3tui.errors import ConfigError
+
+    assert sorted(TOOLCHAIN_CLASSES) == sorted(TOOLCHAIN_NAMES)
+    for name in TOOLCHAIN_NAMES:  # constructing one runs nothing (nvcc is found when used)
+        chain = get_toolchain(name)
+        assert chain.name == name and get_toolchain(name) is chain
+    with pytest.raises(ConfigError, match="unknown toolchain 'clang'"):
+        get_toolchain("clang")
+
+
 def test_missing_nvcc_is_reported_and_raises(tmp_path: Path) -> None:
     missing = NvccToolchain(executable=str(tmp_path / "bin" / "nvcc"))
     ok, message = missing.available()
