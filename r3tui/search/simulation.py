@@ -39,7 +39,14 @@ from r3tui.search.space import SearchSpace, SpaceError, config_key
 from r3tui.search.strategy import Budget, ExhaustiveSearch, InnerSearch, RandomSearch
 
 FORMAT = 1
-STRATEGIES = ("bayes", "random", "exhaustive")
+# strategy name -> how to make its search (space, seed, the Bayesian search's settings)
+SEARCHES: dict[str, Callable[[SearchSpace, int, BayesSettings | None], InnerSearch]] = {
+    BayesSearch.name: lambda space, seed, settings: BayesSearch(space, seed=seed,
+                                                                settings=settings),
+    RandomSearch.name: lambda space, seed, _settings: RandomSearch(space, seed=seed),
+    ExhaustiveSearch.name: lambda space, seed, _settings: ExhaustiveSearch(space, seed=seed),
+}
+STRATEGIES = tuple(SEARCHES)
 
 
 @dataclass(frozen=True)
@@ -138,13 +145,11 @@ def space_file(example: str, gpu: str, recorded_at: str, command: str, space: Se
 
 def make_search(strategy: str, space: SearchSpace, seed: int,
                 settings: BayesSettings | None = None) -> InnerSearch:
-    if strategy == "bayes":
-        return BayesSearch(space, seed=seed, settings=settings)
-    if strategy == "random":
-        return RandomSearch(space, seed=seed)
-    if strategy == "exhaustive":
-        return ExhaustiveSearch(space, seed=seed)
-    raise ValueError(f"unknown strategy {strategy!r}; known: {', '.join(STRATEGIES)}")
+    """A search of ``strategy`` (:data:`SEARCHES`); ``settings`` go to the Bayesian one."""
+    make = SEARCHES.get(strategy)
+    if make is None:
+        raise ValueError(f"unknown strategy {strategy!r}; known: {', '.join(STRATEGIES)}")
+    return make(space, seed, settings)
 
 
 def run_search(search: InnerSearch, evaluate: Callable[[TrialConfig], Measurement],

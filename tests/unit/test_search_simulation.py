@@ -208,3 +208,18 @@ def test_a_lineage_told_its_ancestors_trials_searches_like_one_long_search() -> 
                for seed in range(10)]
     assert sum(with_prior) / 10 >= 0.99
     assert sum(with_prior) / 10 > sum(without) / 10 + 0.03
+
+
+def test_every_strategy_makes_its_own_search_and_an_unknown_one_is_refused() -> None:
+    from r3tui.search.bayes import BayesSearch, BayesSettings
+    from r3tui.search.simulation import STRATEGIES
+
+    space = synthetic_space()
+    assert STRATEGIES == ("bayes", "random", "exhaustive")
+    for name in STRATEGIES:
+        search = make_search(name, space, 0)
+        assert search.name == name
+    tuned = make_search("bayes", space, 0, BayesSettings(xi=0.05))
+    assert isinstance(tuned, BayesSearch) and tuned.settings.xi == 0.05
+    with pytest.raises(ValueError, match="unknown strategy 'annealing'; known: bayes, random"):
+        make_search("annealing", space, 0)
