@@ -356,6 +356,9 @@ def run_inner(
             answered = results()
         measured = [(c, m) for c, m in zip(configs, answered, strict=True) if m is not None]
         not_replayed += len(configs) - len(measured)
+        for config, answer in zip(configs, answered, strict=True):
+            if answer is None:
+                search.forget(config)
         configs, measurements = [c for c, _ in measured], [m for _, m in measured]
         if (give_up_after is not None and search.best() is None
                 and any(m.status is MeasurementStatus.TIMEOUT for m in measurements)

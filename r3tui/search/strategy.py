@@ -164,6 +164,12 @@ class InnerSearch(ABC):
         self._record(record)
         return record
 
+    def forget(self, config: TrialConfig) -> None:
+        """Drop an asked ``config`` that will not be told (it was never measured: its batch
+        ended on another configuration's hang), so it holds no trial of the budget and is
+        no longer a pending point; a later ask may propose it again."""
+        self._pending.pop(config_key(config), None)
+
     def resume(self, history: Iterable[TrialRecord | tuple[TrialConfig, Result]],
                elapsed_s: float = 0.0) -> None:
         """Rebuild the state from finished trials (in the order they were told), e.g. after a

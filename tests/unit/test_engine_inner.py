@@ -374,3 +374,43 @@ def test_a_variant_that_hangs_before_it_works_costs_one_timeout(tmp_path: Path,
         assert [t.measurement.status for t in stored] == [MeasurementStatus.TIMEOUT]
         assert done.data["not_replayed"] == 3
         assert result.failures == {"timeout": 1}
+
+
+class SecondHangs(FakeReplayer):
+    """Stands in for a GPU's replayer (a fake, as FakeReplayer): the second candidate it is
+    given hangs (TIMEOUT after a short sleep), every other one runs."""
+
+    def evaluate(self, job: object) -> Measurement:
+        import time
+
+        self.candidates.append(cast(Any, job).candidate)
+        if len(self.candidates) == 2:
+            time.sleep(0.05)
+            return Measurement(MeasurementStatus.TIMEOUT, error_text="no result within 0.05 s")
+        return Measurement(MeasurementStatus.OK, time=TimeStats(1e-5, 1e-5, 0.0, 5),
+                           verified=True)
+
+
+def test_configurations_a_hang_left_unreplayed_hold_no_trial_of_the_budget(
+        tmp_path: Path) -> None:
+    """The first configuration of an unproven variant works, the second hangs: the other two
+    of that batch are not replayed, the variant is not given up (one worked), and the two it
+    never measured are forgotten by the search, so the budget's 8 trials are all run."""
+    from r3tui.engine import KernelSource, ReplayEvaluator
+
+    database, cid, vid = setup_campaign(tmp_path / "half.sqlite")
+    settings = InnerSettings(batch=4, rounds=2, seed=1, launch_bounds=False)
+    search = make_strategy(make_space(), settings)
+    pool, worker = FakeCompilePool(), SecondHangs()
+    with cast(Any, fake_runner(pool, worker)) as runner:
+        evaluator = ReplayEvaluator(KernelSource("__global__ void k(){}", "k"), runner)
+        run_inner(database, cid, vid, search, evaluator, Budget(max_trials=8), settings,
+                  give_up_after=4)
+    with database.session_scope() as s:
+        stored = repo.finished_trials(s, cid, variant_id=vid)
+        (done,) = [e for e in repo.events(s, cid) if e.kind == "inner_done"]
+    assert done.data["not_replayed"] == 2
+    assert len(stored) == 8
+    statuses = [t.measurement.status for t in stored]
+    assert statuses.count(MeasurementStatus.TIMEOUT) == 1
+    assert statuses.count(MeasurementStatus.OK) == 7
