@@ -2,7 +2,7 @@
 # One GPU session on the device machine: environment probe, the GPU test suite, a summary,
 # then the benchmarks named in R3_BENCH (default: eval_cost spaces inner_live, or none where
 # pytest arguments are given; empty: none;
-# also: bundles campaigns evaluate_llm app_tune verification corpus rule_gains
+# also: bundles campaigns evaluate_llm app_tune verification corpus rule_gains multi_gpu
 # demo_record demo_evaluate).
 #
 #   source .device/setup.sh && bash bench/gpu_session.sh
@@ -196,6 +196,10 @@ case $bench in *" demo_evaluate "*)
   run_bench demo_evaluate python3 bench/make_demo.py evaluate --folder examples/demo \
     --out "$OUT/demo"
   (cd "$OUT" && tar czf demo.tgz demo && rm -rf demo);; esac
+case $bench in *" multi_gpu "*)
+  # issue #22: one campaign on 1 GPU and on every visible one, local and Dask runners
+  run_bench multi_gpu python3 bench/multi_gpu.py --out "$OUT/multi_gpu.txt" \
+    ${R3_MULTI_GPU_ARGS:-};; esac
 case $bench in *" app_tune "*)
   # the CG application recorded, tuned, applied and re-measured (issue #7)
   run_bench app_tune python3 bench/app_tune.py --work /tmp/r3app --out "$OUT/app_tune.txt" \
