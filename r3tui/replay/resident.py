@@ -393,6 +393,8 @@ class ResidentBundle:
                                          hot.median_s)
         self.flush = flush if regime is L2Regime.COLD else None
         self.touch = regime is L2Regime.HOT
+        if self.flush is None and flush is not None:
+            flush.close()  # its scratch (twice the L2) is not needed again
 
     def _resources(self, c: Candidate, loaded: _Loaded) -> ResourceUsage:
         if c.resources.registers is not None:
