@@ -345,23 +345,32 @@ class HangingReplayer(FakeReplayer):
                            error_text="no result within 0.05 s: the worker was killed")
 
 
+def _eight_trials(db: Path, worker: FakeReplayer, give_up_after: int | None
+                  ) -> tuple[Database, int, int, Any]:
+    """A variant's inner loop of 8 trials in batches of 4 through the real local runner and
+    ReplayEvaluator, the fake compile pool and ``worker`` standing in for the GPU."""
+    from r3tui.engine import KernelSource, ReplayEvaluator
+
+    database, cid, vid = setup_campaign(db)
+    settings = InnerSettings(batch=4, rounds=2, seed=1, launch_bounds=False)
+    search = make_strategy(make_space(), settings)
+    with cast(Any, fake_runner(FakeCompilePool(), worker)) as runner:
+        evaluator = ReplayEvaluator(KernelSource("__global__ void k(){}", "k"), runner)
+        result = run_inner(database, cid, vid, search, evaluator, Budget(max_trials=8),
+                           settings, give_up_after=give_up_after)
+    return database, cid, vid, result
+
+
 @pytest.mark.parametrize("seed", [False, True])
 def test_a_variant_that_hangs_before_it_works_costs_one_timeout(tmp_path: Path,
                                                                  seed: bool) -> None:
     """An LLM variant that hung replayed 4 configurations on the H100 (session 35), 60 s each,
     before the inner loop gave it up: a hang of a variant not yet shown to work now ends its
     batch, and the configurations not replayed are not stored as trials."""
-    from r3tui.engine import KernelSource, ReplayEvaluator
-
-    database, cid, vid = setup_campaign(tmp_path / "hang.sqlite")
-    settings = InnerSettings(batch=4, rounds=2, seed=1, launch_bounds=False)
-    search = make_strategy(make_space(), settings)
-    pool, worker = FakeCompilePool(), HangingReplayer()
-    with cast(Any, fake_runner(pool, worker)) as runner:
-        evaluator = ReplayEvaluator(KernelSource("__global__ void k(){}", "k"), runner)
-        # a seed (give_up_after None) is searched whatever fails; a child is given up
-        result = run_inner(database, cid, vid, search, evaluator, Budget(max_trials=8),
-                           settings, give_up_after=None if seed else 4)
+    worker = HangingReplayer()
+    # a seed (give_up_after None) is searched whatever fails; a child is given up
+    database, cid, vid, result = _eight_trials(tmp_path / "hang.sqlite", worker,
+                                               None if seed else 4)
     with database.session_scope() as s:
         stored = repo.finished_trials(s, cid, variant_id=vid)
         (done,) = [e for e in repo.events(s, cid) if e.kind == "inner_done"]
@@ -396,16 +405,7 @@ def test_configurations_a_hang_left_unreplayed_hold_no_trial_of_the_budget(
     """The first configuration of an unproven variant works, the second hangs: the other two
     of that batch are not replayed, the variant is not given up (one worked), and the two it
     never measured are forgotten by the search, so the budget's 8 trials are all run."""
-    from r3tui.engine import KernelSource, ReplayEvaluator
-
-    database, cid, vid = setup_campaign(tmp_path / "half.sqlite")
-    settings = InnerSettings(batch=4, rounds=2, seed=1, launch_bounds=False)
-    search = make_strategy(make_space(), settings)
-    pool, worker = FakeCompilePool(), SecondHangs()
-    with cast(Any, fake_runner(pool, worker)) as runner:
-        evaluator = ReplayEvaluator(KernelSource("__global__ void k(){}", "k"), runner)
-        run_inner(database, cid, vid, search, evaluator, Budget(max_trials=8), settings,
-                  give_up_after=4)
+    database, cid, vid, _ = _eight_trials(tmp_path / "half.sqlite", SecondHangs(), 4)
     with database.session_scope() as s:
         stored = repo.finished_trials(s, cid, variant_id=vid)
         (done,) = [e for e in repo.events(s, cid) if e.kind == "inner_done"]
