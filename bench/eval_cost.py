@@ -26,9 +26,10 @@ import sys
 import tempfile
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -313,15 +314,27 @@ def run_example(
     )
 
 
+@dataclass(frozen=True)
+class CampaignRun:
+    """One ``r3 tune --inner-only`` run as its database tells it."""
+
+    per_s: float  # evaluations/s as the campaign's figures define it (asks included)
+    trials: int
+    seconds: float  # the campaign's running time
+    command_s: float  # the whole command's wall time (Python, the database, the runner)
+    inner: dict[str, Any] = field(default_factory=dict)  # the inner_done event's data
+
+    @property
+    def phases(self) -> dict[str, float]:
+        """The inner loop's seconds per phase."""
+        return dict(self.inner.get("seconds", {}))
+
+
 def campaign_rate(bundle_dir: Path, budget: int, workdir: Path,
-                  extra: Sequence[str] = ()
-                  ) -> tuple[float, int, float, dict[str, float], float]:
-    """``r3 tune BUNDLE --inner-only --budget N [EXTRA]`` as a user runs it: (evaluations/s
-    as the campaign's figures define it, trials, duration s, the inner loop's seconds per
-    phase, the whole command's wall s); the search's asks are included, and the command's
-    wall says what its start (Python, the database, the runner) added."""
+                  extra: Sequence[str] = ()) -> CampaignRun:
+    """``r3 tune BUNDLE --inner-only --budget N [EXTRA]`` as a user runs it (a fresh
+    database in ``workdir``), its figures read back."""
     import subprocess
-    from datetime import UTC, datetime
 
     from db.events import events
     from db.figures import figures_of
@@ -335,40 +348,37 @@ def campaign_rate(bundle_dir: Path, budget: int, workdir: Path,
                           capture_output=True, text=True, timeout=540)
     command_s = time.perf_counter() - began
     if done.returncode != 0:
-        raise RuntimeError(f"r3 tune --inner-only failed: {done.stderr.strip()[-500:]}")
+        raise RuntimeError(f"r3 tune --inner-only {' '.join(extra)} failed: "
+                           f"{done.stderr.strip()[-500:]}")
     with open_database(db, readonly=True) as database, database.session_scope() as s:
         figures = figures_of(s, 1)
         assert figures is not None
         now = datetime.now(UTC)
         rate, took = figures.evaluations_per_s(now), figures.duration_s(now)
         done_events = [e for e in events(s, 1) if e.kind == "inner_done"]
-        phases = dict((done_events[-1].data or {}).get("seconds", {})) if done_events else {}
+        inner = dict(done_events[-1].data or {}) if done_events else {}
     assert rate is not None and took is not None
-    return rate, figures.n_trials, took, phases, command_s
+    return CampaignRun(rate, figures.n_trials, took, command_s, inner)
 
 
 def campaign_rates(bundle_dir: Path, budget: int, workdir: Path, runs: int,
-                   extra: Sequence[str] = ()) -> list[tuple[float, int, float, dict[str, float],
-                                                           float]]:
+                   extra: Sequence[str] = ()) -> list[CampaignRun]:
     """:func:`campaign_rate` ``runs`` times, one after another (a fresh database each)."""
     return [campaign_rate(bundle_dir, budget, workdir, extra) for _ in range(max(1, runs))]
 
 
-def rate_line(name: str, budget: int, flags: str, rates: Sequence[tuple[float, int, float,
-                                                                        dict[str, float],
-                                                                        float]]) -> list[str]:
+def rate_line(name: str, budget: int, flags: str, rates: Sequence[CampaignRun]) -> list[str]:
     """``campaign_evals_per_s``: the median run's rate, with every run's, and that run's
     seconds per phase.  One run is no figure: the same command varied from 41.7 to 66.3 on
     one H100 (session 35), the search's asks (CPU) taking 2.2 to 4.0 s of 200 trials."""
-    ordered = sorted(rates, key=lambda r: r[0])
-    rate, n, took, phases, command_s = ordered[(len(ordered) - 1) // 2]
-    every = ", ".join(f"{r[0]:.1f}" for r in rates)
+    run = sorted(rates, key=lambda r: r.per_s)[(len(rates) - 1) // 2]
+    every = ", ".join(f"{r.per_s:.1f}" for r in rates)
     command = f"r3 tune --inner-only --budget {budget}" + (f" {flags}" if flags else "")
     which = "the median" if len(rates) % 2 else "the lower middle"
-    return [f"campaign_evals_per_s: {rate:.1f} ({which} of {len(rates)} runs: {every}; "
-            f"{name}: `{command}`, {n} trials in {took:.1f} s, the search's asks included; "
-            f"the whole command {command_s:.1f} s)",
-            f"campaign_seconds_by_phase: {phase_text(phases)}  (that run)"]
+    return [f"campaign_evals_per_s: {run.per_s:.1f} ({which} of {len(rates)} runs: {every}; "
+            f"{name}: `{command}`, {run.trials} trials in {run.seconds:.1f} s, the search's "
+            f"asks included; the whole command {run.command_s:.1f} s)",
+            f"campaign_seconds_by_phase: {phase_text(run.phases)}  (that run)"]
 
 
 def campaign_only(name: str, scale: float, budget: int, flag_sets: Sequence[str], runs: int,

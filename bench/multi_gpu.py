@@ -22,13 +22,12 @@ Keep NVLink multicast off on a multi-GPU machine (NCCL_NVLS_ENABLE=0 and what it
 from __future__ import annotations
 
 import argparse
+import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -90,33 +89,16 @@ def report(arms: list[Arm], gpus: int) -> list[str]:
 
 def run_arm(bundle: Path, runner: str, gpus: int, budget: int, seed: int, workdir: Path) -> Arm:
     """``r3 tune BUNDLE --inner-only`` on ``gpus`` GPUs (0: every visible one) through
-    ``runner``, as a user runs it; its figures read back from its database."""
-    from db.events import events
-    from db.figures import figures_of
-    from db.session import open_database
+    ``runner``, as a user runs it (:func:`eval_cost.campaign_rate`)."""
+    from eval_cost import campaign_rate
+
     from r3tui.cuda.driver import device_count
 
-    db = workdir / f"{runner}-{gpus}.sqlite"
-    db.unlink(missing_ok=True)
-    done = subprocess.run(
-        [sys.executable, "-m", "r3tui", "tune", str(bundle), "--inner-only", "--budget",
-         str(budget), "--seed", str(seed), "--runner", runner, "--gpus", str(gpus),
-         "--db", str(db)], capture_output=True, text=True, timeout=580)
-    if done.returncode != 0:
-        raise RuntimeError(f"r3 tune ({runner}, --gpus {gpus}) failed: "
-                           f"{done.stderr.strip()[-500:]}")
-    with open_database(db, readonly=True) as database, database.session_scope() as s:
-        figures = figures_of(s, 1)
-        assert figures is not None
-        now = datetime.now(UTC)
-        rate, took = figures.evaluations_per_s(now), figures.duration_s(now)
-        inner = [e for e in events(s, 1) if e.kind == "inner_done"]
-        data = dict(inner[-1].data or {}) if inner else {}
-    import json
-
-    winner = data.get("winner")
-    return Arm(runner, gpus or device_count(), rate or 0.0, figures.n_trials, took or 0.0,
-               json.dumps(winner, sort_keys=True) if winner else None, data.get("speedup"))
+    run = campaign_rate(bundle, budget, workdir,
+                        ["--seed", str(seed), "--runner", runner, "--gpus", str(gpus)])
+    winner = run.inner.get("winner")
+    return Arm(runner, gpus or device_count(), run.per_s, run.trials, run.seconds,
+               json.dumps(winner, sort_keys=True) if winner else None, run.inner.get("speedup"))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -8,15 +8,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "bench"))
 
-from eval_cost import rate_line  # noqa: E402
+from eval_cost import CampaignRun, rate_line  # noqa: E402
 
 
 def test_the_campaign_rate_is_the_median_run_with_every_run_shown() -> None:
-    # (evaluations/s, trials, duration s, seconds per phase, command s): session 35's two
-    # H100 runs of one command, 41.7 and 66.3, and a third between them
-    runs = [(41.7, 200, 4.8, {"ask": 3.96, "wait": 0.52}, 10.1),
-            (66.3, 200, 3.0, {"ask": 2.24, "wait": 0.55}, 8.1),
-            (52.0, 200, 3.8, {"wait": 0.5, "ask": 2.9}, 9.0)]
+    # session 35's two H100 runs of one command, 41.7 and 66.3, and a third between them
+    runs = [CampaignRun(41.7, 200, 4.8, 10.1, {"seconds": {"ask": 3.96, "wait": 0.52}}),
+            CampaignRun(66.3, 200, 3.0, 8.1, {"seconds": {"ask": 2.24, "wait": 0.55}}),
+            CampaignRun(52.0, 200, 3.8, 9.0, {"seconds": {"wait": 0.5, "ask": 2.9}})]
     rate, phases = rate_line("stencil7", 200, "", runs)
     assert rate.startswith("campaign_evals_per_s: 52.0 (the median of 3 runs: 41.7, 66.3, 52.0;")
     assert "`r3 tune --inner-only --budget 200`" in rate and "3.8 s" in rate
