@@ -354,11 +354,13 @@ def run_inner(
         configs, results = flight.popleft()
         with _timed(seconds, "wait"):
             answered = results()
-        measured = [(c, m) for c, m in zip(configs, answered, strict=True) if m is not None]
-        not_replayed += len(configs) - len(measured)
+        measured: list[tuple[TrialConfig, Measurement]] = []
         for config, answer in zip(configs, answered, strict=True):
-            if answer is None:
+            if answer is None:  # never measured: no trial, and the search forgets the ask
                 search.forget(config)
+                not_replayed += 1
+            else:
+                measured.append((config, answer))
         configs, measurements = [c for c, _ in measured], [m for _, m in measured]
         if (give_up_after is not None and search.best() is None
                 and any(m.status is MeasurementStatus.TIMEOUT for m in measurements)
