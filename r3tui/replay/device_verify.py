@@ -187,6 +187,11 @@ class DeviceComparator:
         if size:
             self._bytes(address, address, size)
 
+    def first_difference(self, a: int, b: int, size: int) -> tuple[int | None, int]:
+        """The first byte offset at which ``size`` bytes at ``a`` and ``b`` differ (None:
+        they are equal), and how many bytes differ."""
+        return self._bytes(a, b, size)
+
     def _bytes(self, a: int, b: int, size: int) -> tuple[int | None, int]:
         args = struct.pack("<QQQQ", a, b, size, self._acc)
         acc = self._run(self._bytes_fn, max(size // 16, 1), args,
