@@ -132,8 +132,9 @@ def exercising(space: SearchSpace, parents: list[TrialConfig], k: int,
         tunables = dict(base.tunables)
         tunables.update({name: values[min(step, len(values) - 1)]
                          for name, values in choices.items()})
-        config = replace(base, tunables=tunables)
-        if config not in out and space.from_config(config) is not None:  # a valid point
+        # a valid point, its shared memory sized for the new values (a tile's)
+        config = space.completed(replace(base, tunables=tunables))
+        if config is not None and config not in out:
             out.append(config)
     return out
 

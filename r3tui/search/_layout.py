@@ -370,7 +370,10 @@ def _choice_index(choices: Sequence[Any], value: Any) -> int | None:
     return None
 
 
-def indices_of(space: SearchSpace, config: TrialConfig) -> tuple[int, ...] | None:
+def indices_of(space: SearchSpace, config: TrialConfig, *, derive_shared: bool = False
+               ) -> tuple[int, ...] | None:
+    """The indices of ``config``'s point (None: not a point of ``space``); ``derive_shared``:
+    its dynamic shared memory is whatever the point's expression gives, not checked."""
     if config.toolchain != space.toolchain:
         return None
     labels = _option_labels(space, config.options)
@@ -429,6 +432,6 @@ def indices_of(space: SearchSpace, config: TrialConfig) -> tuple[int, ...] | Non
             return None
     recorded = space.launch.shared_mem_bytes
     wanted = recorded if config.shared_mem_bytes is None else config.shared_mem_bytes
-    if wanted != space.shared_bytes(view):  # a size the point does not launch with
+    if not derive_shared and wanted != space.shared_bytes(view):  # not the point's size
         return None
     return tuple(out)

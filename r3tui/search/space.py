@@ -383,6 +383,19 @@ class SearchSpace:
         point = self._point(indices)
         return point if self.is_valid_point(point) else None
 
+    def completed(self, config: TrialConfig) -> TrialConfig | None:
+        """``config`` with what the space derives from its choices set as the space sets it
+        (the dynamic shared memory a tile's size gives), or None when it is not a valid point.
+        A parent's configuration with a child's new tunables changed launches with the
+        child's shared memory, not the parent's."""
+        from r3tui.search import _layout
+
+        indices = _layout.indices_of(self, config, derive_shared=True)
+        if indices is None:
+            return None
+        point = self._point(indices)
+        return self.to_config(point) if self.is_valid_point(point) else None
+
     def unchecked_point(self, config: TrialConfig) -> list[Any] | None:
         """The point of ``config`` even when a constraint rejects it (None: not representable)."""
         from r3tui.search import _layout

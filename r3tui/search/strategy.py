@@ -114,11 +114,14 @@ class InnerSearch(ABC):
 
     # -- the interface -------------------------------------------------------------------
     def warm_start(self, configs: Iterable[TrialConfig]) -> int:
-        """Ask ``configs`` (a parent's best) first; returns how many are points of this space."""
+        """Ask ``configs`` (a parent's best) first, each as this space completes it
+        (:meth:`~r3tui.search.space.SearchSpace.completed`); returns how many are points of
+        this space."""
         added = 0
         for config in configs:
-            if self.space.from_config(config) is not None and config not in self._warm:
-                self._warm.append(config)
+            completed = self.space.completed(config)
+            if completed is not None and completed not in self._warm:
+                self._warm.append(completed)
                 added += 1
         return added
 

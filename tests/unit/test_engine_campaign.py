@@ -182,7 +182,8 @@ def test_a_childs_new_tunables_are_tried_first_at_their_smallest_other_values() 
     configs = exercising(space, [parent], 2)
     assert [{n: c.tunables[n] for n in added} for c in configs] == [
         dict.fromkeys(added, 2), dict.fromkeys(added, 4)]
-    assert all(c.options == parent.options and c.block == parent.block for c in configs)
+    assert all(c.options == parent.options and (c.block or launch.block) == parent.block
+               for c in configs)
     assert exercising(space, [parent], 0) == [] and exercising(space, [], 2) == []
     # the parent already set them, or its source declares them (a configuration leaves a
     # tunable at its default out): nothing new to exercise
@@ -191,6 +192,41 @@ def test_a_childs_new_tunables_are_tried_first_at_their_smallest_other_values() 
     old = CampaignSettings.from_json({k: v for k, v in SETTINGS.to_json().items()
                                       if k != "exercise"})
     assert old.exercise == 0 and CampaignSettings().exercise == 2
+
+
+def test_a_childs_new_tile_is_tried_with_the_shared_memory_it_needs() -> None:
+    """sgemm tiled through shared memory (R3_TILE, default 0: no tile), from a parent whose
+    configuration launches with no dynamic shared memory: the first configurations launch
+    with the bytes the tile's expression gives for the parent's block.  Until session 36 they
+    kept the parent's size (none), were not points of the child's space and were dropped, so
+    an H100 campaign's tile child never tried a small tile (c2.sqlite, variant 31)."""
+    import random
+
+    from r3tui.domain import TrialConfig
+    from r3tui.engine import build_space
+    from r3tui.engine.lineage import exercising
+    from r3tui.remix.rules import apply_rule
+    from r3tui.search.strategy import RandomSearch
+
+    text = (REPO / "examples/sgemm/kernel.cu").read_text()
+    made = apply_rule("tile_shared", text, "sgemm", random.Random(0))
+    assert made.ok and made.source is not None, made.reason
+    launch = LaunchInfo(grid=Dim3(64, 64), block=Dim3(16, 16), work=Dim3(1024, 1024),
+                        block_tunable=True)
+    space = build_space(launch, KernelSource(made.source, "sgemm"), InnerSettings(),
+                        DeviceLimits())
+    assert [t.name for t in space.tunables] == ["R3_TILE"]
+    parent = TrialConfig(options=("--use_fast_math",), block=Dim3(128, 2))
+    configs = exercising(space, [parent], 2)
+    # A: blockDim.y rows of R3_TILE floats; B: R3_TILE rows of blockDim.x floats
+    assert [(c.tunables, c.shared_mem_bytes) for c in configs] == [
+        ({"R3_TILE": 4}, (2 + 128) * 4 * 4), ({"R3_TILE": 8}, (2 + 128) * 8 * 4)]
+    assert all(space.from_config(c) is not None for c in configs)
+    # a search warm-started with a parent's configuration that names a tile but not its
+    # bytes asks it as the space launches it
+    search = RandomSearch(space, 0)
+    assert search.warm_start([replace(configs[0], shared_mem_bytes=None)]) == 1
+    assert search.ask()[0].shared_mem_bytes == (2 + 128) * 4 * 4
 
 
 def test_the_bandit_starts_the_compiler_hints_with_misses(
