@@ -199,7 +199,9 @@ def test_a_childs_new_tile_is_tried_with_the_shared_memory_it_needs() -> None:
     configuration launches with no dynamic shared memory: the first configurations launch
     with the bytes the tile's expression gives for the parent's block.  Until session 36 they
     kept the parent's size (none), were not points of the child's space and were dropped, so
-    an H100 campaign's tile child never tried a small tile (c2.sqlite, variant 31)."""
+    an H100 campaign's tile child never tried a small tile (c2.sqlite, variant 31).  A
+    parent's block other than the recorded one: each step is also tried on the recorded
+    block."""
     import random
 
     from r3tui.domain import TrialConfig
@@ -218,10 +220,18 @@ def test_a_childs_new_tile_is_tried_with_the_shared_memory_it_needs() -> None:
     assert [t.name for t in space.tunables] == ["R3_TILE"]
     parent = TrialConfig(options=("--use_fast_math",), block=Dim3(128, 2))
     configs = exercising(space, [parent], 2)
-    # A: blockDim.y rows of R3_TILE floats; B: R3_TILE rows of blockDim.x floats
-    assert [(c.tunables, c.shared_mem_bytes) for c in configs] == [
-        ({"R3_TILE": 4}, (2 + 128) * 4 * 4), ({"R3_TILE": 8}, (2 + 128) * 8 * 4)]
-    assert all(space.from_config(c) is not None for c in configs)
+    # A: blockDim.y rows of R3_TILE floats; B: R3_TILE rows of blockDim.x floats; each tile
+    # on the parent's block, then on the recorded 16x16 with the parent's options
+    assert [(c.tunables, c.block, c.shared_mem_bytes) for c in configs] == [
+        ({"R3_TILE": 4}, Dim3(128, 2), (2 + 128) * 4 * 4), ({"R3_TILE": 4}, None, 32 * 4 * 4),
+        ({"R3_TILE": 8}, Dim3(128, 2), (2 + 128) * 8 * 4), ({"R3_TILE": 8}, None, 32 * 8 * 4)]
+    assert all(space.from_config(c) is not None and c.options == parent.options
+               for c in configs)
+    # launch bounds of the parent's 128 threads do not fit 16x16: dropped on the recorded block
+    small = TrialConfig(block=Dim3(64, 2), launch_bounds=(128, 2))
+    assert space.from_config(small) is not None
+    assert [(c.block, c.launch_bounds) for c in exercising(space, [small], 1)] == [
+        (Dim3(64, 2), (128, 2)), (None, None)]
     # a search warm-started with a parent's configuration that names a tile but not its
     # bytes asks it as the space launches it
     search = RandomSearch(space, 0)
