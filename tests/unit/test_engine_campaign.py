@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -32,6 +33,9 @@ from r3tui.engine.tune import make_mutator_from
 from r3tui.record.manifest import LaunchInfo
 from r3tui.search import DeviceLimits
 from tests.unit.campaign_fakes import CompiledCostEvaluator
+
+if TYPE_CHECKING:
+    from r3tui.search import SearchSpace
 
 REPO = Path(__file__).resolve().parents[2]
 SOURCE = KernelSource((REPO / "examples/stencil7/kernel.cu").read_text(), "stencil7")
@@ -158,24 +162,30 @@ def test_a_child_is_warm_started_from_its_parents_best_configurations(
     assert [t.config for t in child_trials[: len(first)]] == first
 
 
+def _sgemm_child_space(rule: str) -> tuple[LaunchInfo, SearchSpace]:
+    """sgemm (recorded at 16x16 over 1024x1024) changed by ``rule``, and the child's space."""
+    import random
+
+    from r3tui.engine import build_space
+    from r3tui.remix.rules import apply_rule
+
+    text = (REPO / "examples/sgemm/kernel.cu").read_text()
+    made = apply_rule(rule, text, "sgemm", random.Random(0))
+    assert made.ok and made.source is not None, made.reason
+    launch = LaunchInfo(grid=Dim3(64, 64), block=Dim3(16, 16), work=Dim3(1024, 1024),
+                        block_tunable=True)
+    return launch, build_space(launch, KernelSource(made.source, "sgemm"), InnerSettings(),
+                               DeviceLimits())
+
+
 def test_a_childs_new_tunables_are_tried_first_at_their_smallest_other_values() -> None:
     """sgemm coarsened (R3_CF_X, R3_CF_Y in 1 2 4 8, default 1) from a parent configuration
     that sets none of them: 2x2 then 4x4 elements a thread, the parent's options and block kept;
     a tunable the parent already sets keeps its value."""
-    import random
-
     from r3tui.domain import TrialConfig
-    from r3tui.engine import build_space
     from r3tui.engine.lineage import exercising
-    from r3tui.remix.rules import apply_rule
 
-    text = (REPO / "examples/sgemm/kernel.cu").read_text()
-    made = apply_rule("coarsen", text, "sgemm", random.Random(0))
-    assert made.ok and made.source is not None, made.reason
-    launch = LaunchInfo(grid=Dim3(64, 64), block=Dim3(16, 16), work=Dim3(1024, 1024),
-                        block_tunable=True)
-    space = build_space(launch, KernelSource(made.source, "sgemm"), InnerSettings(),
-                        DeviceLimits())
+    launch, space = _sgemm_child_space("coarsen")
     added = sorted(t.name for t in space.tunables if t.name.startswith("R3_CF"))
     assert added, space.tunables
     parent = TrialConfig(options=("--use_fast_math",), block=Dim3(16, 16))
@@ -202,21 +212,11 @@ def test_a_childs_new_tile_is_tried_with_the_shared_memory_it_needs() -> None:
     an H100 campaign's tile child never tried a small tile (c2.sqlite, variant 31).  A
     parent's block other than the recorded one: each step is also tried on the recorded
     block."""
-    import random
-
     from r3tui.domain import TrialConfig
-    from r3tui.engine import build_space
     from r3tui.engine.lineage import exercising
-    from r3tui.remix.rules import apply_rule
     from r3tui.search.strategy import RandomSearch
 
-    text = (REPO / "examples/sgemm/kernel.cu").read_text()
-    made = apply_rule("tile_shared", text, "sgemm", random.Random(0))
-    assert made.ok and made.source is not None, made.reason
-    launch = LaunchInfo(grid=Dim3(64, 64), block=Dim3(16, 16), work=Dim3(1024, 1024),
-                        block_tunable=True)
-    space = build_space(launch, KernelSource(made.source, "sgemm"), InnerSettings(),
-                        DeviceLimits())
+    _launch, space = _sgemm_child_space("tile_shared")
     assert [t.name for t in space.tunables] == ["R3_TILE"]
     parent = TrialConfig(options=("--use_fast_math",), block=Dim3(128, 2))
     configs = exercising(space, [parent], 2)
