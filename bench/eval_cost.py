@@ -73,6 +73,7 @@ class Flow:
     ok: int
     wall_s: float
     replay_s: float  # the replay workers' time on these candidates (restore, time, verify)
+    tasks: int = 0  # replay tasks the runner sent for them (a runner that batches; else 0)
 
     @property
     def per_s(self) -> float:
@@ -163,11 +164,13 @@ def warm_up(runner: Runner, source: KernelSource) -> None:
 def timed_flow(runner: Runner, source: KernelSource, configs: list[TrialConfig]) -> Flow:
     from r3tui.engine.inner import ReplayEvaluator
 
+    tasks = runner.stats().replay_tasks
     started = time.perf_counter()
     measured = ReplayEvaluator(source, runner).evaluate(configs)
     wall = time.perf_counter() - started
     return Flow(len(configs), sum(m.ok for m in measured), wall,
-                sum(m.replay_wall_s or 0.0 for m in measured))
+                sum(m.replay_wall_s or 0.0 for m in measured),
+                runner.stats().replay_tasks - tasks)
 
 
 def paired_flows(bundle_dir: Path, source: KernelSource, configs: list[TrialConfig],
@@ -312,6 +315,34 @@ def run_example(
         dask_pairs,
         wrong_in_app,
     )
+
+
+def dask_lines(results: Sequence[ExampleResult]) -> list[str]:
+    """``dask_overhead_pct`` over every paired round (median, its 95% interval, per example),
+    and ``dask_flows``: each runner's GPU busy fraction and the Dask runner's replay tasks a
+    flow, where a longer flow under Dask shows whether its GPU waited on tasks.  Empty
+    without Dask rounds."""
+    ratios = [d.wall_s / loc.wall_s for r in results for loc, d in r.dask_pairs]
+    if not ratios:
+        return []
+    from r3tui.search.winner import order_statistic_median_ci
+
+    low, high = order_statistic_median_ci(ratios, 0.95)
+    paired = [r for r in results if r.dask_pairs]
+    per_example = ", ".join(
+        f"{r.name} "
+        f"{100 * (statistics.median(d.wall_s / c.wall_s for c, d in r.dask_pairs) - 1):+.1f}"
+        for r in paired)
+    flows = "; ".join(
+        f"{r.name} GPU busy {statistics.median(c.gpu_busy for c, _ in r.dask_pairs):.2f} "
+        f"local / {statistics.median(d.gpu_busy for _, d in r.dask_pairs):.2f} dask, "
+        f"{statistics.median(d.tasks for _, d in r.dask_pairs):.0f} replay tasks a flow of "
+        f"{r.dask_pairs[0][1].candidates}" for r in paired)
+    return [f"dask_overhead_pct: {100 * (statistics.median(ratios) - 1):.1f} "
+            f"[{100 * (low - 1):.1f}, {100 * (high - 1):.1f}] (median of {len(ratios)} "
+            f"paired rounds, 95% interval of the median; per example: {per_example}; "
+            "one GPU worker, the same candidates, both runners warm)",
+            f"dask_flows: {flows} (medians over the rounds)"]
 
 
 @dataclass(frozen=True)
@@ -499,19 +530,7 @@ def main(argv: list[str] | None = None) -> int:
     idlest = min(results, key=lambda r: r.flow.gpu_busy)
     lines.append(f"gpu_busy_fraction: {idlest.flow.gpu_busy:.2f} ({idlest.name}) to "
                  f"{busiest.flow.gpu_busy:.2f} ({busiest.name})")
-    ratios = [d.wall_s / loc.wall_s for r in results for loc, d in r.dask_pairs]
-    if ratios:
-        from r3tui.search.winner import order_statistic_median_ci
-
-        low, high = order_statistic_median_ci(ratios, 0.95)
-        per_example = ", ".join(
-            f"{r.name} "
-            f"{100 * (statistics.median(d.wall_s / c.wall_s for c, d in r.dask_pairs) - 1):+.1f}"
-            for r in results if r.dask_pairs)
-        lines.append(f"dask_overhead_pct: {100 * (statistics.median(ratios) - 1):.1f} "
-                     f"[{100 * (low - 1):.1f}, {100 * (high - 1):.1f}] (median of {len(ratios)} "
-                     f"paired rounds, 95% interval of the median; per example: {per_example}; "
-                     "one GPU worker, the same candidates, both runners warm)")
+    lines += dask_lines(results)
     if rates:
         lines += rate_line(args.campaign, args.campaign_budget, "", rates)
     report = "\n".join(lines)
