@@ -16,15 +16,13 @@ model or server that cannot be used raises :class:`BackendError`.  Both are
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
 from r3tui.domain import LLMCall
 from r3tui.errors import ConfigError, ModelError
-
-BACKEND_KINDS = ("llama_cpp", "http")
 
 
 class BackendError(ModelError):
@@ -118,9 +116,9 @@ class BackendSpec:
     api_key_env: str | None = None  # http: name of the environment variable with the key
 
     def __post_init__(self) -> None:
-        if self.kind not in BACKEND_KINDS:
+        if self.kind not in BACKEND_OPENERS:
             raise ConfigError(
-                f"unknown LLM backend {self.kind!r}", hint=f"known: {', '.join(BACKEND_KINDS)}"
+                f"unknown LLM backend {self.kind!r}", hint=f"known: {', '.join(BACKEND_OPENERS)}"
             )
         if self.n_ctx < 256:
             raise ConfigError(f"n_ctx must be at least 256, got {self.n_ctx}")
@@ -128,14 +126,15 @@ class BackendSpec:
             raise ConfigError(f"timeout_s must be positive, got {self.timeout_s}")
 
 
-def open_backend(spec: BackendSpec) -> LLMBackend:
-    """The backend ``spec`` names, ready to answer (a llama.cpp model is loaded here)."""
-    if spec.kind == "llama_cpp":
-        if spec.model_path is None:
-            raise ConfigError("the llama_cpp backend needs a model path")
-        from r3tui.remix.llama_cpp_backend import LlamaCppBackend
+def _open_llama_cpp(spec: BackendSpec) -> LLMBackend:
+    if spec.model_path is None:
+        raise ConfigError("the llama_cpp backend needs a model path")
+    from r3tui.remix.llama_cpp_backend import LlamaCppBackend
 
-        return LlamaCppBackend(spec.model_path, n_ctx=spec.n_ctx, n_threads=spec.n_threads)
+    return LlamaCppBackend(spec.model_path, n_ctx=spec.n_ctx, n_threads=spec.n_threads)
+
+
+def _open_http(spec: BackendSpec) -> LLMBackend:
     if spec.base_url is None:
         raise ConfigError("the http backend needs a base URL", hint="e.g. http://host:8080")
     from r3tui.remix.http_backend import OpenAIHTTPBackend
@@ -146,6 +145,18 @@ def open_backend(spec: BackendSpec) -> LLMBackend:
         timeout_s=spec.timeout_s,
         api_key_env=spec.api_key_env,
     )
+
+
+# backend kind -> how it is opened (BackendSpec checks the kind against these names)
+BACKEND_OPENERS: dict[str, Callable[[BackendSpec], LLMBackend]] = {
+    "llama_cpp": _open_llama_cpp,
+    "http": _open_http,
+}
+
+
+def open_backend(spec: BackendSpec) -> LLMBackend:
+    """The backend ``spec`` names, ready to answer (a llama.cpp model is loaded here)."""
+    return BACKEND_OPENERS[spec.kind](spec)
 
 
 def messages_json(messages: Sequence[ChatMessage]) -> list[dict[str, str]]:

@@ -218,3 +218,8 @@ def test_urls_and_missing_key() -> None:
         OpenAIHTTPBackend("http://h:1", api_key_env="R3_NO_SUCH_KEY")
     with pytest.raises(ConfigError, match="unknown LLM backend"):
         BackendSpec(kind="openai")
+    # each kind says what it lacks before anything is loaded or asked
+    with pytest.raises(ConfigError, match="needs a base URL"):
+        open_backend(BackendSpec(kind="http"))
+    with pytest.raises(ConfigError, match="needs a model path"):
+        open_backend(BackendSpec(kind="llama_cpp"))
