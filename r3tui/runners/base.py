@@ -77,6 +77,7 @@ class RunnerStats:
     resubmitted: int = 0  # jobs sent again after their worker was lost
     lost: int = 0  # jobs whose worker was lost twice: returned as failures
     replay_tasks: int = 0  # tasks the replays went out in (a runner that batches them)
+    replay_calls: int = 0  # of those, direct calls of a worker's actor (the Dask runner)
 
 
 class Runner(abc.ABC):

@@ -175,8 +175,8 @@ def test_a_killed_worker_loses_nothing_and_counts_nothing_twice(
         victim = None
         deadline = time.monotonic() + 120
         while victim is None and time.monotonic() < deadline:  # a GPU worker mid-replay
-            busy = [a for a, keys in cluster.processing().items()
-                    if a in gpu_workers and any("replay_task" in str(k) for k in keys)]
+            busy = [w.name for w in runner.load().workers
+                    if w.name in gpu_workers and w.running]
             if busy:
                 victim = busy[0]
             else:
@@ -196,6 +196,7 @@ def test_a_killed_worker_loses_nothing_and_counts_nothing_twice(
     assert len(trials) == budget == outcome["result"].trials
     assert len({config_key(t.config) for t in trials}) == budget
     assert stats.resubmitted >= 1 and stats.lost == 0
+    assert stats.replay_calls >= 1  # the victim was replaying through its actor
     assert not [t for t in trials if t.measurement.status is MeasurementStatus.CRASHED]
     for t in trials:
         assert t.measurement.status is space_file.table[config_key(t.config)].status
@@ -242,6 +243,8 @@ def test_replays_that_queue_up_go_to_the_gpu_workers_in_batches(
             assert answer.time is not None and answer.time.median_s == recorded.median_s
     slots = BATCHES_IN_FLIGHT * 2  # two GPU workers
     assert stats.replays == 40 and stats.lost == 0
+    # every batch a direct call of a GPU worker's actor, none a task of the scheduler
+    assert stats.replay_calls == stats.replay_tasks
     # the first `slots` alone, then the 36 that waited in batches of at most MAX_BATCH
     assert slots + -(-(40 - slots) // MAX_BATCH) <= stats.replay_tasks < 40
 
