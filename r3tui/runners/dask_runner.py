@@ -299,6 +299,11 @@ class DaskRunner(Runner):
         # one thread, and a result fetched there (a blocking gather from the worker) made
         # each compile and replay wait for the fetches of all that finished before it
         self._fetchers = ThreadPoolExecutor(FETCH_THREADS, thread_name_prefix="r3-dask-fetch")
+        # where an actor call is waited for (as long as its replays run: on the fetch threads,
+        # eight GPU workers' calls would hold back every compile's result); threads are made
+        # as calls need them, at most two a GPU worker of a large cluster
+        self._callers = ThreadPoolExecutor(BATCHES_IN_FLIGHT * 256,
+                                           thread_name_prefix="r3-dask-actor")
         # (GPU workers, the others), asked of the scheduler at most once a second
         self._roles: tuple[list[str], list[str]] = ([], [])
         self._roles_seen_at = 0.0
@@ -350,7 +355,7 @@ class DaskRunner(Runner):
                         self._actor_calls[w] = 0
 
             with contextlib.suppress(RuntimeError):  # the runner is closing
-                self._fetchers.submit(make)
+                self._callers.submit(make)
 
     def _take_actor(self) -> tuple[str, Any] | None:
         """The GPU worker's actor with the fewest calls in flight, below the limit (None:
@@ -564,7 +569,7 @@ class DaskRunner(Runner):
             self._answer(batch, results)
 
         try:
-            self._fetchers.submit(call)
+            self._callers.submit(call)
         except RuntimeError:  # the runner is closing: the batch is answered as cancelled
             self._answer(batch, None)
 
@@ -668,6 +673,7 @@ class DaskRunner(Runner):
             self.client.close()
             self._owned.close()
         self._fetchers.shutdown(wait=False)
+        self._callers.shutdown(wait=False)
 
 
 # -- clusters R³ starts ----------------------------------------------------------------------
