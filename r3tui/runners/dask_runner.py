@@ -335,9 +335,9 @@ class DaskRunner(Runner):
     def _make_actors(self) -> None:
         """An actor for each GPU worker that has none (one that joined, or came back after
         it was lost), made in the background: its replays go as tasks meanwhile."""
+        gpus = self._worker_roles()[0]  # may ask the scheduler: not under the lock
         with self._lock:
-            missing = [w for w in self._worker_roles()[0]
-                       if w not in self._actors and w not in self._making]
+            missing = [w for w in gpus if w not in self._actors and w not in self._making]
             self._making.update(missing)
         for w in missing:
             def make(w: str = w) -> None:
