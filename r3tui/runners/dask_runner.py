@@ -325,12 +325,16 @@ class DaskRunner(Runner):
             raise GpuUnavailable(f"the cluster's GPUs differ in architecture "
                                  f"({', '.join(sorted(archs))}): candidates must be comparable")
         self._info = infos[0]
-        made = {w: client.submit(ReplayActor, self._blob, backend, self._token, workers=[w],
-                                 allow_other_workers=False, actor=True, pure=False)
-                for w in gpus}
+        made = {w: self._submit_actor(w) for w in gpus}
         for w, future in made.items():
             self._actors[w] = future.result()
             self._actor_calls[w] = 0
+
+    def _submit_actor(self, worker: str) -> Any:
+        """A :class:`ReplayActor` made on ``worker`` (a Dask future of its proxy)."""
+        return self.client.submit(ReplayActor, self._current_blob(), self.backend, self._token,
+                                  workers=[worker], allow_other_workers=False, actor=True,
+                                  pure=False)
 
     def _make_actors(self) -> None:
         """An actor for each GPU worker that has none (one that joined, or came back after
@@ -342,10 +346,7 @@ class DaskRunner(Runner):
         for w in missing:
             def make(w: str = w) -> None:
                 try:
-                    proxy = self.client.submit(
-                        ReplayActor, self._current_blob(), self.backend, self._token,
-                        workers=[w], allow_other_workers=False, actor=True,
-                        pure=False).result(timeout=60)
+                    proxy = self._submit_actor(w).result(timeout=60)
                 except Exception:  # gone again, or busy: asked again at a later send
                     proxy = None
                 with self._lock:
@@ -541,8 +542,7 @@ class DaskRunner(Runner):
     def _send(self, batch: list[tuple[ReplayJob, Future[Measurement]]]) -> None:
         """The batch to a GPU worker's actor with a free slot, else as a task; an actor
         call that fails (its worker lost) goes again once, as a task."""
-        if len(self._actors) + len(self._making) < len(self._worker_roles()[0]):
-            self._make_actors()
+        self._make_actors()
         taken = self._take_actor()
         if taken is None:
             self._send_task(batch)
@@ -558,7 +558,7 @@ class DaskRunner(Runner):
                     self._actors.pop(worker, None)
                     self._actor_calls.pop(worker, None)
                 if self._closed:
-                    self._answer(batch, None)
+                    self._answer(batch, CancelledError())
                     return
                 self._count("resubmitted", len(jobs))
                 self._send_task(batch, attempt=1)
@@ -571,19 +571,19 @@ class DaskRunner(Runner):
         try:
             self._callers.submit(call)
         except RuntimeError:  # the runner is closing: the batch is answered as cancelled
-            self._answer(batch, None)
+            self._answer(batch, CancelledError())
 
     def _answer(self, batch: list[tuple[ReplayJob, Future[Measurement]]],
-                results: list[Measurement] | None) -> None:
-        """Each replay of ``batch`` its result (None: the runner closed), then the replays
-        waiting go out."""
+                outcome: list[Measurement] | BaseException) -> None:
+        """Each replay of ``batch`` its result, or the batch's exception (CancelledError: the
+        runner closed with it sent), then the replays waiting go out."""
         with self._lock:
             self._batches -= 1
         for k, (_, out) in enumerate(batch):
-            if results is None:
-                out.set_exception(CancelledError())
+            if isinstance(outcome, BaseException):
+                out.set_exception(outcome)
             else:
-                out.set_result(results[k])
+                out.set_result(outcome[k])
         self._send_waiting()
 
     def _send_task(self, batch: list[tuple[ReplayJob, Future[Measurement]]],
@@ -605,16 +605,10 @@ class DaskRunner(Runner):
                               on_lost=lost, resources=GPU, jobs=len(jobs), attempt=attempt)
 
         def answered(done: Future[list[Measurement]]) -> None:
-            with self._lock:
-                self._batches -= 1
-            for k, (_, out) in enumerate(batch):
-                if done.cancelled():  # the runner closed: a sent replay is running, not pending
-                    out.set_exception(CancelledError())
-                elif done.exception() is not None:
-                    out.set_exception(done.exception())
-                else:
-                    out.set_result(done.result()[k])
-            self._send_waiting()
+            if done.cancelled():  # the runner closed: a sent replay is running, not pending
+                self._answer(batch, CancelledError())
+            else:
+                self._answer(batch, done.exception() or done.result())
 
         remote.add_done_callback(answered)
 
