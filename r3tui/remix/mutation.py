@@ -75,13 +75,52 @@ def gbnf_literal(text: str) -> str:
     )
 
 
-SEARCH_RUN = 12  # lines of the parent one anchored SEARCH section may copy
+SEARCH_RUN = 20  # lines of the parent one anchored SEARCH section may copy
+REPLACE_EXTRA = 12  # lines a REPLACE section may have beyond those of its SEARCH section
+_BLOCK_RULE = re.compile(r"^block[ \t]+::=.*$", re.MULTILINE)
+_REPLACE_RULE = re.compile(r"^replace[ \t]+::=.*\n", re.MULTILINE)
+
+
+def _braces(line: str) -> tuple[int, int]:
+    """``(net, lowest)``: the line's braces opened less closed, and the lowest that count
+    falls to along the line (a ``} else {`` closes one before it opens one), leaving out what
+    follows ``//`` and what lies in string or character literals."""
+    net = lowest = 0
+    quote = ""
+    i = 0
+    while i < len(line):
+        c = line[i]
+        if quote:
+            if c == "\\":
+                i += 1
+            elif c == quote:
+                quote = ""
+        elif c in "\"'":
+            quote = c
+        elif line.startswith("//", i):
+            break
+        elif c == "{":
+            net += 1
+        elif c == "}":
+            net -= 1
+            lowest = min(lowest, net)
+        i += 1
+    return net, lowest
 
 
 def anchored_search_grammar(parent: str, body_of: str | None = None) -> str:
     """The SEARCH/REPLACE grammar with SEARCH text limited to runs of consecutive lines of
     ``parent`` (starting at a line of code), so that a model copies them exactly: the most
     common way a small model's edit fails is a SEARCH text that is not in the kernel.
+
+    A run closes every brace it opens and never closes one it did not open (a whole
+    statement, loop or block, never the head of a loop without its end): Qwen2.5-Coder's
+    SEARCH ran to the run's cap in the middle of nbody's loop, and its REPLACE, which closed the
+    loop, left the kernel with a brace too many or a body twice (session 37, 8 of 12 answers
+    were cut at 12 lines).  A run is at most :data:`SEARCH_RUN` lines, so a small model cannot
+    spend its answer copying the whole kernel into SEARCH (SmolLM2 on the CPU machine: 13 to 16
+    of 20 answers were cut off there, bench/llm_repair.py), and its REPLACE section at most
+    :data:`REPLACE_EXTRA` lines longer, so an answer ends.
 
     ``body_of``: a kernel's name; the runs then lie inside its body, between the lines of its
     opening and closing braces.  SmolLM2's SEARCH started at the first line of code and ran
@@ -98,26 +137,52 @@ def anchored_search_grammar(parent: str, body_of: str | None = None) -> str:
         last = parent.count("\n", 0, span.body_end - 1) - 1
         if first <= last:
             lo, hi = first, last
-    # pl<i>-<d>: line i as the d-th line of the run; a run ends after SEARCH_RUN lines, so a
-    # small model cannot spend its answer copying the whole kernel into SEARCH (SmolLM2 on
-    # the CPU machine: 13 to 16 of 20 answers were cut off there, bench/llm_repair.py)
-    rules, starts = [], []
-    for index, line in enumerate(lines):
-        if not lo <= index <= hi:
-            continue
-        rules.append(f'pt{index} ::= "{gbnf_literal(line + chr(10))}"')
-        for depth in range(min(index - lo + 1, SEARCH_RUN)):
-            more = index + 1 <= hi and depth + 1 < SEARCH_RUN
-            rest = f" pl{index + 1}-{depth + 1}?" if more else ""
-            rules.append(f"pl{index}-{depth} ::= pt{index}{rest}")
-        code = line.strip()
-        if code and not code.startswith(("//", "/*", "*")):
-            starts.append(f"pl{index}-0")
+    braces = [_braces(line) for line in lines]
+
+    # pl<i>-<d>-<b>: line i as the d-th line of a run whose braces before it leave b open
+    @functools.cache
+    def can_end(i: int, d: int, b: int) -> bool:
+        net, lowest = braces[i]
+        if b + lowest < 0:
+            return False
+        after = b + net
+        return after == 0 or (i + 1 <= hi and d + 1 < SEARCH_RUN and can_end(i + 1, d + 1, after))
+
+    rules: dict[str, str] = {}
+    used: set[int] = set()
+    lengths: set[int] = set()
+
+    def emit(i: int, d: int, b: int) -> str:
+        name = f"pl{i}-{d}-{b}"
+        if name not in rules:
+            rules[name] = ""
+            used.add(i)
+            after = b + braces[i][0]
+            ways = []
+            if after == 0:
+                ways.append(f"rp{d + 1}")
+                lengths.add(d + 1)
+            if i + 1 <= hi and d + 1 < SEARCH_RUN and can_end(i + 1, d + 1, after):
+                ways.append(emit(i + 1, d + 1, after))
+            rules[name] = f"pt{i} " + (ways[0] if len(ways) == 1 else f"({' | '.join(ways)})")
+        return name
+
+    starts = []
+    for index in range(lo, hi + 1):
+        code = lines[index].strip()
+        if code and not code.startswith(("//", "/*", "*")) and can_end(index, 0, 0):
+            starts.append(emit(index, 0, 0))
     base = load_grammar(GRAMMAR_FOR_FORMAT["search_replace"])
     if not starts:
         return base
-    search = "search ::= " + " | ".join(starts) + "\n" + "\n".join(rules)
-    return _SEARCH_RULE.sub(lambda _: search, base, count=1)
+    text = [f"search ::= {' | '.join(starts)}"]
+    text += [f'pt{i} ::= "{gbnf_literal(lines[i] + chr(10))}"' for i in sorted(used)]
+    text += [f"{name} ::= {rule}" for name, rule in rules.items()]
+    text += [f'rp{n} ::= "=======\\n" line{{0,{n + REPLACE_EXTRA}}}' for n in sorted(lengths)]
+    base = _REPLACE_RULE.sub("", base, count=1)
+    base = _BLOCK_RULE.sub(lambda _: 'block ::= "<<<<<<< SEARCH\\n" search '
+                           '">>>>>>> REPLACE\\n"', base, count=1)
+    return _SEARCH_RULE.sub(lambda _: "\n".join(text), base, count=1)
 
 
 @dataclass(frozen=True)

@@ -205,30 +205,80 @@ def test_mutator_settings_are_checked() -> None:
     assert isinstance(transformation("fuse_loops"), Transformation)
 
 
-def test_an_anchored_search_copies_at_most_a_run_of_the_parents_lines() -> None:
-    """SmolLM2 spent most answers copying the kernel into SEARCH until max_tokens: a run of
-    the parent's lines now ends after SEARCH_RUN lines."""
+def _runs(grammar: str) -> list[tuple[list[int], int]]:
+    """Every SEARCH run an anchored grammar allows: its line numbers and the most lines its
+    REPLACE section may have."""
     import re
 
-    from r3tui.remix.mutation import SEARCH_RUN, anchored_search_grammar
+    rules = dict(re.findall(r"^(\S+) ::= (.*)$", grammar, re.M))
+    runs: list[tuple[list[int], int]] = []
+
+    def walk(name: str, seen: list[int]) -> None:
+        head, _, rest = rules[name].partition(" ")
+        line = [*seen, int(head[2:])]
+        for way in rest.strip("()").split(" | "):
+            if way.startswith("rp"):
+                bound = re.search(r"line\{0,(\d+)\}", rules[way])
+                assert bound is not None
+                runs.append((line, int(bound.group(1))))
+            else:
+                walk(way, line)
+
+    for start in rules["search"].split(" | "):
+        walk(start, [])
+    return runs
+
+
+def test_an_anchored_search_copies_at_most_a_run_of_the_parents_lines() -> None:
+    """SmolLM2 spent most answers copying the kernel into SEARCH until max_tokens: a run of
+    the parent's lines now ends after SEARCH_RUN lines, and its REPLACE section after
+    REPLACE_EXTRA lines more."""
+    from r3tui.remix.mutation import REPLACE_EXTRA, SEARCH_RUN, anchored_search_grammar
 
     parent = "".join(f"    x{i} = y{i};\n" for i in range(40))
     grammar = anchored_search_grammar(parent)
-    chain = {m.group(1): m.group(2) for m in re.finditer(
-        r"^(pl\d+-\d+) ::= pt\d+(?: (pl\d+-\d+)\?)?$", grammar, re.M)}
-    starts = re.search(r"^search ::= (.*)$", grammar, re.M)
-    assert starts is not None
-    longest = 0
-    for start in starts.group(1).split(" | "):
-        rule: str | None = start
-        length = 0
-        while rule is not None:
-            length += 1
-            rule = chain[rule]
-        longest = max(longest, length)
-    assert longest == SEARCH_RUN
+    runs = _runs(grammar)
+    assert max(len(lines) for lines, _ in runs) == SEARCH_RUN
+    assert all(bound == len(lines) + REPLACE_EXTRA for lines, bound in runs)
+    assert all(lines == list(range(lines[0], lines[0] + len(lines))) for lines, _ in runs)
+    assert len(runs) == sum(min(SEARCH_RUN, 40 - i) for i in range(40))
     # the text of each line is written once, whatever the depth it is copied at
     assert grammar.count('"    x20 = y20;\\n"') == 1
+
+
+def test_an_anchored_search_closes_every_brace_it_opens() -> None:
+    """Qwen2.5-Coder's SEARCH stopped at the run's cap inside nbody's loop and its REPLACE
+    closed the loop: a brace too many, or the body twice (session 37).  A run is whole
+    statements: it never ends inside a block it opened, never starts inside one it closes."""
+    from r3tui.remix.mutation import _braces, anchored_search_grammar
+
+    parent = ('extern "C" __global__ void k(float* y, const float* x, int n)\n'
+              "{\n"
+              "    int i = threadIdx.x;\n"
+              "    float s = 0.0f;  // a { in a comment\n"
+              "    for (int j = 0; j < n; ++j) {\n"
+              "        if (x[j] > 0.0f) {\n"
+              "            s += x[j];\n"
+              "        } else {\n"
+              "            s -= x[j];\n"
+              "        }\n"
+              "    }\n"
+              "    y[i] = s + '}';\n"
+              "}\n")
+    lines = parent.splitlines()
+    runs = [r for r, _ in _runs(anchored_search_grammar(parent, "k"))]
+    assert [2] in runs and [3] in runs and [6] in runs and [11] in runs
+    assert [4] not in runs and [5] not in runs and [7] not in runs and [4, 5, 6] not in runs
+    assert list(range(4, 11)) in runs and list(range(5, 10)) in runs  # the loop, the if/else
+    for run in runs:
+        depth = 0
+        for index in run:
+            net, lowest = _braces(lines[index])
+            assert depth + lowest >= 0, run
+            depth += net
+        assert depth == 0, run
+    assert _braces("        } else {") == (0, -1)
+    assert _braces("    y[i] = s + '}';  // }") == (0, 0)
 
 
 def test_an_anchored_search_stays_inside_the_kernels_body_unless_the_change_needs_its_head(
