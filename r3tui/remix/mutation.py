@@ -113,8 +113,9 @@ def anchored_search_grammar(parent: str, body_of: str | None = None) -> str:
     ``parent`` (starting at a line of code), so that a model copies them exactly: the most
     common way a small model's edit fails is a SEARCH text that is not in the kernel.
 
-    A run closes every brace it opens and never closes one it did not open (a whole
-    statement, loop or block, never the head of a loop without its end): Qwen2.5-Coder's
+    Within a kernel's body (``body_of``), a run closes every brace it opens and never closes
+    one it did not open (a whole statement, loop or block, never the head of a loop without
+    its end): Qwen2.5-Coder's
     SEARCH ran to the run's cap in the middle of nbody's loop, and its REPLACE, which closed the
     loop, left the kernel with a brace too many or a body twice (session 37, 8 of 12 answers
     were cut at 12 lines).  A run is at most :data:`SEARCH_RUN` lines, so a small model cannot
@@ -137,7 +138,9 @@ def anchored_search_grammar(parent: str, body_of: str | None = None) -> str:
         last = parent.count("\n", 0, span.body_end - 1) - 1
         if first <= last:
             lo, hi = first, last
-    braces = [_braces(line) for line in lines]
+    # a change to the parameter list (no body_of) copies the head, whose brace may open the
+    # body: those runs end anywhere
+    braces = [_braces(line) if span is not None else (0, 0) for line in lines]
 
     # pl<i>-<d>-<b>: line i as the d-th line of a run whose braces before it leave b open
     @functools.cache

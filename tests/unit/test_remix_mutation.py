@@ -277,6 +277,9 @@ def test_an_anchored_search_closes_every_brace_it_opens() -> None:
             assert depth + lowest >= 0, run
             depth += net
         assert depth == 0, run
+    # a change to the parameter list copies the kernel's head: no run there is held to braces
+    head = [r for r, _ in _runs(anchored_search_grammar(parent))]
+    assert [0] in head and [0, 1] in head and [4] in head
     assert _braces("        } else {") == (0, -1)
     assert _braces("    y[i] = s + '}';  // }") == (0, 0)
 
