@@ -62,6 +62,7 @@ import tree_sitter as ts
 
 from r3tui.analysis.kernels import Parsed
 from r3tui.analysis.per_thread import (
+    CountedLoop,
     GridIndex,
     IndexDependence,
     Unsupported,
@@ -179,7 +180,7 @@ class _Loop:
         self.reading, self.k, self.node = reading, k, reading.top[k]
         self.indices = indices
         r = reading
-        loop = counted_loop(reading, self.node)
+        loop = self.counted = counted_loop(reading, self.node)
         self.counter, self.counter_type, self.start = loop.counter, loop.counter_type, loop.start
         self.condition, self.op, self.end, self.body = (loop.condition, loop.op, loop.end,
                                                         loop.body)
@@ -402,6 +403,46 @@ def _access(tile: _Tile, counter: str) -> str:
     return f"threadIdx.{tile.axis} * {MACRO} + {step}"
 
 
+UNROLL = 8  # iterations of a whole tile's loop unrolled at once (a tile has up to 256)
+
+
+def tile_pass(region: str, offset: int, reads: list[tuple[int, int, str]], counted: CountedLoop,
+              indent: str, whole_tiles: bool = True) -> str:
+    """One tile's iterations of the loop ``region`` (its text from byte ``offset`` of the
+    unit, the loop with any pragmas before it) with its staged ``reads`` replaced: for a whole
+    tile (``K0 + R3_TILE`` within the loop's end) the loop counts ``R3_TILE`` iterations, a
+    number the compiler knows, under ``#pragma unroll`` (unless the loop has a pragma of its
+    own), so each iteration's place in the tiles is a constant; the last, partial tile runs the
+    loop with both tests.  The iterations run in the same order either way.  Without
+    ``whole_tiles`` (code that seldom runs: the unrolled copy costs compile time) every tile
+    runs the loop with both tests."""
+    loop = counted
+    counter, end = loop.counter, region.encode()[loop.end.start_byte - offset:
+                                                 loop.end.end_byte - offset].decode()
+    start = (loop.start.start_byte, loop.start.end_byte, K0)
+    partial = [start, (loop.condition.end_byte, loop.condition.end_byte,
+                       f" && {counter} < {K0} + {MACRO}"), *reads]
+    whole = [start, (loop.condition.start_byte, loop.condition.end_byte,
+                     f"{counter} < {K0} + {MACRO}"), *reads]
+
+    def edited(edits: list[tuple[int, int, str]], pad: str) -> str:
+        raw = region.encode()
+        for begin, stop, new in sorted(edits, reverse=True):
+            raw = raw[:begin - offset] + new.encode() + raw[stop - offset:]
+        return "\n".join((pad + line if line.strip() else line)
+                         for line in raw.decode().split("\n"))
+
+    inner = indent + "    "
+    if not whole_tiles:
+        return edited(partial, "    ")
+    unrolled = edited(whole, "        ")
+    if not region.lstrip().startswith("#pragma"):
+        unrolled = f"{inner}    #pragma unroll {UNROLL}\n{unrolled}"
+    fits = f"{K0} + {MACRO} {'<=' if loop.op == '<' else '- 1 <='} ({end})"
+    return (f"{inner}if ({fits}) {{  // a whole tile\n{unrolled}\n{inner}}} else {{\n"
+            f"{edited(partial, '        ')}\n{inner}}}")
+
+
 def _rewrite(source: str, parsed: Parsed, reading: IndexDependence,
              indices: list[GridIndex], loop: _Loop) -> tuple[str, str]:
     r = reading
@@ -416,20 +457,10 @@ def _rewrite(source: str, parsed: Parsed, reading: IndexDependence,
     start, end = r.text(loop.start), r.text(loop.end)
     ctype, counter = loop.counter_type, loop.counter
 
-    # the tiled copy of the loop: its start, its test and its staged reads edited
-    local: list[tuple[int, int, str]] = [
-        (loop.start.start_byte, loop.start.end_byte, K0),
-        (loop.condition.end_byte, loop.condition.end_byte,
-         f" && {counter} < {K0} + {MACRO}"),
-    ]
-    for t, tile in enumerate(loop.tiles):
-        for read in tile.reads:
-            local.append((read.start_byte, read.end_byte, f"r3_t{t}[{_access(tile, counter)}]"))
-    raw = region.encode()
-    for begin, stop, new in sorted(local, reverse=True):
-        raw = raw[:begin - region_start] + new.encode() + raw[stop - region_start:]
-    tiled = raw.decode()
-    tiled = "\n".join(("    " + line if line.strip() else line) for line in tiled.split("\n"))
+    # the tiled copies of the loop: its start, its test and its staged reads edited
+    staged = [(read.start_byte, read.end_byte, f"r3_t{t}[{_access(tile, counter)}]")
+              for t, tile in enumerate(loop.tiles) for read in tile.reads]
+    tiled = tile_pass(region, region_start, staged, loop.counted, indent)
     outer = (f"{indent}for ({ctype} {K0} = {start}; {K0} {loop.op} {end}; {K0} += {MACRO}) {{\n"
              f"{inner}{STAGE}({K0});\n{inner}{BARRIER}();\n"
              f"{tiled}\n{inner}{BARRIER}();\n{indent}}}")

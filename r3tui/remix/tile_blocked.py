@@ -70,6 +70,7 @@ from r3tui.remix.tile import (
     TILES,
     _split,
     monotone,
+    tile_pass,
 )
 
 Declined = Unsupported
@@ -294,7 +295,7 @@ class _Loop:
 
     def __init__(self, r: _Reading, node: ts.Node) -> None:
         self.r, self.node = r, node
-        loop = counted_loop(r.reading, node)
+        loop = self.counted = counted_loop(r.reading, node)
         self.counter, self.counter_type, self.start = loop.counter, loop.counter_type, loop.start
         self.condition, self.op, self.end, self.body = (loop.condition, loop.op, loop.end,
                                                         loop.body)
@@ -440,24 +441,17 @@ def _substitute(r: _Reading, node: ts.Node, values: dict[str, str]) -> str:
 def _rewrite(r: _Reading, loops: tuple[_Loop, _Loop], tiles: list[_Tile]) -> tuple[str, str]:
     parsed = r.parsed
     edits: list[tuple[int, int, str]] = []
-    for loop in loops:
+    for copy, loop in enumerate(loops):
         node = loop.node
         indent = parsed.indent_at(node.start_byte)
         inner = indent + "    "
         start_at = parsed.line_start(node.start_byte)
         region = parsed.data[start_at:node.end_byte].decode()
-        local = [(loop.start.start_byte, loop.start.end_byte, K0),
-                 (loop.condition.end_byte, loop.condition.end_byte,
-                  f" && {loop.counter} < {K0} + {MACRO}")]
-        for t, tile in enumerate(tiles):
-            for read in loop.reads[(tile.array, tile.key)]:
-                local.append((read.start_byte, read.end_byte,
-                              f"r3_t{t}[{_access(r, tile, read, loop.counter)}]"))
-        raw = region.encode()
-        for begin, stop, new in sorted(local, reverse=True):
-            raw = raw[:begin - start_at] + new.encode() + raw[stop - start_at:]
-        tiled = "\n".join(("    " + line if line.strip() else line)
-                          for line in raw.decode().split("\n"))
+        staged = [(read.start_byte, read.end_byte,
+                   f"r3_t{t}[{_access(r, tile, read, loop.counter)}]")
+                  for t, tile in enumerate(tiles) for read in loop.reads[(tile.array, tile.key)]]
+        # the checked copy runs in the blocks at the work's edge only: not unrolled
+        tiled = tile_pass(region, start_at, staged, loop.counted, indent, whole_tiles=copy == 0)
         outer = (f"{indent}for ({loop.counter_type} {K0} = {r.text(loop.start)}; {K0} "
                  f"{loop.op} {r.text(loop.end)}; {K0} += {MACRO}) {{\n"
                  f"{inner}{STAGE}({K0});\n{inner}{BARRIER}();\n{tiled}\n"

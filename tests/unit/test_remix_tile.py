@@ -125,6 +125,13 @@ def test_every_tile_computes_what_the_original_does(kernel: str, tmp_path: Path)
     original = SOURCES[kernel]
     variant, detail = tile_loop(original, kernel, random.Random(0))
     assert "from shared memory" in detail
+    # whole tiles run a loop of R3_TILE iterations, unrolled by 8 unless the loop has a
+    # pragma of its own (band's `#pragma unroll 4`, before both copies); band tests `<=`
+    assert variant.count("// a whole tile") == 1
+    assert variant.count("#pragma unroll 8") == (kernel != "band")
+    if kernel == "band":
+        assert "if (r3_k0 + R3_TILE - 1 <= (hi)) {" in variant
+        assert variant.count("#pragma unroll 4") == 3  # untiled, whole and partial tiles
     driver = TILE_DRIVERS[kernel]
     built = cpu_grid.build(original, driver, tmp_path, _BLOCK_AT_RUN, "original", True)
     tiled = {tile: cpu_grid.build(variant, driver, tmp_path, {**_BLOCK_AT_RUN, MACRO: tile},
@@ -146,6 +153,10 @@ def test_a_wrong_tile_shows_in_the_output(tmp_path: Path) -> None:
     # the threads of the second layer never load: half of each tile is never written (NaN)
     lazy = variant.replace("r3_e += r3_team", "r3_e += 2 * r3_team")
     assert _run(lazy, "sgemm", tmp_path, block, 16, "lazy") != expected
+    # a whole tile's unrolled loop that stops one iteration short
+    short = variant.replace("; k < r3_k0 + R3_TILE; ++k)", "; k < r3_k0 + R3_TILE - 1; ++k)")
+    assert short != variant
+    assert _run(short, "sgemm", tmp_path, block, 16, "short") != expected
     skipped = variant.replace("{ r3_stage(r3_k0); R3_BARRIER(); R3_BARRIER(); }", "{}")
     with pytest.raises(AssertionError, match="barriers"):
         _run(skipped, "sgemm", tmp_path, block, 16, "skipped")

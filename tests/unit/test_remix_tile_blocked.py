@@ -102,6 +102,8 @@ def test_tiles_on_a_coarsened_kernel_compute_what_the_original_does(
     variant, detail = tile_loop(coarse, kernel, random.Random(0))
     assert "coarsened loop" in detail and "both copies" in detail
     assert variant.count("R3_BARRIER();") == 4  # two barriers in each copy
+    # a whole tile's loop unrolled in the copy of the blocks within the work, not at its edge
+    assert variant.count("// a whole tile") == 1 and variant.count("#pragma unroll 8") == 1
     driver = BLOCKED_DRIVERS[kernel]
     expected_exe = cpu_grid.build(SOURCES[kernel], driver, tmp_path, _AT_RUN, "original", True)
     for fx, fy, tile in POINTS[kernel]:
@@ -128,6 +130,10 @@ def test_a_tile_that_skips_loads_shows_in_the_output(tmp_path: Path) -> None:
     lazy = variant.replace("r3_s += r3_team", "r3_s += 2 * r3_team")
     assert lazy != variant
     assert cpu_grid.run(lazy, driver, tmp_path, defines, "lazy").split() != expected
+    # the whole tiles' loop runs (K = 37: four whole tiles of 8, then a partial one)
+    short = variant.replace("; k < r3_k0 + R3_TILE; ++k)", "; k < r3_k0 + R3_TILE - 1; ++k)")
+    assert short != variant
+    assert cpu_grid.run(short, driver, tmp_path, defines, "short").split() != expected
     unchecked = variant.replace("if (k < K && !(", "if (k < K + 8 && !(")
     assert unchecked != variant
     with pytest.raises(AssertionError, match="AddressSanitizer"):
