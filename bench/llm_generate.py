@@ -45,8 +45,9 @@ def summarize(dbs: list[Path], listing: bool) -> list[str]:
     from db.session import open_database
     from r3tui.domain import VariantOrigin, VariantStatus
 
+    # compiled and not refused (a change outside the kernel, host code: `unsafe`, a failure)
     past_compile = {VariantStatus.PENDING, VariantStatus.WRONG_RESULT, VariantStatus.CRASHED,
-                    VariantStatus.UNSAFE, VariantStatus.VERIFIED, VariantStatus.IMPROVED}
+                    VariantStatus.VERIFIED, VariantStatus.IMPROVED}
     good = {VariantStatus.VERIFIED, VariantStatus.IMPROVED}
     # model -> origin -> [proposed, compiled, evaluated, verified]
     counts: dict[str, dict[str, list[int]]] = {}
@@ -74,6 +75,8 @@ def summarize(dbs: list[Path], listing: bool) -> list[str]:
                         failures.setdefault(model, Counter())[failure_class(reason)] += 1
                     elif v.status is VariantStatus.APPLY_FAILED:
                         failures.setdefault(model, Counter())["did not apply"] += 1
+                    elif v.status is VariantStatus.UNSAFE:
+                        failures.setdefault(model, Counter())["refused as unsafe"] += 1
                     if listing:
                         lines.append(f"  {db.name} #{v.id:<3} {v.origin.value:6} "
                                      f"{(v.operator or '?'):26} {v.status.value:15} {reason[:100]}")

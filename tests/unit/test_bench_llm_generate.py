@@ -38,6 +38,8 @@ def test_yields_split_first_answers_from_repairs(tmp_path: Path,
                 (QWEN, VariantOrigin.LLM, VariantStatus.VERIFIED, "simplify_index_math", None),
                 (SMOL, VariantOrigin.LLM, VariantStatus.APPLY_FAILED, "fuse_loops",
                  "edit 1: its SEARCH text is not in the kernel"),
+                (SMOL, VariantOrigin.REPAIR, VariantStatus.UNSAFE, "fuse_loops",
+                 "host function 'main' (line 49) is not in the original"),
             )):
                 call_id = repo.add_llm_call(s, cid, LLMCall(model, "0" * 64, "p", "r", {}, 0,
                                                             10, 10, 1.0))
@@ -53,13 +55,14 @@ def test_yields_split_first_answers_from_repairs(tmp_path: Path,
     out = capsys.readouterr().out.splitlines()
     assert "llm_compile_yield_qwen2.5: 2/4 (first answers 2/3, repairs 0/1)" in out
     assert "valid_variant_yield_qwen2.5: 1/4 (1 of 2 compiled evaluated)" in out
-    assert "llm_compile_yield_smollm2: 0/1 (first answers 0/1, repairs 0/0)" in out
+    assert "llm_compile_yield_smollm2: 0/2 (first answers 0/1, repairs 0/1)" in out
+    assert "  failures: did not apply 1, refused as unsafe 1" in out
     assert not any(line.startswith("valid_variant_yield_smollm2") for line in out)
     failures = out[out.index("llm_compile_yield_qwen2.5: 2/4 (first answers 2/3, repairs 0/1)")
                    + 2]
     assert failures == "  failures: undefined identifier 1, braces 1"
     assert sum("coarsen" in line for line in out) == 0
-    assert sum(line.startswith("  gen.sqlite #") for line in out) == 5
+    assert sum(line.startswith("  gen.sqlite #") for line in out) == 6
 
 
 def test_failure_classes_and_a_missing_database(tmp_path: Path,
