@@ -72,7 +72,8 @@ def record(out: Path, rules_budget: str) -> None:
 def generate(folder: Path, variants: int, model: Path | None) -> None:
     chosen = ("--model", str(model)) if model is not None else ()
     r3("tune", str(bundle_of(folder, LLM[0])), "--generate-only", "--budget", str(variants),
-       "--llm-share", "1", "--name", f"{LLM[0]}-llm", "--db", str(folder / DB_NAME), *chosen)
+       "--llm-share", "1", "--repair", "--name", f"{LLM[0]}-llm", "--db", str(folder / DB_NAME),
+       *chosen)
 
 
 def evaluate(folder: Path, out: Path | None) -> None:

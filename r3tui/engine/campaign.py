@@ -98,10 +98,12 @@ class CampaignSettings:
                               choices=("search_replace", "whole"))
     prefetch: bool = True  # generate the next proposal while the GPU evaluates
     # a model's change that does not compile or verify goes back to it once with the failure
-    # (a repair turn); the answer is a child of the failed variant, origin "repair"
-    repair: bool = option(True, "--no-repair", "do not send a model's change that fails to "
-                          "compile or verify back to it once with the failure (the repair "
-                          "turn)", negate=True)
+    # (a repair turn); the answer is a child of the failed variant, origin "repair".  Off by
+    # default: with SmolLM2-135M and Qwen2.5-Coder-1.5B it compiled 1 of 69 repairs over
+    # sessions 33-37 and verified none, while taking as long as a first answer
+    # (docs/remix.md)
+    repair: bool = option(False, "--repair", "send a model's change that fails to compile or "
+                          "verify back to it once with the failure (the repair turn)")
     # which transformation to try first follows what each has gained in this campaign
     # (Thompson sampling, r3tui.search.bandit); off: a uniform draw
     adaptive: bool = True

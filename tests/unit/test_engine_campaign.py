@@ -533,7 +533,7 @@ def model_settings(variants: int, **changes: object) -> CampaignSettings:
     """A small campaign whose every proposal goes to the model, without prefetch: a scripted
     model's answers then go to the proposals in the order written."""
     settings = CampaignSettings(variants=variants, inner_trials=2, seed_trials=3,
-                                give_up_after=2, llm_share=1.0, prefetch=False,
+                                give_up_after=2, llm_share=1.0, prefetch=False, repair=True,
                                 inner=InnerSettings(batch=2, finalists=1, rounds=2))
     return replace(settings, **changes)  # type: ignore[arg-type]
 

@@ -46,16 +46,18 @@ def test_every_user_setting_has_one_flag_whose_help_shows_the_dataclass_default(
 def test_flags_then_r3_toml_then_the_defaults(tmp_path: Path) -> None:
     defaults = campaign_settings(_tune_args([], tmp_path), 5, None)
     assert defaults.llm_share == CampaignSettings().llm_share == 0.75  # one default
-    assert defaults.inner.batch == InnerSettings().batch and defaults.repair is True
+    assert defaults.inner.batch == InnerSettings().batch and defaults.repair is False
     (tmp_path / "r3.toml").write_text(
-        "[campaign]\nislands = 3\nllm_share = 1\nrepair = false\n"
+        "[campaign]\nislands = 3\nllm_share = 1\nrepair = true\n"
         "[search]\nestimator = \"RF\"\nbatch = 4\n")
     from_file = campaign_settings(_tune_args([], tmp_path), 5, None)
-    assert (from_file.islands, from_file.llm_share, from_file.repair) == (3, 1.0, False)
+    assert (from_file.islands, from_file.llm_share, from_file.repair) == (3, 1.0, True)
     assert (from_file.inner.estimator, from_file.inner.batch) == ("RF", 4)
     flagged = campaign_settings(_tune_args(["--islands", "4", "--batch", "2",
                                              "--rules-only"], tmp_path), 5, None)
     assert (flagged.islands, flagged.inner.batch, flagged.llm_share) == (4, 2, 0.0)
+    (tmp_path / "r3.toml").unlink()
+    assert campaign_settings(_tune_args(["--repair"], tmp_path), 5, None).repair is True
     assert flagged.inner.estimator == "RF"  # not given on the command line: the file's
 
 
