@@ -216,3 +216,22 @@ def scalar_aliases(source: str) -> dict[str, str]:
             seen.add(aliases[name])
             aliases[name] = aliases[aliases[name]]
     return aliases
+
+
+def declared_names(snippet: str) -> set[str]:
+    """The names that ``snippet`` (statements of a function body, as a worked example shows
+    them) declares: its locals, ``for`` counters and ``__shared__`` arrays."""
+    from r3tui.analysis.per_thread import declared_name
+
+    wrapper = "r3_snippet"
+    found = kernel_body(f"__global__ void {wrapper}()\n{{\n{snippet}\n}}\n", wrapper)
+    if found is None:
+        return set()
+    body, parsed = found
+    names = set()
+    for declaration in _descendants(body, "declaration"):
+        for declarator in declaration.children_by_field_name("declarator"):
+            name = declared_name(declarator)
+            if name is not None:
+                names.add(parsed.text(name))
+    return names

@@ -41,6 +41,7 @@ class ProposalRequest:
     inspiration_ids: tuple[int, ...] = ()
     repair: str | None = None  # the parent's failure, for a repair turn
     repair_example: str | None = None  # its format example (MutationContext; None: "worked")
+    example_names: str = "apart"  # the worked example's names (MutationContext.example_names)
     preference: tuple[str, ...] | None = None  # transformations, the one to try first first
 
     @classmethod
@@ -208,6 +209,7 @@ class ProposalSide:
             grid_fixed=self.settings.inner.grid_fixed,
             repair=request.repair,
             repair_example=request.repair_example or "worked",
+            example_names=request.example_names,
             preference=request.preference,
         )
         proposal = self.mutator.propose(context, rng)
@@ -283,6 +285,8 @@ class ProposalSide:
                         **({"repair": request.repair} if request.repair is not None else {}),
                         **({"repair_example": request.repair_example}
                            if request.repair_example is not None else {}),
+                        **({"example_names": request.example_names}
+                           if proposal.origin is not VariantOrigin.RULE else {}),
                         **({"code": code} if code is not None else {}),
                     },
                     llm_call_id=call_id,

@@ -57,7 +57,9 @@ def replay_tree(run: CampaignRun, old_campaign_id: int, evaluate: bool = True) -
         preference = ov.features.get("preference")
         request = replace(request, preference=tuple(preference) if preference else None,
                           repair=ov.features.get("repair"),
-                          repair_example=ov.features.get("repair_example"))
+                          repair_example=ov.features.get("repair_example"),
+                          # recorded since session 37; before, the examples were as written
+                          example_names=ov.features.get("example_names", "as_written"))
         proposal, _ = run.generate_proposal(request)
         variant = run.store_proposal(request, proposal)
         failed = VariantStatus.APPLY_FAILED

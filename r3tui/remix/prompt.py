@@ -74,6 +74,10 @@ class MutationContext:
     # model cannot copy into the kernel (Qwen2.5-Coder-1.5B's first repair on reduce_sum
     # used the worked example's `buf`)
     repair_example: str = "worked"
+    # the worked example's own names: "apart" (since session 37: a name it declares that the
+    # kernel also uses is renamed, :func:`apart`) or "as_written" (as campaigns recorded before
+    # asked)
+    example_names: str = "apart"
     # transformation names, the one to try first first (the campaign's bandit); None: the
     # mutator's generator picks (r3tui.search.bandit)
     preference: tuple[str, ...] | None = None
@@ -188,6 +192,27 @@ def shown_source(ctx: MutationContext) -> str:
     return kernel_view(ctx.parent_source, base_name(ctx.kernel_name), ctx.view_chars).text
 
 
+def apart(example: tuple[str, str], kernel_source: str) -> tuple[str, str]:
+    """``example`` (before, after) with each name it declares that the kernel also uses
+    renamed (``acc`` -> ``acc2``), the names of both sides alike: a small model copies the
+    example's declarations, and one of a name the kernel has is declared twice (Qwen2.5-Coder
+    on nbody, whose output is the parameter ``acc``: 4 of 11 answers, session 37)."""
+    from r3tui.analysis.body import declared_names
+    from r3tui.analysis.facts import words
+
+    before, after = example
+    used = words(kernel_source)
+    taken = used | words(before) | words(after)
+    for name in sorted((declared_names(before) | declared_names(after)) & used):
+        k = 2
+        while f"{name}{k}" in taken:
+            k += 1
+        taken.add(f"{name}{k}")
+        pattern = re.compile(rf"\b{re.escape(name)}\b")
+        before, after = (pattern.sub(f"{name}{k}", before), pattern.sub(f"{name}{k}", after))
+    return before, after
+
+
 def build_messages(ctx: MutationContext) -> list[ChatMessage]:
     """The system and user messages asking for ``ctx.transformation`` on the parent."""
     if ctx.transformation is None:
@@ -202,9 +227,12 @@ def build_messages(ctx: MutationContext) -> list[ChatMessage]:
     worked = ctx.transformation.example is not None
     if ctx.repair is not None and ctx.repair_example == "generic":
         (before, after), worked = GENERIC_EXAMPLE, False
+    shown = shown_source(ctx)
+    if ctx.example_names == "apart":
+        before, after = apart((before, after), shown)
     user = template(ctx.edit_format or "search_replace").substitute(
         kernel_name=ctx.kernel_name,
-        source=_code(shown_source(ctx)),
+        source=_code(shown),
         profile=describe_profile(ctx.profile),
         inspirations=describe_inspirations(ctx.inspirations, ctx.kernel_name),
         instruction=instruction,

@@ -173,3 +173,26 @@ def test_anchored_grammar_lists_the_parent_lines_as_literals() -> None:
     first = int(start.split()[2].removeprefix("pl").removesuffix("-0-0"))
     assert lines[first].startswith('extern "C"')  # comment lines never start a SEARCH
     assert f"pt{len(lines) - 1} ::= " in grammar and "code-line line{0,29}" not in grammar
+
+
+def test_the_worked_example_declares_no_name_the_kernel_uses() -> None:
+    """Qwen2.5-Coder copied the shared-memory example's `float acc = 0.0f;` into nbody, whose
+    output parameter is `acc`: declared twice in 4 of 11 answers (session 37)."""
+    from dataclasses import replace
+
+    from r3tui.remix.prompt import apart
+
+    nbody = (EXAMPLES / "nbody" / "kernel.cu").read_text()
+    tile = transformation("shared_memory_tile")
+    assert tile.example is not None
+    before, after = apart(tile.example, nbody)
+    # acc, pi and j are nbody's; tile and base are not, p and f are used, not declared
+    assert "float acc2 = 0.0f;" in before and "float pi2 = " in after and "int j2 = 0" in after
+    assert "acc += " not in after and "__shared__ float tile[256];" in after
+    assert "base + threadIdx.x" in after and "f(pi2, tile[j2])" in after
+    # a kernel that uses none of them sees the example as written
+    assert apart(tile.example, "__global__ void k(float* out) { out[0] = 1.0f; }") == tile.example
+    ctx = MutationContext("nbody", nbody, transformation=tile)
+    assert "float acc2 = 0.0f;" in build_messages(ctx)[1].content
+    recorded = replace(ctx, example_names="as_written")  # campaigns recorded before
+    assert "float acc2" not in build_messages(recorded)[1].content

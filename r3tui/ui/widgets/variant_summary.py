@@ -45,7 +45,7 @@ class VariantSummary(Static):
         # the bandit's order a proposal was asked with is bookkeeping for re-runs; a repair's
         # failure gets a row of its own
         shown = {k: v for k, v in (detail.features or {}).items()
-                 if k not in ("preference", "repair")}
+                 if k not in ("preference", "repair", "example_names")}
         if shown:
             rows.append(("features", ", ".join(f"{k}={v}" for k, v in shown.items())))
         if (detail.features or {}).get("repair"):
