@@ -100,7 +100,7 @@ class CampaignSettings:
     # a model's change that does not compile or verify goes back to it once with the failure
     # (a repair turn); the answer is a child of the failed variant, origin "repair".  Off by
     # default: with SmolLM2-135M and Qwen2.5-Coder-1.5B it compiled 1 of 69 repairs over
-    # sessions 33-37 and verified none, while taking as long as a first answer
+    # sessions 33-37 and verified none, while taking a quarter of the model's time
     # (docs/remix.md)
     repair: bool = option(False, "--repair", "send a model's change that fails to compile or "
                           "verify back to it once with the failure (the repair turn)")
