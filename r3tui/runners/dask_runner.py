@@ -561,7 +561,9 @@ class DaskRunner(Runner):
                     self._answer(batch, CancelledError())
                     return
                 self._count("resubmitted", len(jobs))
-                self._send_task(batch, attempt=1)
+                # not to the worker whose call failed: the scheduler may not know yet that it
+                # is gone, and a task placed there is lost a second time (a test saw it)
+                self._send_task(batch, attempt=1, avoid=worker)
                 return
             with self._lock:
                 if worker in self._actor_calls:
@@ -587,7 +589,9 @@ class DaskRunner(Runner):
         self._send_waiting()
 
     def _send_task(self, batch: list[tuple[ReplayJob, Future[Measurement]]],
-                   attempt: int = 0) -> None:
+                   attempt: int = 0, avoid: str | None = None) -> None:
+        """The batch as a replay task; ``avoid``: a worker it must not go to (one just
+        lost) while the cluster has another GPU worker."""
         from r3tui.domain import Measurement, MeasurementStatus
 
         jobs = [job for job, _ in batch]
@@ -600,9 +604,16 @@ class DaskRunner(Runner):
                                 error_text=f"the Dask worker replaying it was lost twice "
                                            f"({why})") for job in jobs]
 
+        def others() -> list[str] | None:
+            if avoid is None:
+                return None
+            rest = [w for w in self._worker_roles()[0] if w != avoid]
+            return rest or None
+
         remote = self._submit(replay_task,
                               lambda: (self._current_blob(), self.backend, self._token, jobs),
-                              on_lost=lost, resources=GPU, jobs=len(jobs), attempt=attempt)
+                              on_lost=lost, resources=GPU, jobs=len(jobs), attempt=attempt,
+                              workers=others)
 
         def answered(done: Future[list[Measurement]]) -> None:
             if done.cancelled():  # the runner closed: a sent replay is running, not pending

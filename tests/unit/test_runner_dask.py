@@ -171,10 +171,11 @@ def test_a_killed_worker_loses_nothing_and_counts_nothing_twice(
 
         thread = threading.Thread(target=campaign)
         thread.start()
-        gpu_workers = set(runner.gpu_workers())
         victim = None
         deadline = time.monotonic() + 120
         while victim is None and time.monotonic() < deadline:  # a GPU worker mid-replay
+            assert thread.is_alive(), f"the campaign ended first: {outcome}"
+            gpu_workers = set(runner.gpu_workers())
             busy = [w.name for w in runner.load().workers
                     if w.name in gpu_workers and w.running]
             if busy:
