@@ -33,6 +33,7 @@ import threading
 from dataclasses import dataclass, field
 from importlib import resources
 
+from r3tui.analysis.facts import tokens
 from r3tui.domain import LLMCall, VariantOrigin
 from r3tui.errors import ConfigError
 from r3tui.remix.backends import Completion, LLMBackend, PromptTooLong, Sampling
@@ -83,28 +84,15 @@ _REPLACE_RULE = re.compile(r"^replace[ \t]+::=.*\n", re.MULTILINE)
 
 def _braces(line: str) -> tuple[int, int]:
     """``(net, lowest)``: the line's braces opened less closed, and the lowest that count
-    falls to along the line (a ``} else {`` closes one before it opens one), leaving out what
-    follows ``//`` and what lies in string or character literals."""
+    falls to along the line (a ``} else {`` closes one before it opens one), over its C++
+    tokens (:func:`r3tui.analysis.facts.tokens`: comments and literals hold no brace)."""
     net = lowest = 0
-    quote = ""
-    i = 0
-    while i < len(line):
-        c = line[i]
-        if quote:
-            if c == "\\":
-                i += 1
-            elif c == quote:
-                quote = ""
-        elif c in "\"'":
-            quote = c
-        elif line.startswith("//", i):
-            break
-        elif c == "{":
+    for token in tokens(line):
+        if token == "{":
             net += 1
-        elif c == "}":
+        elif token == "}":
             net -= 1
             lowest = min(lowest, net)
-        i += 1
     return net, lowest
 
 

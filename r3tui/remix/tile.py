@@ -406,7 +406,7 @@ def _access(tile: _Tile, counter: str) -> str:
 UNROLL = 8  # iterations of a whole tile's loop unrolled at once (a tile has up to 256)
 
 
-def tile_pass(region: str, offset: int, reads: list[tuple[int, int, str]], counted: CountedLoop,
+def tile_pass(region: str, offset: int, reads: list[tuple[int, int, str]], loop: CountedLoop,
               indent: str, whole_tiles: bool = True) -> str:
     """One tile's iterations of the loop ``region`` (its text from byte ``offset`` of the
     unit, the loop with any pragmas before it) with its staged ``reads`` replaced: for a whole
@@ -416,9 +416,9 @@ def tile_pass(region: str, offset: int, reads: list[tuple[int, int, str]], count
     loop with both tests.  The iterations run in the same order either way.  Without
     ``whole_tiles`` (code that seldom runs: the unrolled copy costs compile time) every tile
     runs the loop with both tests."""
-    loop = counted
-    counter, end = loop.counter, region.encode()[loop.end.start_byte - offset:
-                                                 loop.end.end_byte - offset].decode()
+    raw = region.encode()
+    counter, end = loop.counter, raw[loop.end.start_byte - offset:
+                                     loop.end.end_byte - offset].decode()
     start = (loop.start.start_byte, loop.start.end_byte, K0)
     partial = [start, (loop.condition.end_byte, loop.condition.end_byte,
                        f" && {counter} < {K0} + {MACRO}"), *reads]
@@ -426,11 +426,11 @@ def tile_pass(region: str, offset: int, reads: list[tuple[int, int, str]], count
                      f"{counter} < {K0} + {MACRO}"), *reads]
 
     def edited(edits: list[tuple[int, int, str]], pad: str) -> str:
-        raw = region.encode()
+        text = raw
         for begin, stop, new in sorted(edits, reverse=True):
-            raw = raw[:begin - offset] + new.encode() + raw[stop - offset:]
+            text = text[:begin - offset] + new.encode() + text[stop - offset:]
         return "\n".join((pad + line if line.strip() else line)
-                         for line in raw.decode().split("\n"))
+                         for line in text.decode().split("\n"))
 
     inner = indent + "    "
     if not whole_tiles:
