@@ -274,7 +274,7 @@ class CampaignRun(ProposalSide):
         """Tune one pending variant and put it where it belongs in the funnel and archive."""
         from db import repository as repo
         from r3tui.errors import R3Error
-        from r3tui.search import Budget, parse_tunables
+        from r3tui.search import Budget, parse_first, parse_tunables
         from r3tui.search.simulation import make_search
 
         assert variant.id is not None and self.evaluator_for is not None
@@ -306,7 +306,7 @@ class CampaignRun(ProposalSide):
                 inherited = ({t.name for t in parse_tunables(parent.source)}
                              if parent is not None else set())
                 search.warm_start(exercising(space, parents[:1], self.settings.exercise,
-                                             inherited))
+                                             inherited, parse_first(variant.source)))
                 search.warm_start(parents[: self.settings.warm_start])
                 if self.settings.transfer > 0:
                     search.set_prior(ancestor_trials(s, variant, self.settings.transfer))

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from db.repository import TrialRecord
     from r3tui.domain import Dim3
     from r3tui.search.elites import ArchiveSettings, Elite, EliteArchive
+    from r3tui.search.source import TunableValue
     from r3tui.search.space import SearchSpace
 
 # Variants that made it through the funnel (apply → compile → verify → tune).
@@ -111,13 +112,19 @@ def best_configs(s: Session, variant_id: int, k: int) -> list[TrialConfig]:
 
 
 def exercising(space: SearchSpace, parents: list[TrialConfig], k: int,
-               inherited: set[str] | frozenset[str] = frozenset()) -> list[TrialConfig]:
+               inherited: set[str] | frozenset[str] = frozenset(),
+               first: Mapping[str, Sequence[TunableValue]] | None = None) -> list[TrialConfig]:
     """A child's first configurations: its parent's best (``parents[0]``) with the tunables
     the child's change added (neither the parent's source declares them, ``inherited``, nor
     its configuration sets them) at their ``k`` smallest values other than the default, all
     at once (the second smallest of each in the second, and so on; a tunable with fewer
     values keeps its largest).  At its default a rule's factor reproduces the parent's code,
-    so these are where the change can show within a child's few trials.
+    so these are where the change can show within a child's few trials.  ``first`` (the
+    child's ``// r3: first`` lines, :func:`~r3tui.search.source.parse_first`) puts a
+    tunable's named values before the others: a shared-memory tile of 4 or 8 iterations never
+    paid (sgemm on an H100, session 38: the tile children of six campaigns spent four of
+    their five trials on tiles of 4 and 8, 0.9-1.8 ms against their parents' 533-654 µs,
+    where two by four outputs a thread with a tile of 64 gave 1.32x at the recorded block).
 
     Each step is tried twice where the parent's best block is not the recorded one: on that
     block, then on the recorded block with the same options.  A change of each thread's work
@@ -133,6 +140,10 @@ def exercising(space: SearchSpace, parents: list[TrialConfig], k: int,
              if t.name not in base.tunables and t.name not in inherited]
     choices = {t.name: [v for v in sorted(t.values, key=_order) if v != t.default]
                for t in added}
+    for name, values in (first or {}).items():
+        if name in choices:
+            named = [v for v in values if v in choices[name]]
+            choices[name] = named + [v for v in choices[name] if v not in named]
     choices = {name: values for name, values in choices.items() if values}
     # the recorded block with the parent's options (its launch bounds dropped where they do
     # not fit that block)

@@ -237,6 +237,7 @@ def declaration_problem(source: str) -> str | None:
     from r3tui.search.source import (
         DeclarationError,
         parse_exact,
+        parse_first,
         parse_relations,
         parse_tunables,
     )
@@ -245,6 +246,7 @@ def declaration_problem(source: str) -> str | None:
         parse_tunables(source)
         parse_relations(source)
         parse_exact(source)
+        parse_first(source)
     except DeclarationError as exc:
         return f"its r3 declarations do not parse: {exc.one_line()}"
     return None

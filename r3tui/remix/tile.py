@@ -77,6 +77,12 @@ from r3tui.analysis.text import mask
 from r3tui.remix.rule_base import defined_kernel, read_only_arrays
 
 TILES = (0, 4, 8, 16, 32, 64, 128, 256)
+# the tiles a child first tries (`// r3: first`), larger tiles paying more up to 64 on every
+# kernel measured (H100, session 38, bench/rule_gains.py at the recorded block, best over the
+# coarsening factors): coarsened sgemm at 2048^3 2.06x with a tile of 8, 2.58x (16), 2.70x (32),
+# 2.70x (64); at 1290^3 1.14x, 1.26x, 1.31x, 1.32x; nbody's tile alone 0.87x (4), 1.05x (8),
+# 1.45x (32), 1.50x (64), 1.54x (256)
+FIRST_TILES = (64, 32)
 MACRO, SMEM, STAGE, K0, BARRIER = "R3_TILE", "r3_smem", "r3_stage", "r3_k0", "R3_BARRIER"
 # the threads a check ends meet the others at barriers of their own, elsewhere in the code:
 # `__syncthreads()` (`bar.sync`, PTX's `barrier.sync.aligned`) is undefined there, where
@@ -515,6 +521,7 @@ def _declarations(indent: str, loop: _Loop, indices: list[GridIndex]) -> str:
     shared = " + ".join(f"{_BLOCK[t.axis] + ' * ' if t.axis else ''}{MACRO} * {t.size}"
                         for t in loop.tiles)
     lines = [f"{indent}// r3: tune {MACRO} {values}",
+             f"{indent}// r3: first {MACRO} {' '.join(str(v) for v in FIRST_TILES)}",
              f"{indent}// r3: shared {shared}",
              f"#ifndef {MACRO}", f"#define {MACRO} 0", "#endif", f"#if {MACRO} > 0",
              f"#ifndef {BARRIER}", f"#define {BARRIER}() {BARRIER_ASM}", "#endif",

@@ -61,6 +61,7 @@ from r3tui.remix.tile import (
     _UNCONDITIONAL,
     BARRIER,
     BARRIER_ASM,
+    FIRST_TILES,
     K0,
     MACRO,
     MAX_TILES,
@@ -476,7 +477,9 @@ def _declarations(r: _Reading, loop: _Loop, tiles: list[_Tile], indent: str) -> 
     values = " ".join(str(v) for v in TILES)
     shared = " + ".join(f"{t.position.shared + ' * ' if t.position else ''}{MACRO} * {t.size}"
                         for t in tiles)
-    lines = [f"{indent}// r3: tune {MACRO} {values}", f"{indent}// r3: shared {shared}",
+    lines = [f"{indent}// r3: tune {MACRO} {values}",
+             f"{indent}// r3: first {MACRO} {' '.join(str(v) for v in FIRST_TILES)}",
+             f"{indent}// r3: shared {shared}",
              f"#ifndef {MACRO}", f"#define {MACRO} 0", "#endif", f"#if {MACRO} > 0",
              f"#ifndef {BARRIER}", f"#define {BARRIER}() {BARRIER_ASM}", "#endif",
              f"{indent}extern __shared__ __align__(16) unsigned char {SMEM}[];"]

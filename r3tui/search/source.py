@@ -27,6 +27,9 @@ per-block limit, or is negative, is never compiled), so the staged tile size is 
 any tunable.  At the source's defaults and the recorded block the expression must give the bytes
 the recording launched with.  Without the line the recorded size is always launched.
 
+``first NAME v1 v2 ...`` orders the values a child variant tries first for a tunable its change
+added (:func:`parse_first`): ``// r3: first TILE 64 32`` where small tiles are known not to pay.
+
 Everything here is a pure text transform: no file, no compiler.
 """
 
@@ -135,13 +138,14 @@ def parse_tunables(source: str) -> tuple[Tunable, ...]:
     tunables: dict[str, Tunable] = {}
     written: dict[str, list[str]] = {}  # name -> its values as written
     for line, verb, rest in _directives(source):
-        if verb in ("require", "shared", "exact", *GRID_VERBS):
+        if verb in ("require", "shared", "exact", "first", *GRID_VERBS):
             continue
         if verb != "tune":
             raise DeclarationError(
                 f"line {line}: unknown declaration '// r3: {verb}'",
                 hint="known: '// r3: tune NAME v1 v2 ...', '// r3: require EXPR', "
-                "'// r3: shared EXPR', '// r3: work_per_thread NAME [x|y|z]', "
+                "'// r3: shared EXPR', '// r3: first NAME v1 v2 ...', "
+                "'// r3: work_per_thread NAME [x|y|z]', "
                 "'// r3: threads_per_item NAME [x|y|z]', '// r3: exact x|y|z ...'",
             )
         parts = rest.replace(",", " ").split()
@@ -169,6 +173,38 @@ def parse_tunables(source: str) -> tuple[Tunable, ...]:
         except DeclarationError as exc:
             raise DeclarationError(f"line {line}: {exc}") from None
     return tuple(tunables.values())
+
+
+def parse_first(source: str) -> dict[str, tuple[TunableValue, ...]]:
+    """The ``// r3: first NAME v1 v2 ...`` lines of ``source``: for a tunable, the values a
+    child variant's first configurations try, in that order, instead of its smallest ones other
+    than the default (:func:`r3tui.engine.lineage.exercising`).  A rule writes it where it knows
+    from measurement where its change pays: a shared-memory tile of 4 or 8 iterations never
+    does.  :class:`DeclarationError` where the name is not a declared tunable, a value is not
+    one of its values or is its default (which reproduces the parent), or a name is given
+    twice."""
+    tunables = {t.name: t for t in parse_tunables(source)}
+    found: dict[str, tuple[TunableValue, ...]] = {}
+    for line, verb, rest in _directives(source):
+        if verb != "first":
+            continue
+        parts = rest.replace(",", " ").split()
+        if len(parts) < 2:
+            raise DeclarationError(f"line {line}: '// r3: first' needs a name and values")
+        name, values = parts[0], tuple(_value(v) for v in parts[1:])
+        tunable = tunables.get(name)
+        if tunable is None:
+            raise DeclarationError(f"line {line}: '// r3: first {name}' names no tunable",
+                                   hint="declare it with '// r3: tune NAME v1 v2 ...'")
+        if name in found:
+            raise DeclarationError(f"line {line}: '// r3: first {name}' is given twice")
+        bad = [v for v in values if v not in tunable.values or v == tunable.default]
+        if bad or len(set(values)) != len(values):
+            raise DeclarationError(
+                f"line {line}: '// r3: first {name}' lists {bad[0] if bad else 'a value twice'}"
+                f"{'' if not bad else ', not one of its values other than the default'}")
+        found[name] = values
+    return found
 
 
 def parse_relations(source: str) -> tuple[Relation, ...]:

@@ -147,23 +147,26 @@ def test_a_child_is_warm_started_from_its_parents_best_configurations(
     best_parent = min(
         (t for t in parent_trials if t.measurement.time), key=lambda t: t.measurement.time.median_s
     )
-    # first the tunables the child's change added, at their smallest other values, on the
-    # parent's best configuration; then that configuration itself
+    # first the tunables the child's change added, at their smallest other values (or those
+    # its `// r3: first` lines name), on the parent's best configuration; then that
+    # configuration itself
     from r3tui.engine import build_space
     from r3tui.engine.lineage import exercising
-    from r3tui.search import parse_tunables
+    from r3tui.search import parse_first, parse_tunables
 
     space = build_space(LAUNCH, replace(SOURCE, text=child.source), SETTINGS.inner,
                         DeviceLimits())
     parent = next(v for v in variants if v.id == child.parent_id)
     inherited = {t.name for t in parse_tunables(parent.source)}
-    first = [*exercising(space, [best_parent.config], SETTINGS.exercise, inherited),
+    first = [*exercising(space, [best_parent.config], SETTINGS.exercise, inherited,
+                         parse_first(child.source)),
              best_parent.config]
     assert [t.config for t in child_trials[: len(first)]] == first
 
 
-def _sgemm_child_space(rule: str) -> tuple[LaunchInfo, SearchSpace]:
-    """sgemm (recorded at 16x16 over 1024x1024) changed by ``rule``, and the child's space."""
+def _sgemm_child(rule: str) -> tuple[LaunchInfo, SearchSpace, str]:
+    """sgemm (recorded at 16x16 over 1024x1024) changed by ``rule``: the child's launch, its
+    space and its source."""
     import random
 
     from r3tui.engine import build_space
@@ -175,7 +178,7 @@ def _sgemm_child_space(rule: str) -> tuple[LaunchInfo, SearchSpace]:
     launch = LaunchInfo(grid=Dim3(64, 64), block=Dim3(16, 16), work=Dim3(1024, 1024),
                         block_tunable=True)
     return launch, build_space(launch, KernelSource(made.source, "sgemm"), InnerSettings(),
-                               DeviceLimits())
+                               DeviceLimits()), made.source
 
 
 def test_a_childs_new_tunables_are_tried_first_at_their_smallest_other_values() -> None:
@@ -184,8 +187,9 @@ def test_a_childs_new_tunables_are_tried_first_at_their_smallest_other_values() 
     a tunable the parent already sets keeps its value."""
     from r3tui.domain import TrialConfig
     from r3tui.engine.lineage import exercising
+    from r3tui.search import parse_first
 
-    launch, space = _sgemm_child_space("coarsen")
+    launch, space, source = _sgemm_child("coarsen")
     added = sorted(t.name for t in space.tunables if t.name.startswith("R3_CF"))
     assert added, space.tunables
     parent = TrialConfig(options=("--use_fast_math",), block=Dim3(16, 16))
@@ -194,6 +198,7 @@ def test_a_childs_new_tunables_are_tried_first_at_their_smallest_other_values() 
         dict.fromkeys(added, 2), dict.fromkeys(added, 4)]
     assert all(c.options == parent.options and (c.block or launch.block) == parent.block
                for c in configs)
+    assert exercising(space, [parent], 2, first=parse_first(source)) == configs  # no first line
     assert exercising(space, [parent], 0) == [] and exercising(space, [], 2) == []
     # the parent already set them, or its source declares them (a configuration leaves a
     # tunable at its default out): nothing new to exercise
@@ -211,20 +216,28 @@ def test_a_childs_new_tile_is_tried_with_the_shared_memory_it_needs() -> None:
     kept the parent's size (none), were not points of the child's space and were dropped, so
     an H100 campaign's tile child never tried a small tile (c2.sqlite, variant 31).  A
     parent's block other than the recorded one: each step is also tried on the recorded
-    block."""
+    block.  The tiles tried are the rule's `// r3: first` ones, 64 then 32: at the smallest
+    (4, 8) every tile child of session 38's six sgemm campaigns lost to its parent."""
     from r3tui.domain import TrialConfig
     from r3tui.engine.lineage import exercising
+    from r3tui.search import parse_first
     from r3tui.search.strategy import RandomSearch
 
-    _launch, space = _sgemm_child_space("tile_shared")
+    _launch, space, source = _sgemm_child("tile_shared")
     assert [t.name for t in space.tunables] == ["R3_TILE"]
+    assert parse_first(source) == {"R3_TILE": (64, 32)}
     parent = TrialConfig(options=("--use_fast_math",), block=Dim3(128, 2))
-    configs = exercising(space, [parent], 2)
+    configs = exercising(space, [parent], 2, first=parse_first(source))
     # A: blockDim.y rows of R3_TILE floats; B: R3_TILE rows of blockDim.x floats; each tile
     # on the parent's block, then on the recorded 16x16 with the parent's options
     assert [(c.tunables, c.block, c.shared_mem_bytes) for c in configs] == [
-        ({"R3_TILE": 4}, Dim3(128, 2), (2 + 128) * 4 * 4), ({"R3_TILE": 4}, None, 32 * 4 * 4),
-        ({"R3_TILE": 8}, Dim3(128, 2), (2 + 128) * 8 * 4), ({"R3_TILE": 8}, None, 32 * 8 * 4)]
+        ({"R3_TILE": 64}, Dim3(128, 2), (2 + 128) * 64 * 4),
+        ({"R3_TILE": 64}, None, 32 * 64 * 4),
+        ({"R3_TILE": 32}, Dim3(128, 2), (2 + 128) * 32 * 4),
+        ({"R3_TILE": 32}, None, 32 * 32 * 4)]
+    # without the line, the smallest tiles other than none
+    assert [c.tunables for c in exercising(space, [parent], 2)][::2] == [
+        {"R3_TILE": 4}, {"R3_TILE": 8}]
     assert all(space.from_config(c) is not None and c.options == parent.options
                for c in configs)
     # launch bounds of the parent's 128 threads do not fit 16x16: dropped on the recorded block
@@ -236,7 +249,7 @@ def test_a_childs_new_tile_is_tried_with_the_shared_memory_it_needs() -> None:
     # bytes asks it as the space launches it
     search = RandomSearch(space, 0)
     assert search.warm_start([replace(configs[0], shared_mem_bytes=None)]) == 1
-    assert search.ask()[0].shared_mem_bytes == (2 + 128) * 4 * 4
+    assert search.ask()[0].shared_mem_bytes == (2 + 128) * 64 * 4
 
 
 def test_the_bandit_starts_the_compiler_hints_with_misses(

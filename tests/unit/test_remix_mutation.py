@@ -308,3 +308,14 @@ def test_an_anchored_search_stays_inside_the_kernels_body_unless_the_change_need
     from r3tui.remix.catalogue import CATALOGUE
 
     assert [t.name for t in CATALOGUE if t.signature] == ["restrict_const"]
+
+
+def test_a_variant_whose_first_line_does_not_parse_is_a_declaration_problem() -> None:
+    """A model that copies a tile's ``// r3: first`` line with a value its tunable lacks would
+    stop the inner loop at the child's first configuration: the proposal fails first."""
+    from r3tui.remix.mutation import declaration_problem
+
+    good = "// r3: tune R3_TILE 0 4 8 16 32 64\n// r3: first R3_TILE 64 32\n"
+    assert declaration_problem(good) is None
+    problem = declaration_problem(good.replace("64 32", "128"))
+    assert problem is not None and "first R3_TILE" in problem

@@ -16,6 +16,7 @@ from r3tui.search.source import (
     Tunable,
     guard_defines,
     inject_launch_bounds,
+    parse_first,
     parse_relations,
     parse_tunables,
 )
@@ -80,6 +81,21 @@ def test_a_declaration_repeated_word_for_word_is_one_declaration() -> None:
     with pytest.raises(DeclarationError, match="scales already"):
         parse_grid_scaling("// r3: tune A 1 2\n// r3: tune B 1 2\n"
                            "// r3: work_per_thread A\n// r3: work_per_thread B\n")
+
+
+def test_first_values_order_what_a_child_tries_and_are_checked_against_the_tunable() -> None:
+    first = TILED + "// r3: first TILE 32 8\n// r3: first MODE exact\n"
+    assert parse_tunables(first) == parse_tunables(TILED)  # the verb is known, declares nothing
+    assert parse_first(first) == {"TILE": (32, 8), "MODE": ("exact",)}
+    assert parse_first(TILED) == {}
+    for bad, why in (("// r3: first SIZE 8", "names no tunable"),
+                     ("// r3: first TILE 64", "lists 64, not one of its values"),
+                     ("// r3: first TILE 16", "lists 16, not one of its values other than"),
+                     ("// r3: first TILE 8 8", "lists a value twice"),
+                     ("// r3: first TILE", "needs a name and values"),
+                     ("// r3: first TILE 8\n// r3: first TILE 32", "given twice")):
+        with pytest.raises(DeclarationError, match=why):
+            parse_first(TILED + bad + "\n")
 
 
 @pytest.mark.parametrize(
