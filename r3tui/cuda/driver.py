@@ -194,6 +194,7 @@ def device_info(device: Any) -> DeviceInfo:
                 attr.CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN),
             "max_threads_per_sm": get(attr.CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR),
             "warp_size": get(attr.CU_DEVICE_ATTRIBUTE_WARP_SIZE),
+            "sm_count": get(attr.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT),
         },
     )
 

@@ -161,12 +161,19 @@ class DeviceLimits:
     max_shared_per_block: int = 48 * 1024
     max_threads_per_sm: int = 2048
     warp_size: int = 32
+    sm_count: int = 0  # multiprocessors (0: not known; what needs it is then not done)
+
+    @property
+    def resident_threads(self) -> int:
+        """Threads the whole device holds at once (0 where its multiprocessors are not known)."""
+        return self.sm_count * self.max_threads_per_sm
 
     def to_json(self) -> dict[str, Any]:
         return {"max_threads_per_block": self.max_threads_per_block,
                 "max_block_dims": list(self.max_block_dims),
                 "max_shared_per_block": self.max_shared_per_block,
-                "max_threads_per_sm": self.max_threads_per_sm, "warp_size": self.warp_size}
+                "max_threads_per_sm": self.max_threads_per_sm, "warp_size": self.warp_size,
+                **({"sm_count": self.sm_count} if self.sm_count else {})}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> DeviceLimits:
@@ -174,7 +181,8 @@ class DeviceLimits:
         return cls(int(data.get("max_threads_per_block", 1024)),
                    (int(dims[0]), int(dims[1]), int(dims[2])),
                    int(data.get("max_shared_per_block", 48 * 1024)),
-                   int(data.get("max_threads_per_sm", 2048)), int(data.get("warp_size", 32)))
+                   int(data.get("max_threads_per_sm", 2048)), int(data.get("warp_size", 32)),
+                   int(data.get("sm_count", 0)))
 
 
 @dataclass(frozen=True)

@@ -273,11 +273,17 @@ def test_search_limits_come_from_the_worker_with_the_shared_memory_opt_in() -> N
 
     # what cuda.driver.device_info reports on an H200 (sm_90: 227 KiB opt-in)
     reported = {"max_threads_per_block": 1024, "max_block_dims": [1024, 1024, 64],
-                "max_shared_per_block": 232448, "max_threads_per_sm": 2048, "warp_size": 32}
+                "max_shared_per_block": 232448, "max_threads_per_sm": 2048, "warp_size": 32,
+                "sm_count": 132}
     info = WorkerInfo(1, "NVIDIA H200", "sm_90", 13000, 0.1, True, reported)
     limits = device_limits(info)
     assert limits.max_shared_per_block == 232448
+    assert limits.sm_count == 132 and limits.resident_threads == 132 * 2048
     assert limits.to_json() == reported
+    # a worker of before session 38 reported no multiprocessors: not known, and not written
+    older = {k: v for k, v in reported.items() if k != "sm_count"}
+    assert DeviceLimits.from_json(older).resident_threads == 0
+    assert DeviceLimits.from_json(older).to_json() == older
     assert provenance(info, "nvrtc")["limits"] == reported
     # no GPU has reported (generate-only), or an old worker without limits: the 48 KiB default
     assert device_limits(None) == DeviceLimits()
