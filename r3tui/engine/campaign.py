@@ -39,6 +39,7 @@ from r3tui.engine.lineage import (
     exercising,
     family_of,
     features_for,
+    filling,
     fitness_of,
     rebuild_archive,
     store_elites,
@@ -305,8 +306,10 @@ class CampaignRun(ProposalSide):
                 parent = repo.get_variant(s, variant.parent_id)
                 inherited = ({t.name for t in parse_tunables(parent.source)}
                              if parent is not None else set())
+                first = {**(filling(space, variant.source, parents[0]) if parents else {}),
+                         **parse_first(variant.source)}  # what the rule says wins
                 search.warm_start(exercising(space, parents[:1], self.settings.exercise,
-                                             inherited, parse_first(variant.source)))
+                                             inherited, first))
                 search.warm_start(parents[: self.settings.warm_start])
                 if self.settings.transfer > 0:
                     search.set_prior(ancestor_trials(s, variant, self.settings.transfer))

@@ -163,6 +163,49 @@ def exercising(space: SearchSpace, parents: list[TrialConfig], k: int,
     return out
 
 
+def filling(space: SearchSpace, source: str, base: TrialConfig
+            ) -> dict[str, tuple[TunableValue, ...]]:
+    """For each tunable of ``source`` that multiplies the grid (``// r3: threads_per_item``,
+    several threads sharing an element's loop) and that ``base`` does not set: where ``base``
+    launches fewer threads than the device holds at once, the smallest value that fills it
+    (the largest where none does), to try first (:func:`exercising`'s ``first``).  Empty where
+    the device's multiprocessors or the work are not known.
+
+    A kernel short of threads pays most for the split that fills the device: nbody's loop
+    split gained most at 16 threads a body with 32768 bodies (3.28x, H100, session 31,
+    bench/rule_gains.py), the smallest split past the 270,336 threads an H100 holds; the
+    campaigns' nbody has 7327 bodies, where the smallest values (2 and 4) leave the device
+    nearly empty.  Where the grid fills the device already the order stays the smallest first
+    (spmv_csr's split gained most at 4 with a million rows, for its loads, not its threads)."""
+    from r3tui.search.source import parse_grid_scaling, work_divisors, work_multipliers
+
+    capacity, work = space.limits.resident_threads, space.launch.work
+    if not capacity or work is None:
+        return {}
+    names = {name for (verb, _), name in parse_grid_scaling(source).items()
+             if verb == "threads_per_item"}
+
+    def threads(tunables: Mapping[str, TunableValue]) -> int:
+        divisors, multipliers = work_divisors(source, tunables), work_multipliers(source, tunables)
+        total = 1
+        for extent, d, m in zip((work.x, work.y, work.z), divisors, multipliers, strict=True):
+            total *= -(-extent // d) * m
+        return total
+
+    out: dict[str, tuple[TunableValue, ...]] = {}
+    for tunable in space.tunables:
+        if tunable.name not in names or tunable.name in base.tunables or not tunable.numeric:
+            continue
+        if threads(base.tunables) >= capacity:
+            continue
+        values = [v for v in sorted(tunable.values, key=_order) if v != tunable.default]
+        fill = next((v for v in values if threads({**base.tunables, tunable.name: v})
+                     >= capacity), values[-1] if values else None)
+        if fill is not None:
+            out[tunable.name] = (fill,)
+    return out
+
+
 def _order(value: object) -> tuple[int, float, str]:
     """Numbers by value, then anything else by its text (a tunable's values, smallest first)."""
     if isinstance(value, bool) or not isinstance(value, int | float):

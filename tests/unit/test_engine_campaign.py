@@ -252,6 +252,40 @@ def test_a_childs_new_tile_is_tried_with_the_shared_memory_it_needs() -> None:
     assert search.ask()[0].shared_mem_bytes == (2 + 128) * 64 * 4
 
 
+@pytest.mark.parametrize(("bodies", "sm_count", "fill"), [
+    (7327, 132, 32),  # the campaigns' nbody (scale 0.05) on an H100: no split fills 270,336 threads
+    (32768, 132, 16),  # rule_gains' nbody: 16 threads a body is the first past it
+    (1 << 20, 132, None),  # the grid fills the device already: smallest first
+    (7327, 0, None),  # the device's multiprocessors not known
+])
+def test_a_split_that_fills_the_device_is_tried_first(bodies: int, sm_count: int,
+                                                      fill: int | None) -> None:
+    """nbody's loop split over R3_SPLIT threads a body (`// r3: threads_per_item`): where the
+    parent launches fewer threads than the device holds, the child first tries the smallest
+    split that fills it, then the smallest split as before."""
+    import random
+
+    from r3tui.domain import TrialConfig
+    from r3tui.engine import build_space
+    from r3tui.engine.lineage import exercising, filling
+    from r3tui.remix.rules import apply_rule
+
+    made = apply_rule("split_loop", (REPO / "examples/nbody/kernel.cu").read_text(), "nbody",
+                      random.Random(0))
+    assert made.ok and made.source is not None, made.reason
+    launch = LaunchInfo(grid=Dim3(-(-bodies // 256)), block=Dim3(256), work=Dim3(bodies),
+                        block_tunable=True)
+    space = build_space(launch, KernelSource(made.source, "nbody"), InnerSettings(),
+                        DeviceLimits(sm_count=sm_count))
+    parent = TrialConfig(options=("--use_fast_math",), block=Dim3(256))
+    first = filling(space, made.source, parent)
+    assert first == ({} if fill is None else {"R3_SPLIT": (fill,)})
+    splits = [c.tunables["R3_SPLIT"] for c in exercising(space, [parent], 2, first=first)]
+    assert splits == ([2, 4] if fill is None else [fill, 2])
+    # a parent that splits already: nothing new to exercise, nothing to fill
+    assert filling(space, made.source, replace(parent, tunables={"R3_SPLIT": 2})) == {}
+
+
 def test_the_bandit_starts_the_compiler_hints_with_misses(
         finished: tuple[Path, int, CampaignRun]) -> None:
     """With no record of their own, restrict_const and the other hints come first less often
