@@ -68,9 +68,11 @@ from r3tui.remix.tile import (
     SIZES,
     SMEM,
     STAGE,
+    STAGING_NAMES,
     TILES,
     _split,
     monotone,
+    staging_loop,
     tile_pass,
 )
 
@@ -373,8 +375,8 @@ class _Loop:
 def tile_coarsened(source: str, kernel: str, rng: random.Random) -> tuple[str, str]:
     """``source`` with one loop of coarsened ``kernel``, in both its copies, reading its
     shared elements from shared memory tiles (the new text, and what changed)."""
-    for name in (MACRO, SMEM, STAGE, K0, BARRIER, "r3_rank", "r3_team", "r3_s", "r3_p",
-                 "r3_base_", "r3_span_"):
+    for name in (MACRO, SMEM, STAGE, K0, BARRIER, *STAGING_NAMES, "r3_s", "r3_base_",
+                 "r3_span_"):
         if re.search(rf"\b{name}", source):
             raise Declined(f"{name} is already a name in the source")
     if re.search(r"//\s*r3:\s*shared\b", source):
@@ -499,25 +501,16 @@ def _declarations(r: _Reading, loop: _Loop, tiles: list[_Tile], indent: str) -> 
               f"{body}const unsigned r3_team = blockDim.x * blockDim.y * blockDim.z;"]
     for t, tile in enumerate(tiles):
         extent = f"(unsigned){tile.position.span}" if tile.position else "1u"
-        if tile.position is not None and tile.position.axis == "x":
-            place, step = f"r3_s % {extent}", f"r3_s / {extent}"
-        else:
-            place, step = f"r3_s / {MACRO}", f"r3_s % {MACRO}"
         values_at = ({tile.position.axis: f"{tile.position.base} + (int)r3_p"}
                      if tile.position else {})
         live = [(f"!({_substitute(r, c, values_at)})" if ends
                  else f"({_substitute(r, c, values_at)})") for c, ends in r.guards]
         test = " && ".join([f"{loop.counter} {loop.op} {r.text(loop.end)}", *live])
-        inside = body + "    "
-        lines += [f"{body}for (unsigned r3_s = r3_rank; r3_s < {extent} * {MACRO}; "
-                  f"r3_s += r3_team) {{",
-                  f"{inside}const unsigned r3_p = {place};",
-                  f"{inside}const {loop.counter_type} {loop.counter} = {K0} + "
-                  f"({loop.counter_type})({step});",
-                  f"{inside}(void)r3_p;",
-                  f"{inside}if ({test}) {{",
-                  f"{inside}    r3_t{t}[r3_s] = {tile.array}"
-                  f"[{_substitute(r, tile.index, values_at).strip()[1:-1]}];",
-                  f"{inside}}}", f"{body}}}"]
+        inner = ["(void)r3_p;", f"if ({test}) {{",
+                 f"    r3_t{t}[r3_s] = {tile.array}"
+                 f"[{_substitute(r, tile.index, values_at).strip()[1:-1]}];", "}"]
+        along = tile.position is not None and tile.position.axis == "x"
+        lines += staging_loop(body, "r3_s", extent, along, loop.counter, loop.counter_type,
+                              inner)
     lines += [f"{indent}}};", "#endif", ""]
     return "\n".join(lines)

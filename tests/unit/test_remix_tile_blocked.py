@@ -186,3 +186,34 @@ def test_it_declines_what_would_change_what_the_kernel_reads(edit: tuple[str, st
     assert edit[0] in coarse
     with pytest.raises(Declined, match=reason):
         tile_loop(coarse.replace(*edit), "sgemm", random.Random(0))
+
+
+def test_the_loader_along_x_steps_its_place_and_iteration_without_dividing() -> None:
+    """A tile along x (sgemm's B, ``span_x`` places wide, known only at the launch) is loaded
+    with the element's place and iteration kept as counters, one carry a step: NVRTC's
+    ``div.u32``/``rem.u32`` for ``r3_s % span`` and ``r3_s / span`` cost more instructions
+    than sgemm's multiply-adds (session 38, PTX of the 2x4 variant).  The counters follow
+    ``divmod`` for every rank, team and width (the loop run here in Python as written)."""
+    import itertools
+
+    from r3tui.remix.tile import staging_loop
+
+    variant, _ = tile_loop(blocked("sgemm", 2), "sgemm", random.Random(0))
+    loader = variant[variant.index("auto r3_stage"):variant.index("};", variant.index(
+        "auto r3_stage"))]
+    along = loader[loader.index("const unsigned r3_n"):]
+    body = along[along.index("for ("):]
+    assert "r3_s %" not in body and "r3_s /" not in body and "r3_p += r3_dp;" in body
+    lines = staging_loop("", "r3_s", "(unsigned)r3_span_x", True, "k", "int", ["LOAD;"])
+    assert lines[1:4] == ["    const unsigned r3_n = (unsigned)r3_span_x;",
+                          "    unsigned r3_p = r3_rank % r3_n, r3_q = r3_rank / r3_n;",
+                          "    const unsigned r3_dp = r3_team % r3_n, r3_dq = r3_team / r3_n;"]
+    for n, team, tile in itertools.product((1, 3, 16, 48, 64), (1, 5, 32, 96, 256), (4, 64)):
+        for rank in range(team):
+            p, q = rank % n, rank // n
+            dp, dq = team % n, team // n
+            for s in range(rank, n * tile, team):
+                assert (q, p) == divmod(s, n), (n, team, tile, rank, s)
+                p, q = p + dp, q + dq
+                if p >= n:
+                    p, q = p - n, q + 1
