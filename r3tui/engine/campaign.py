@@ -291,6 +291,7 @@ class CampaignRun(ProposalSide):
         inner = self.settings.inner
         try:
             space = build_space(self.launch, source, inner, self.limits)
+            named_first = parse_first(variant.source)  # a writer that did not check them
         except (R3Error, ValueError) as exc:
             return self._finish(variant, VariantStatus.APPLY_FAILED, f"search space: {exc}", None)
         search = make_search(
@@ -307,7 +308,7 @@ class CampaignRun(ProposalSide):
                 inherited = ({t.name for t in parse_tunables(parent.source)}
                              if parent is not None else set())
                 first = {**(filling(space, variant.source, parents[0]) if parents else {}),
-                         **parse_first(variant.source)}  # what the rule says wins
+                         **named_first}  # what the rule says wins
                 search.warm_start(exercising(space, parents[:1], self.settings.exercise,
                                              inherited, first))
                 search.warm_start(parents[: self.settings.warm_start])

@@ -846,3 +846,33 @@ def test_the_model_is_asked_first_for_changes_whose_pattern_the_kernel_has(
     drawn = [rules_only._preference(k, SOURCE.text) for k in range(40)]
     assert any(o is not None and not is_relevant(transformation(o[0]), SOURCE.text,
                                                  "stencil7") for o in drawn)
+
+
+def test_a_pending_variant_with_a_bad_first_line_fails_its_space_not_the_campaign(
+        tmp_path: Path) -> None:
+    """A variant another writer stored (its `// r3: first` line naming a value its tunable
+    lacks) ends apply_failed with the reason, before any compile; the campaign goes on."""
+    from r3tui.domain import Variant, VariantOrigin
+
+    def never(*_args: object) -> None:
+        raise AssertionError("a variant whose space does not parse reached the evaluator")
+
+    text = SOURCE.text.replace(
+        "extern \"C\"", "// r3: tune R3_X 1 2 4\n// r3: first R3_X 8\nextern \"C\"", 1)
+    assert text != SOURCE.text
+    database = open_database(tmp_path / "r3.sqlite")
+    try:
+        cid = new_campaign(database)
+        run = make_run(database, cid)
+        seed = run.seed_variant()
+        run.evaluator_for = never  # type: ignore[assignment]
+        with database.session_scope() as s:
+            vid = repo.add_variant(s, Variant(cid, text, VariantOrigin.LLM, parent_id=seed.id,
+                                              operator="x"))
+            variant = repo.get_variant(s, vid)
+        assert variant is not None
+        report = run.evaluate(variant)
+        assert report.status is VariantStatus.APPLY_FAILED
+        assert "first R3_X" in (report.reason or "") and "search space" in (report.reason or "")
+    finally:
+        database.close()
