@@ -121,10 +121,11 @@ def exercising(space: SearchSpace, parents: list[TrialConfig], k: int,
     values keeps its largest).  At its default a rule's factor reproduces the parent's code,
     so these are where the change can show within a child's few trials.  ``first`` (the
     child's ``// r3: first`` lines, :func:`~r3tui.search.source.parse_first`) puts a
-    tunable's named values before the others: a shared-memory tile of 4 or 8 iterations never
-    paid (sgemm on an H100, session 38: the tile children of six campaigns spent four of
-    their five trials on tiles of 4 and 8, 0.9-1.8 ms against their parents' 533-654 µs,
-    where two by four outputs a thread with a tile of 64 gave 1.32x at the recorded block).
+    tunable's named values before the others: shared-memory tiles of 4 or 8 iterations paid
+    least (sgemm on an H100, session 38: the 15 tile children of five campaigns spent two to
+    four of their five trials on tiles of 4 and 8, 0.8-3.4 ms against their parents'
+    533-727 µs, where two by four outputs a thread with a tile of 64 gave 1.32x at the
+    recorded block).
 
     Each step is tried twice where the parent's best block is not the recorded one: on that
     block, then on the recorded block with the same options.  A change of each thread's work

@@ -217,7 +217,7 @@ def test_a_childs_new_tile_is_tried_with_the_shared_memory_it_needs() -> None:
     an H100 campaign's tile child never tried a small tile (c2.sqlite, variant 31).  A
     parent's block other than the recorded one: each step is also tried on the recorded
     block.  The tiles tried are the rule's `// r3: first` ones, 64 then 32: at the smallest
-    (4, 8) every tile child of session 38's six sgemm campaigns lost to its parent."""
+    (4, 8) every tile child of session 38's sgemm campaigns lost to its parent."""
     from r3tui.domain import TrialConfig
     from r3tui.engine.lineage import exercising
     from r3tui.search import parse_first
