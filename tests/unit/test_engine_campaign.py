@@ -6,6 +6,7 @@ times); the real path runs in tests/gpu/test_gpu_campaign.py on the device.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from dataclasses import replace
 from pathlib import Path
@@ -35,6 +36,8 @@ from r3tui.search import DeviceLimits
 from tests.unit.campaign_fakes import CompiledCostEvaluator
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     from r3tui.search import SearchSpace
 
 REPO = Path(__file__).resolve().parents[2]
@@ -848,31 +851,46 @@ def test_the_model_is_asked_first_for_changes_whose_pattern_the_kernel_has(
                                                  "stencil7") for o in drawn)
 
 
-def test_a_pending_variant_with_a_bad_first_line_fails_its_space_not_the_campaign(
-        tmp_path: Path) -> None:
-    """A variant another writer stored (its `// r3: first` line naming a value its tunable
-    lacks) ends apply_failed with the reason, before any compile; the campaign goes on."""
-    from r3tui.domain import Variant, VariantOrigin
+@contextlib.contextmanager
+def refusing_run(tmp_path: Path) -> Iterator[tuple[Database, int, CampaignRun]]:
+    """A new campaign's run in a real database whose evaluator must not be reached (a
+    variant refused before any compile)."""
 
     def never(*_args: object) -> None:
-        raise AssertionError("a variant whose space does not parse reached the evaluator")
+        raise AssertionError("a variant refused before any compile reached the evaluator")
 
-    text = SOURCE.text.replace(
-        "extern \"C\"", "// r3: tune R3_X 1 2 4\n// r3: first R3_X 8\nextern \"C\"", 1)
-    assert text != SOURCE.text
     database = open_database(tmp_path / "r3.sqlite")
     try:
         cid = new_campaign(database)
         run = make_run(database, cid)
-        seed = run.seed_variant()
         run.evaluator_for = never  # type: ignore[assignment]
+        yield database, cid, run
+    finally:
+        database.close()
+
+
+def evaluate_stored(tmp_path: Path, text: str) -> StepReport:
+    """``text`` stored as a pending model variant of a new campaign's seed, as another writer
+    (or an older R³) would store it, unchecked, then evaluated by a :func:`refusing_run`."""
+    from r3tui.domain import Variant, VariantOrigin
+
+    with refusing_run(tmp_path) as (database, cid, run):
+        seed = run.seed_variant()
         with database.session_scope() as s:
             vid = repo.add_variant(s, Variant(cid, text, VariantOrigin.LLM, parent_id=seed.id,
                                               operator="x"))
             variant = repo.get_variant(s, vid)
-        assert variant is not None
-        report = run.evaluate(variant)
-        assert report.status is VariantStatus.APPLY_FAILED
-        assert "first R3_X" in (report.reason or "") and "search space" in (report.reason or "")
-    finally:
-        database.close()
+        assert variant is not None and variant.status is VariantStatus.PENDING
+        return run.evaluate(variant)
+
+
+def test_a_pending_variant_with_a_bad_first_line_fails_its_space_not_the_campaign(
+        tmp_path: Path) -> None:
+    """A variant another writer stored (its `// r3: first` line naming a value its tunable
+    lacks) ends apply_failed with the reason, before any compile; the campaign goes on."""
+    text = SOURCE.text.replace(
+        "extern \"C\"", "// r3: tune R3_X 1 2 4\n// r3: first R3_X 8\nextern \"C\"", 1)
+    assert text != SOURCE.text
+    report = evaluate_stored(tmp_path, text)
+    assert report.status is VariantStatus.APPLY_FAILED
+    assert "first R3_X" in (report.reason or "") and "search space" in (report.reason or "")

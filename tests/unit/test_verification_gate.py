@@ -10,8 +10,7 @@ from pathlib import Path
 import pytest
 
 from db import repository as repo
-from db.session import open_database
-from r3tui.domain import Dim3, MeasurementStatus, Variant, VariantOrigin, VariantStatus
+from r3tui.domain import Dim3, MeasurementStatus, VariantStatus
 from r3tui.engine.lineage import classify
 from r3tui.engine.proposals import ProposalRequest
 from r3tui.record.manifest import CheckLaunch, LaunchInfo
@@ -19,7 +18,7 @@ from r3tui.replay.candidate import Candidate
 from r3tui.replay.verify import CheckPolicy
 from tests.unit.test_bundle import SOURCE as AXPY
 from tests.unit.test_bundle import write_bundle
-from tests.unit.test_engine_campaign import SOURCE, make_run, new_campaign
+from tests.unit.test_engine_campaign import SOURCE, evaluate_stored, refusing_run
 from tests.unit.test_engine_store_proposal import proposal
 
 REPO = Path(__file__).resolve().parents[2]
@@ -30,20 +29,12 @@ CLOCKED = SOURCE.text.replace(
     "int i = blockIdx.x", "if (clock64() & 1) return;\n    int i = blockIdx.x", 1)
 
 
-def _never(*_args: object) -> None:
-    raise AssertionError("an unsafe variant reached the evaluator (a compile)")
-
-
 @pytest.mark.parametrize("text,mentions", [(HOST_CODE, "main"), (CLOCKED, "clock64")])
 def test_a_proposal_with_host_code_or_clock_reads_is_stored_unsafe_and_never_compiled(
         tmp_path: Path, text: str, mentions: str) -> None:
-    database = open_database(tmp_path / "r3.sqlite")
-    try:
-        cid = new_campaign(database)
-        run = make_run(database, cid)
-        seed = run.seed_variant()
-        run.evaluator_for = _never  # type: ignore[assignment]
-        request = ProposalRequest(index=1, island=0, parent=seed, profile=None, inspirations=())
+    with refusing_run(tmp_path) as (database, cid, run):
+        request = ProposalRequest(index=1, island=0, parent=run.seed_variant(), profile=None,
+                                  inspirations=())
         stored = run.store_proposal(request, proposal(text))
         assert stored.status is VariantStatus.UNSAFE
         assert mentions in (stored.status_reason or "")
@@ -51,27 +42,12 @@ def test_a_proposal_with_host_code_or_clock_reads_is_stored_unsafe_and_never_com
         with database.session_scope() as s:
             events = repo.events(s, cid)
         assert any("→ unsafe" in e.message and mentions in e.message for e in events)
-    finally:
-        database.close()
 
 
 def test_a_pending_unsafe_variant_from_elsewhere_is_refused_at_evaluation(
         tmp_path: Path) -> None:
-    database = open_database(tmp_path / "r3.sqlite")
-    try:
-        cid = new_campaign(database)
-        run = make_run(database, cid)
-        seed = run.seed_variant()
-        run.evaluator_for = _never  # type: ignore[assignment]
-        with database.session_scope() as s:  # as an older R³ or another writer stored it
-            vid = repo.add_variant(s, Variant(cid, HOST_CODE, VariantOrigin.LLM,
-                                              parent_id=seed.id, operator="x"))
-            variant = repo.get_variant(s, vid)
-        assert variant is not None and variant.status is VariantStatus.PENDING
-        report = run.evaluate(variant)
-        assert report.status is VariantStatus.UNSAFE and "main" in (report.reason or "")
-    finally:
-        database.close()
+    report = evaluate_stored(tmp_path, HOST_CODE)  # as an older R³ or another writer stored it
+    assert report.status is VariantStatus.UNSAFE and "main" in (report.reason or "")
 
 
 def test_r3_replay_refuses_an_unsafe_source_before_compiling(tmp_path: Path) -> None:
