@@ -532,9 +532,8 @@ def staging_loop(indent: str, var: str, extent: str, along_axis: bool, counter: 
     division for it (PTX ``div.u32`` and ``rem.u32`` in the loop, some twenty instructions
     each): sgemm at 32x8 threads and 2x4 outputs a thread stages 16 elements of B a thread a
     tile of 64, some 640 instructions of division against the tile's 512 multiply-adds.
-    Otherwise (a tile along
-    the iterations, ``R3_TILE`` wide) the place and iteration are ``var / R3_TILE`` and
-    ``var % R3_TILE``, a shift and a mask."""
+    Otherwise (a tile along the iterations, ``R3_TILE`` wide) the place and iteration are
+    ``var / R3_TILE`` and ``var % R3_TILE``, a shift and a mask."""
     i1 = indent + "    "
     if not along_axis:
         return [f"{indent}for (unsigned {var} = r3_rank; {var} < {extent} * {MACRO}; "
@@ -560,18 +559,23 @@ def staging_loop(indent: str, var: str, extent: str, along_axis: bool, counter: 
             f"{indent}}}"]
 
 
+def tile_header(indent: str, shared: str) -> list[str]:
+    """What both tile rules put before their tiles: the tunable, the tiles it tries first,
+    the dynamic shared memory ``shared`` (a ``// r3: shared`` expression), the guarded default
+    (0: the original), the barrier and the shared array."""
+    return [f"{indent}// r3: tune {MACRO} {' '.join(str(v) for v in TILES)}",
+            f"{indent}// r3: first {MACRO} {' '.join(str(v) for v in FIRST_TILES)}",
+            f"{indent}// r3: shared {shared}",
+            f"#ifndef {MACRO}", f"#define {MACRO} 0", "#endif", f"#if {MACRO} > 0",
+            f"#ifndef {BARRIER}", f"#define {BARRIER}() {BARRIER_ASM}", "#endif",
+            f"{indent}extern __shared__ __align__(16) unsigned char {SMEM}[];"]
+
+
 def _declarations(indent: str, loop: _Loop, indices: list[GridIndex]) -> str:
     """The tunable, the tiles in dynamic shared memory and the lambda that loads them."""
     r = loop.reading
-    values = " ".join(str(v) for v in TILES)
-    shared = " + ".join(f"{_BLOCK[t.axis] + ' * ' if t.axis else ''}{MACRO} * {t.size}"
-                        for t in loop.tiles)
-    lines = [f"{indent}// r3: tune {MACRO} {values}",
-             f"{indent}// r3: first {MACRO} {' '.join(str(v) for v in FIRST_TILES)}",
-             f"{indent}// r3: shared {shared}",
-             f"#ifndef {MACRO}", f"#define {MACRO} 0", "#endif", f"#if {MACRO} > 0",
-             f"#ifndef {BARRIER}", f"#define {BARRIER}() {BARRIER_ASM}", "#endif",
-             f"{indent}extern __shared__ __align__(16) unsigned char {SMEM}[];"]
+    lines = tile_header(indent, " + ".join(
+        f"{_BLOCK[t.axis] + ' * ' if t.axis else ''}{MACRO} * {t.size}" for t in loop.tiles))
     offset = "0"
     for t, tile in enumerate(loop.tiles):
         extent = f"blockDim.{tile.axis}" if tile.axis else "1u"

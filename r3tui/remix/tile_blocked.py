@@ -60,8 +60,6 @@ from r3tui.remix.tile import (
     _LIVE_OPS,
     _UNCONDITIONAL,
     BARRIER,
-    BARRIER_ASM,
-    FIRST_TILES,
     K0,
     MACRO,
     MAX_TILES,
@@ -73,6 +71,7 @@ from r3tui.remix.tile import (
     _split,
     monotone,
     staging_loop,
+    tile_header,
     tile_pass,
 )
 
@@ -476,15 +475,8 @@ def _rewrite(r: _Reading, loops: tuple[_Loop, _Loop], tiles: list[_Tile]) -> tup
 
 def _declarations(r: _Reading, loop: _Loop, tiles: list[_Tile], indent: str) -> str:
     """The tunable, the tiles, each position's block range and the lambda that loads."""
-    values = " ".join(str(v) for v in TILES)
-    shared = " + ".join(f"{t.position.shared + ' * ' if t.position else ''}{MACRO} * {t.size}"
-                        for t in tiles)
-    lines = [f"{indent}// r3: tune {MACRO} {values}",
-             f"{indent}// r3: first {MACRO} {' '.join(str(v) for v in FIRST_TILES)}",
-             f"{indent}// r3: shared {shared}",
-             f"#ifndef {MACRO}", f"#define {MACRO} 0", "#endif", f"#if {MACRO} > 0",
-             f"#ifndef {BARRIER}", f"#define {BARRIER}() {BARRIER_ASM}", "#endif",
-             f"{indent}extern __shared__ __align__(16) unsigned char {SMEM}[];"]
+    lines = tile_header(indent, " + ".join(
+        f"{t.position.shared + ' * ' if t.position else ''}{MACRO} * {t.size}" for t in tiles))
     for position in sorted(set(r.positions.values()), key=lambda p: p.axis):
         lines += position.declarations(indent, any(t.position == position for t in tiles))
     offset = "0"
