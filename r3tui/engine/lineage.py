@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from db.repository import TrialRecord
     from r3tui.domain import Dim3
     from r3tui.search.elites import ArchiveSettings, Elite, EliteArchive
-    from r3tui.search.source import TunableValue
+    from r3tui.search.source import Tunable, TunableValue
     from r3tui.search.space import SearchSpace
 
 # Variants that made it through the funnel (apply → compile → verify → tune).
@@ -139,8 +139,7 @@ def exercising(space: SearchSpace, parents: list[TrialConfig], k: int,
     base = parents[0]
     added = [t for t in space.tunables
              if t.name not in base.tunables and t.name not in inherited]
-    choices = {t.name: [v for v in sorted(t.values, key=_order) if v != t.default]
-               for t in added}
+    choices = {t.name: _others(t) for t in added}
     for name, values in (first or {}).items():
         if name in choices:
             named = [v for v in values if v in choices[name]]
@@ -193,18 +192,23 @@ def filling(space: SearchSpace, source: str, base: TrialConfig
             total *= -(-extent // d) * m
         return total
 
+    if not names or threads(base.tunables) >= capacity:
+        return {}
     out: dict[str, tuple[TunableValue, ...]] = {}
     for tunable in space.tunables:
         if tunable.name not in names or tunable.name in base.tunables or not tunable.numeric:
             continue
-        if threads(base.tunables) >= capacity:
-            continue
-        values = [v for v in sorted(tunable.values, key=_order) if v != tunable.default]
+        values = _others(tunable)
         fill = next((v for v in values if threads({**base.tunables, tunable.name: v})
                      >= capacity), values[-1] if values else None)
         if fill is not None:
             out[tunable.name] = (fill,)
     return out
+
+
+def _others(tunable: Tunable) -> list[TunableValue]:
+    """``tunable``'s values other than its default, smallest first."""
+    return [v for v in sorted(tunable.values, key=_order) if v != tunable.default]
 
 
 def _order(value: object) -> tuple[int, float, str]:

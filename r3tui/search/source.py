@@ -28,7 +28,7 @@ any tunable.  At the source's defaults and the recorded block the expression mus
 the recording launched with.  Without the line the recorded size is always launched.
 
 ``first NAME v1 v2 ...`` orders the values a child variant tries first for a tunable its change
-added (:func:`parse_first`): ``// r3: first TILE 64 32`` where small tiles are known not to pay.
+added (:func:`parse_first`): ``// r3: first TILE 64 32`` where small tiles are known to pay least.
 
 Everything here is a pure text transform: no file, no compiler.
 """
@@ -179,10 +179,10 @@ def parse_first(source: str) -> dict[str, tuple[TunableValue, ...]]:
     """The ``// r3: first NAME v1 v2 ...`` lines of ``source``: for a tunable, the values a
     child variant's first configurations try, in that order, instead of its smallest ones other
     than the default (:func:`r3tui.engine.lineage.exercising`).  A rule writes it where it knows
-    from measurement where its change pays: a shared-memory tile of 4 or 8 iterations never
-    does.  :class:`DeclarationError` where the name is not a declared tunable, a value is not
-    one of its values or is its default (which reproduces the parent), or a name is given
-    twice."""
+    from measurement where its change pays: shared-memory tiles of 4 or 8 iterations paid
+    least on every kernel measured.  :class:`DeclarationError` where the name is not a
+    declared tunable, a value is not one of its values or is its default (which reproduces the
+    parent), or a name is given twice."""
     tunables = {t.name: t for t in parse_tunables(source)}
     found: dict[str, tuple[TunableValue, ...]] = {}
     for line, verb, rest in _directives(source):
