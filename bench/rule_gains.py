@@ -102,13 +102,28 @@ class _Emitting(list[str]):
         self.emit(line)
 
 
+def parse_blocks(text: str) -> list[tuple[int, int, int]]:
+    """``32x8,16x16x1`` as block shapes (a missing axis is 1)."""
+    shapes = []
+    for item in (t for t in text.split(",") if t):
+        parts = item.lower().split("x")
+        if not 1 <= len(parts) <= 3 or not all(v.isdigit() and int(v) > 0 for v in parts):
+            raise ValueError(f"not a block shape: {item!r} (e.g. 32x8)")
+        x, y, z = [*(int(v) for v in parts), 1, 1][:3]
+        shapes.append((x, y, z))
+    return shapes
+
+
 def run_example(example: str, scale: float, rounds: int, work: Path,
                 rules: tuple[str, ...] | None = None,
-                emit: Callable[[str], None] = print) -> list[str]:
+                emit: Callable[[str], None] = print,
+                blocks: list[tuple[int, int, int]] | None = None) -> list[str]:
     """Each variant's line, given to ``emit`` as it is measured (a run cut short by a time
-    limit keeps what it printed), then the best of each rule; all of them returned."""
-    from r3tui.compile.base import CompileRequest, get_toolchain
-    from r3tui.domain import TrialConfig
+    limit keeps what it printed), then the best of each rule; all of them returned.
+    ``blocks``: shapes each variant is measured at besides the recorded block (labelled
+    ``@XxYxZ``): where the rules' gains depend on the block the search would pick."""
+    from r3tui.compile.base import CompiledKernel, CompileRequest, get_toolchain
+    from r3tui.domain import Dim3, TrialConfig
     from r3tui.record.bundle import Bundle
     from r3tui.record.kernel_recorder import RecordKernelRequest, record_kernel
     from r3tui.replay.candidate import Candidate
@@ -132,36 +147,45 @@ def run_example(example: str, scale: float, rounds: int, work: Path,
         if not worker.evaluate(original, timed=False).ok:
             lines.append(f"{example:10} the original does not replay")
             return lines
-        for label, text, defines in variants(source, example, rules):
-            values = {k: int(v) for k, v in defines if v.lstrip("-").isdigit()}
-            # the variant's `// r3: require` relations at the recorded block (a split's
-            # threads of an element must divide its x extent)
-            if not requirements_hold(text, block, values):
-                lines.append(f"{example:10} {label:40} not at the recorded block {block}")
-                continue
-            compiled = nvrtc.compile(CompileRequest(text, example, arch=info.arch,
-                                                    defines=defines))
-            if not compiled.ok:
-                lines.append(f"{example:10} {label:40} does not compile")
-                continue
+        def measure_at(shape: Dim3, label: str, text: str, defines: tuple[tuple[str, str], ...],
+                       values: dict[str, int], compiled: CompiledKernel) -> str | None:
+            """The variant's line at ``shape`` (None: not launchable there); its best kept."""
+            # the variant's `// r3: require` relations at the block (a split's threads of an
+            # element must divide its x extent)
+            if not requirements_hold(text, shape, values):
+                return None if shape != block else (
+                    f"{example:10} {label:40} not at the recorded block {block}")
             divisor, multiplier = grid_scaling(text, dict(defines))
             # a tiled variant launches with the dynamic shared memory it declares
-            shared = shared_bytes_at(text, block, values)
-            candidate = Candidate.from_compiled(compiled, block=block, work_divisor=divisor,
+            shared = shared_bytes_at(text, shape, values)
+            candidate = Candidate.from_compiled(compiled, block=shape, work_divisor=divisor,
                                                 work_multiplier=multiplier,
                                                 shared_mem_bytes=shared)
             measured = worker.evaluate(candidate, timed=False)
             if not measured.ok:
-                lines.append(f"{example:10} {label:40} {measured.status.value}: "
-                             f"{(measured.error_text or '')[:60]}")
-                continue
+                return (f"{example:10} {label:40} {measured.status.value}: "
+                        f"{(measured.error_text or '')[:60]}")
             base, mine = worker.interleaved([original, candidate], rounds)
             f = summarize(TrialConfig(), base, mine)
-            lines.append(f"{example:10} {label:40} {f.speedup:6.3f}x [{f.low:.3f}, {f.high:.3f}]"
-                         f"  {f.median_s * 1e6:9.2f} us")
             rule = label.split(" ")[0]
             if rule not in best or f.speedup > best[rule][0]:
                 best[rule] = (f.speedup, f.low, f.high, label)
+            return (f"{example:10} {label:40} {f.speedup:6.3f}x [{f.low:.3f}, {f.high:.3f}]"
+                    f"  {f.median_s * 1e6:9.2f} us")
+
+        shapes = [block] + [Dim3(*b) for b in blocks or () if Dim3(*b) != block]
+        for label0, text, defines in variants(source, example, rules):
+            values = {k: int(v) for k, v in defines if v.lstrip("-").isdigit()}
+            compiled = nvrtc.compile(CompileRequest(text, example, arch=info.arch,
+                                                    defines=defines))
+            if not compiled.ok:
+                lines.append(f"{example:10} {label0:40} does not compile")
+                continue
+            for shape in shapes:
+                label = label0 if shape == block else f"{label0} @{shape.x}x{shape.y}x{shape.z}"
+                line = measure_at(shape, label, text, defines, values, compiled)
+                if line is not None:
+                    lines.append(line)
     for rule, (speedup, low, high, label) in sorted(best.items()):
         noise = " within noise" if low <= 1.0 <= high else ""
         lines.append(f"rule_gain_{example}_{rule}: {speedup:.3f} [{low:.3f}, {high:.3f}]{noise}"
@@ -175,14 +199,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--scale", type=float, default=1.0)
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--rules", default="", help="comma-separated rule names (all)")
+    parser.add_argument("--blocks", default="",
+                        help="block shapes to measure each variant at besides the recorded "
+                             "one, e.g. 32x8,16x16,64x4")
     args = parser.parse_args(argv)
+    try:
+        blocks = parse_blocks(args.blocks)
+    except ValueError as exc:
+        print(f"rule_gains.py: error: {exc}", file=sys.stderr)
+        return 2
     rules = tuple(r for r in args.rules.split(",") if r) or None
     print(f"# bench/rule_gains.py, {datetime.now(UTC):%Y-%m-%d %H:%M} UTC, scale {args.scale}, "
           f"{args.rounds} interleaved rounds")
     with tempfile.TemporaryDirectory() as tmp:
         for example in args.examples.split(","):
             run_example(example, args.scale, args.rounds, Path(tmp), rules,
-                        lambda line: print(line, flush=True))
+                        lambda line: print(line, flush=True), blocks)
     return 0
 
 
