@@ -77,6 +77,8 @@ from r3tui.remix.tile import (
 
 Declined = Unsupported
 
+# 1: each thread's outputs along x are neighbours (0: the coarsening's, blockDim.x apart)
+CONTIGUOUS = "R3_X_CONTIGUOUS"
 _ELEMENT_LOOP = re.compile(
     r"for\s*\(\s*int\s+r3_e\s*=\s*0\s*;\s*r3_e\s*<\s*r3_cf\s*;\s*\+\+r3_e\s*\)")
 _FACTOR = re.compile(r"//\s*r3:\s*work_per_thread\s+(R3_CF_[XYZ])\s+([xyz])\b")
@@ -151,6 +153,9 @@ class _Reading:
         factors = {axis: macro for macro, axis in _FACTOR.findall(text)}
         self.top = [n for n in statements(self.body) if n.type != "comment"]
         self.positions: dict[str, _Position] = {}
+        # the x element array's value where the coarsening interleaves x by the block, and
+        # which element of R3_CF_X it is (``r3_e % R3_CF_X``)
+        self.interleaved_x: tuple[ts.Node, str] | None = None
         self._arrays(factors)
         for ix in plain:
             if ix.axis in factors:
@@ -194,6 +199,10 @@ class _Reading:
                          rf"\+r3_e(/\([A-Z0-9_*]+\))?(%{macro})?")
                 if any(re.fullmatch(f, got) for f in forms):
                     self.positions[name] = _Position(axis, name, macro)
+                    interleaved = re.fullmatch(forms[0], got)
+                    if axis == "x" and interleaved is not None:
+                        self.interleaved_x = (value, f"r3_e % {macro}"
+                                              if interleaved.group(1) else "r3_e")
                     break
             else:
                 raise Declined(f"{name}[r3_e] is not set as the coarsening sets a position")
@@ -375,7 +384,7 @@ def tile_coarsened(source: str, kernel: str, rng: random.Random) -> tuple[str, s
     """``source`` with one loop of coarsened ``kernel``, in both its copies, reading its
     shared elements from shared memory tiles (the new text, and what changed)."""
     for name in (MACRO, SMEM, STAGE, K0, BARRIER, *STAGING_NAMES, "r3_s", "r3_base_",
-                 "r3_span_"):
+                 "r3_span_", CONTIGUOUS):
         if re.search(rf"\b{name}", source):
             raise Declined(f"{name} is already a name in the source")
     if re.search(r"//\s*r3:\s*shared\b", source):
@@ -460,6 +469,8 @@ def _rewrite(r: _Reading, loops: tuple[_Loop, _Loop], tiles: list[_Tile]) -> tup
                  f"{inner}{BARRIER}();\n{indent}}}")
         edits.append((start_at, node.end_byte, f"#if {MACRO} > 0\n{outer}\n#else\n{region}\n"
                                                "#endif"))
+    contiguous = _contiguous_x(r, tiles)
+    edits += contiguous
     anchor = next(n for n in r.top if n.type == "declaration" and "r3_all" in r.text(n))
     at = parsed.line_start(anchor.start_byte)
     edits.append((at, at, _declarations(r, loops[0], tiles,
@@ -468,9 +479,39 @@ def _rewrite(r: _Reading, loops: tuple[_Loop, _Loop], tiles: list[_Tile]) -> tup
     for begin, stop, new in sorted(edits, key=lambda e: (e[0], e[1]), reverse=True):
         out = out[:parsed.char(begin)] + new + out[parsed.char(stop):]
     reads = ", ".join(t.shown for t in tiles)
+    layout = (f"; {CONTIGUOUS} 1 gives each thread neighbouring outputs along x (its reads "
+              "of a tile row become vector loads)" if contiguous else "")
     return out, (f"the coarsened loop over {loops[0].counter} (both copies) reads {reads} "
                  f"from shared memory, {MACRO} iterations a tile, each in "
-                 f"{{{' '.join(str(v) for v in TILES)}}} (0: the original)")
+                 f"{{{' '.join(str(v) for v in TILES)}}} (0: the original){layout}")
+
+
+def _contiguous_x(r: _Reading, tiles: list[_Tile]) -> list[tuple[int, int, str]]:
+    """Where a tile lies along x and the coarsening interleaves x by the block, the tunable
+    :data:`CONTIGUOUS` (0 1) and the x elements' value choosing by it (the edits).
+
+    Interleaved (0, the coarsening's), a thread's ``R3_CF_X`` outputs are ``blockDim.x``
+    apart, so that a warp's loads of each coalesce; its reads of a tile row are then
+    ``R3_CF_X`` scalar loads.  Contiguous (1), they are neighbours, and the reads of a row
+    are one vector load (the B tile of sgemm: NVRTC's PTX for 4x4 outputs and tiles of 64
+    has 17 ``ld.shared.v4.f32`` and 36 scalar, against 8 and 72), at the cost of the
+    untiled reads' and the stores' coalescing.  Either layout covers the block's range
+    ``[base, base + span)`` once, so the guards, the loader and the tiles are the same."""
+    if r.interleaved_x is None or not any(t.position is not None and t.position.axis == "x"
+                                          for t in tiles):
+        return []
+    value, element = r.interleaved_x
+    macro = next(p.factor for p in r.positions.values() if p.axis == "x" and p.factor)
+    choice = (f"{CONTIGUOUS} ? (blockIdx.x * blockDim.x + threadIdx.x) * {macro} + {element}"
+              f" : {r.text(value)}")
+    # declared before the element count (the loops that read it follow)
+    count = next(n for n in r.top if n.type == "declaration"
+                 and re.search(r"\br3_cf\s*=", r.text(n)))
+    at = r.parsed.line_start(count.start_byte)
+    indent = r.parsed.indent_at(count.start_byte)
+    declared = (f"{indent}// r3: tune {CONTIGUOUS} 0 1\n#ifndef {CONTIGUOUS}\n"
+                f"#define {CONTIGUOUS} 0\n#endif\n")
+    return [(at, at, declared), (value.start_byte, value.end_byte, choice)]
 
 
 def _declarations(r: _Reading, loop: _Loop, tiles: list[_Tile], indent: str) -> str:

@@ -17,7 +17,7 @@ from r3tui.domain import Dim3
 from r3tui.remix.coarsen import coarsen
 from r3tui.remix.rules import apply_rule
 from r3tui.remix.tile import MACRO, Declined, tile_loop
-from r3tui.remix.tile_blocked import coarsened
+from r3tui.remix.tile_blocked import CONTIGUOUS, coarsened
 from r3tui.search.source import shared_bytes_at
 from tests.unit import cpu_grid
 from tests.unit.test_remix_split import DRIVERS, example
@@ -67,11 +67,11 @@ int main() {
 """,
 }
 SOURCES = {"sgemm": example("sgemm"), "nbody": example("nbody"), "rowdot": ROWDOT}
-# (R3_CF_X, R3_CF_Y, R3_TILE) each built once; blocks run at run time
-POINTS = {
-    "sgemm": [(2, 2, 4), (4, 2, 16), (1, 4, 64), (2, 1, 0)],
+# (R3_CF_X, R3_CF_Y, R3_TILE[, R3_X_CONTIGUOUS]) each built once; blocks run at run time
+POINTS: dict[str, list[tuple[int, ...]]] = {
+    "sgemm": [(2, 2, 4), (4, 2, 16), (1, 4, 64), (2, 1, 0), (4, 2, 8, 1), (2, 2, 0, 1)],
     "nbody": [(2, 1, 8), (4, 1, 64)],
-    "rowdot": [(2, 1, 4), (8, 1, 16)],
+    "rowdot": [(2, 1, 4), (8, 1, 16), (4, 1, 8, 1)],
 }
 BLOCKS = {
     "sgemm": [(4, 4, 1), (8, 2, 2), (3, 5, 1)],
@@ -106,11 +106,15 @@ def test_tiles_on_a_coarsened_kernel_compute_what_the_original_does(
     assert variant.count("// a whole tile") == 1 and variant.count("#pragma unroll 8") == 1
     driver = BLOCKED_DRIVERS[kernel]
     expected_exe = cpu_grid.build(SOURCES[kernel], driver, tmp_path, _AT_RUN, "original", True)
-    for fx, fy, tile in POINTS[kernel]:
-        defines = {**_AT_RUN, "R3_CF_X": fx, "DX": fx, MACRO: tile}
+    for fx, fy, tile, *layout in POINTS[kernel]:
+        defines: dict[str, int | str] = {**_AT_RUN, "R3_CF_X": fx, "DX": fx, MACRO: tile}
         if "R3_CF_Y" in variant:
             defines.update({"R3_CF_Y": fy, "DY": fy})
-        exe = cpu_grid.build(variant, driver, tmp_path, defines, f"v{fx}{fy}{tile}", True)
+        if layout:  # each thread's outputs along x neighbours (the kernel tiles along x)
+            assert CONTIGUOUS in variant
+            defines[CONTIGUOUS] = layout[0]
+        exe = cpu_grid.build(variant, driver, tmp_path, defines,
+                             f"v{fx}{fy}{tile}{''.join(map(str, layout))}", True)
         for bx, by, bz in BLOCKS[kernel]:
             block = {"BX": bx, "BY": by, "BZ": bz}
             expected = cpu_grid.execute(expected_exe, block).split()
@@ -157,6 +161,41 @@ def test_the_variants_compile_with_nvrtc_and_declare_their_shared_memory() -> No
     compiled = nvrtc.compile(CompileRequest(nbody, "nbody", arch="sm_90",
                                             defines=(("R3_CF_X", "4"), (MACRO, "64"))))
     assert compiled.ok, compiled.log
+
+
+def _ptx(source: str, defines: dict[str, int]) -> str:
+    """NVRTC's PTX of ``source`` for sm_90 (the vector loads are chosen before ptxas)."""
+    from cuda.bindings import nvrtc
+
+    err, program = nvrtc.nvrtcCreateProgram(source.encode(), b"variant.cu", 0, [], [])
+    assert err == nvrtc.nvrtcResult.NVRTC_SUCCESS
+    options = [b"-arch=compute_90", *(f"-D{k}={v}".encode() for k, v in defines.items())]
+    (err,) = nvrtc.nvrtcCompileProgram(program, len(options), options)
+    assert err == nvrtc.nvrtcResult.NVRTC_SUCCESS, err
+    err, size = nvrtc.nvrtcGetPTXSize(program)
+    text = b" " * size
+    (err,) = nvrtc.nvrtcGetPTX(program, text)
+    nvrtc.nvrtcDestroyProgram(program)
+    return text.decode()
+
+
+def test_neighbouring_outputs_along_x_read_a_tile_row_as_vectors() -> None:
+    """A tile along x (sgemm's B) gives the variant R3_X_CONTIGUOUS: 1 makes each thread's
+    R3_CF_X outputs neighbours, and NVRTC then reads a tile row as float4s where the
+    coarsening's interleaved layout reads R3_CF_X scalars; a tile of the counter alone
+    (nbody's bodies) has no such tunable."""
+    from r3tui.search.source import parse_tunables
+
+    variant, detail = tile_loop(blocked("sgemm", 2), "sgemm", random.Random(0))
+    tunables = {t.name: t.values for t in parse_tunables(variant)}
+    assert tunables[CONTIGUOUS] == (0, 1) and CONTIGUOUS in (detail or "")
+    point = {"R3_CF_X": 4, "R3_CF_Y": 4, MACRO: 64}
+    vectors = [_ptx(variant, {**point, CONTIGUOUS: v}).count("ld.shared.v4.f32")
+               for v in (0, 1)]
+    scalars = [_ptx(variant, {**point, CONTIGUOUS: v}).count("ld.shared.f32") for v in (0, 1)]
+    assert vectors[1] > vectors[0] and scalars[1] < scalars[0], (vectors, scalars)
+    nbody, _ = tile_loop(blocked("nbody", 1), "nbody", random.Random(0))
+    assert CONTIGUOUS not in nbody
 
 
 def test_the_rule_composes_in_either_order_of_the_campaign() -> None:
