@@ -118,7 +118,9 @@ def exercising(space: SearchSpace, parents: list[TrialConfig], k: int,
     the child's change added (neither the parent's source declares them, ``inherited``, nor
     its configuration sets them) at their ``k`` smallest values other than the default, all
     at once (the second smallest of each in the second, and so on; a tunable with fewer
-    values keeps its largest).  At its default a rule's factor reproduces the parent's code,
+    values keeps its largest; values the space allows with none of the parent's
+    configurations are left out, and a step whose values do not fit together tries each
+    alone).  At its default a rule's factor reproduces the parent's code,
     so these are where the change can show within a child's few trials.  ``first`` (the
     child's ``// r3: first`` lines, :func:`~r3tui.search.source.parse_first`) puts a
     tunable's named values before the others: shared-memory tiles of 4 or 8 iterations paid
@@ -127,9 +129,11 @@ def exercising(space: SearchSpace, parents: list[TrialConfig], k: int,
     533-727 µs, where two by four outputs a thread with a tile of 64 gave 1.32x at the
     recorded block).
 
-    Each step is tried twice where the parent's best block is not the recorded one: on that
-    block, then on the recorded block with the same options.  A change of each thread's work
-    often pays at another block than the one the parent's code preferred: sgemm on an H100
+    Each step is tried twice where the parent's best block is not the recorded one or it
+    limits registers: on the parent's configuration, then on the recorded block with the
+    same options less ``--maxrregcount`` and launch bounds (:func:`uncapped`).  A change of
+    each thread's work often pays at another block than the one the parent's code preferred,
+    and needs more registers than the parent's limits left it: sgemm on an H100
     (session 36) preferred 128x2 as written, where 2 columns a thread took 712 µs against
     the parent's 671, while at the recorded 16x16 coarsening gave 2.34x (session 28).
     Configurations outside the space are left out; each comes as the space completes it
@@ -137,6 +141,16 @@ def exercising(space: SearchSpace, parents: list[TrialConfig], k: int,
     if not parents or k <= 0:
         return []
     base = parents[0]
+    # the recorded block with the parent's options, less its register limits
+    recorded = uncapped(replace(base, block=None))
+
+    def placed(values: Mapping[str, TunableValue]) -> list[TrialConfig]:
+        """The parent's best with ``values`` set, and that on the recorded block without the
+        parent's register limits (those that are points of the space)."""
+        tunables = {**base.tunables, **values}
+        found = [space.completed(replace(c, tunables=tunables)) for c in (base, recorded)]
+        return [c for k, c in enumerate(found) if c is not None and c not in found[:k]]
+
     added = [t for t in space.tunables
              if t.name not in base.tunables and t.name not in inherited]
     choices = {t.name: _others(t) for t in added}
@@ -144,23 +158,43 @@ def exercising(space: SearchSpace, parents: list[TrialConfig], k: int,
         if name in choices:
             named = [v for v in values if v in choices[name]]
             choices[name] = named + [v for v in choices[name] if v not in named]
+    # a value that no configuration of the parent's can take alone is not tried: a relation
+    # of the child's may hold at the default only (sgemm coarsened along x and z: its one
+    # layer makes `// r3: exact z` allow R3_CF_Z 1 alone, and every step setting R3_CF_Z
+    # 2 with R3_CF_X 2 was dropped whole: 8 of session 39's 17 coarsened sgemm children
+    # started with no step)
+    choices = {name: [v for v in values if placed({name: v})]
+               for name, values in choices.items()}
     choices = {name: values for name, values in choices.items() if values}
-    # the recorded block with the parent's options (its launch bounds dropped where they do
-    # not fit that block)
-    recorded = ([replace(base, block=None), replace(base, block=None, launch_bounds=None)]
-                if base.block is not None and base.block != space.launch.block else [])
     out: list[TrialConfig] = []
     for step in range(k if choices else 0):
-        tunables = dict(base.tunables)
-        tunables.update({name: values[min(step, len(values) - 1)]
-                         for name, values in choices.items()})
-        on_parent = space.completed(replace(base, tunables=tunables))
-        on_recorded = next((c for c in (space.completed(replace(r, tunables=tunables))
-                                        for r in recorded) if c is not None), None)
-        for config in (on_parent, on_recorded):
-            if config is not None and config not in out:
+        together = {name: values[min(step, len(values) - 1)]
+                    for name, values in choices.items()}
+        # all at once; where they do not fit together, each alone
+        found = placed(together) or [c for name, v in together.items()
+                                     for c in placed({name: v})]
+        for config in found:
+            if config not in out:
                 out.append(config)
     return out
+
+
+def uncapped(config: TrialConfig) -> TrialConfig:
+    """``config`` without its register limits: no ``--maxrregcount``, no launch bounds.  A
+    limit the parent's code fit can spill its child's: sgemm's 4x4 outputs a thread under
+    its parent's ``--maxrregcount=32`` spilled 748 bytes and took 3.0 ms where 2x2 took
+    709 µs (H100, session 39; 45 of that session's 516 sgemm trials spilled)."""
+    from r3tui.compile.options import canonicalize, render
+    from r3tui.errors import ConfigError
+
+    try:
+        canonical = canonicalize(config.toolchain, config.options)
+    except ConfigError:  # not options this toolchain reads: left as they are
+        return replace(config, launch_bounds=None)
+    kept = tuple(p for p in canonical if p[0] != "maxrregcount")
+    if kept == canonical:
+        return replace(config, launch_bounds=None)
+    return replace(config, options=tuple(render(config.toolchain, kept)), launch_bounds=None)
 
 
 def filling(space: SearchSpace, source: str, base: TrialConfig

@@ -212,6 +212,53 @@ def test_a_childs_new_tunables_are_tried_first_at_their_smallest_other_values() 
     assert old.exercise == 0 and CampaignSettings().exercise == 2
 
 
+def test_a_childs_first_steps_skip_what_its_space_refuses_and_the_parents_limits() -> None:
+    """sgemm coarsened along x and z: its one layer makes `// r3: exact z` allow R3_CF_Z 1
+    alone.  The child's first configurations coarsen along x (2, then 4 columns a thread);
+    until session 39 each step set R3_CF_Z too, was no point of the space and was dropped:
+    8 of that session's 17 coarsened sgemm children started with no step (variant 133 of
+    its campaigns: two configurations of the parent, then the search's asks)."""
+    import random
+
+    from r3tui.domain import TrialConfig
+    from r3tui.engine import build_space
+    from r3tui.engine.lineage import exercising, uncapped
+    from r3tui.remix.rules import apply_rule
+
+    text = (REPO / "examples/sgemm/kernel.cu").read_text()
+    source = next(s for s in (apply_rule("coarsen", text, "sgemm", random.Random(seed)).source
+                              for seed in range(40))
+                  if s is not None and "R3_CF_Z" in s and "R3_CF_X" in s)
+    assert "// r3: exact z" in source
+    launch = LaunchInfo(grid=Dim3(81, 81), block=Dim3(16, 16), work=Dim3(1290, 1290),
+                        block_tunable=True)
+    space = build_space(launch, KernelSource(source, "sgemm"), InnerSettings(), DeviceLimits())
+    parent = TrialConfig(options=("--use_fast_math",), block=Dim3(128, 2))
+    assert space.completed(replace(parent, tunables={"R3_CF_X": 2, "R3_CF_Z": 2})) is None
+    configs = exercising(space, [parent], 2)
+    assert [(c.tunables, c.block) for c in configs] == [
+        ({"R3_CF_X": 2}, Dim3(128, 2)), ({"R3_CF_X": 2}, None),
+        ({"R3_CF_X": 4}, Dim3(128, 2)), ({"R3_CF_X": 4}, None)]
+    # a parent that limits registers: each step also runs without its limits (the parent's
+    # --maxrregcount=32 spilled sgemm's 4x4 outputs, 3.0 ms against 709 µs for 2x2)
+    capped = TrialConfig(options=("--use_fast_math", "--maxrregcount=32"),
+                         block=Dim3(16, 16), launch_bounds=(256, 4))
+    assert space.completed(capped) is not None
+    steps = exercising(space, [capped], 1)
+    assert [(c.tunables, c.options, c.launch_bounds) for c in steps] == [
+        ({"R3_CF_X": 2}, capped.options, (256, 4)),
+        ({"R3_CF_X": 2}, ("--use_fast_math",), None)]
+    assert uncapped(replace(parent, launch_bounds=(128, 2))) == parent  # nothing else changes
+    # tunables that fit alone but not together: each alone, in the order the space has them
+    both = source.replace("    // r3: tune R3_CF_Z", "    // r3: require R3_CF_X * R3_CF_Y < 4\n"
+                          "    // r3: tune R3_CF_Z", 1)
+    both = both.replace("R3_CF_Z", "R3_CF_Y").replace("// r3: exact z\n", "")
+    assert both.count("R3_CF_Y < 4") == 1
+    pair = build_space(launch, KernelSource(both, "sgemm"), InnerSettings(), DeviceLimits())
+    assert [c.tunables for c in exercising(pair, [replace(parent, block=None)], 1)] == [
+        {"R3_CF_X": 2}, {"R3_CF_Y": 2}]
+
+
 def test_a_childs_new_tile_is_tried_with_the_shared_memory_it_needs() -> None:
     """sgemm tiled through shared memory (R3_TILE, default 0: no tile), from a parent whose
     configuration launches with no dynamic shared memory: the first configurations launch
