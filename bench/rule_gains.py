@@ -114,10 +114,24 @@ def parse_blocks(text: str) -> list[tuple[int, int, int]]:
     return shapes
 
 
+def set_carveout(bundle_path: Path, percent: int) -> None:
+    """Have every replay of the bundle run with ``percent`` of the L1/shared-memory store as
+    shared memory (``CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT``, as a recorded
+    application's split is replayed): whether a tiled variant's block shape matters through
+    the split the driver picks for it.  The original runs with the same split."""
+    import json
+
+    manifest = bundle_path / "manifest.json"
+    data = json.loads(manifest.read_text())
+    data["launch"]["carveout"] = percent
+    manifest.write_text(json.dumps(data, indent=2))
+
+
 def run_example(example: str, scale: float, rounds: int, work: Path,
                 rules: tuple[str, ...] | None = None,
                 emit: Callable[[str], None] = print,
-                blocks: list[tuple[int, int, int]] | None = None) -> list[str]:
+                blocks: list[tuple[int, int, int]] | None = None,
+                carveout: int | None = None) -> list[str]:
     """Each variant's line, given to ``emit`` as it is measured (a run cut short by a time
     limit keeps what it printed), then the best of each rule; all of them returned.
     ``blocks``: shapes each variant is measured at besides the recorded block (labelled
@@ -136,6 +150,8 @@ def run_example(example: str, scale: float, rounds: int, work: Path,
     bundle_path = work / f"{example}.r3b"
     record_kernel(RecordKernelRequest(ex / "kernel.cu", example, ex / "inputs.py", bundle_path,
                                       seed=2, scale=scale))
+    if carveout is not None:
+        set_carveout(bundle_path, carveout)
     block = Bundle.open(bundle_path).manifest.launch.block
     nvrtc = get_toolchain("nvrtc")
     lines = _Emitting(emit)
@@ -202,19 +218,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--blocks", default="",
                         help="block shapes to measure each variant at besides the recorded "
                              "one, e.g. 32x8,16x16,64x4")
+    parser.add_argument("--carveout", type=int, default=None,
+                        help="percent of the L1/shared store as shared memory in every replay "
+                             "(0-100; the driver's choice where not given)")
     args = parser.parse_args(argv)
     try:
         blocks = parse_blocks(args.blocks)
+        if args.carveout is not None and not 0 <= args.carveout <= 100:
+            raise ValueError(f"--carveout {args.carveout} is not a percent (0-100)")
     except ValueError as exc:
         print(f"rule_gains.py: error: {exc}", file=sys.stderr)
         return 2
     rules = tuple(r for r in args.rules.split(",") if r) or None
     print(f"# bench/rule_gains.py, {datetime.now(UTC):%Y-%m-%d %H:%M} UTC, scale {args.scale}, "
-          f"{args.rounds} interleaved rounds")
+          f"{args.rounds} interleaved rounds"
+          + (f", carveout {args.carveout}%" if args.carveout is not None else ""))
     with tempfile.TemporaryDirectory() as tmp:
         for example in args.examples.split(","):
             run_example(example, args.scale, args.rounds, Path(tmp), rules,
-                        lambda line: print(line, flush=True), blocks)
+                        lambda line: print(line, flush=True), blocks, args.carveout)
     return 0
 
 
