@@ -79,6 +79,26 @@ Declined = Unsupported
 
 # 1: each thread's outputs along x are neighbours (0: the coarsening's, blockDim.x apart)
 CONTIGUOUS = "R3_X_CONTIGUOUS"
+# tiles in flight: 1 loads a tile, then computes on it; 2 loads the next tile into a second
+# buffer (cp.async on sm_80 and later) while the block computes on this one
+STAGES = "R3_STAGES"
+_ASYNC_NAMES = ("R3_COPY", "R3_COMMIT", "R3_WAIT_ONE", "r3_buf", "r3_bytes", "r3_off")
+# cp.async copies 4, 8 or 16 bytes; a tile of other elements is stored as it is loaded
+_ASYNC_SIZES = (4, 8, 16)
+_ASYNC = (
+    "#ifndef R3_COPY",
+    f"#if {STAGES} > 1 && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800",
+    '#define R3_COPY(dst, src, n) asm volatile("cp.async.ca.shared.global [%0], [%1], %2;" '
+    ':: "r"((unsigned)__cvta_generic_to_shared(dst)), "l"(src), "n"(n) : "memory")',
+    '#define R3_COMMIT() asm volatile("cp.async.commit_group;" ::: "memory")',
+    '#define R3_WAIT_ONE() asm volatile("cp.async.wait_group 1;" ::: "memory")',
+    "#else",
+    "#define R3_COPY(dst, src, n) (void)(*(dst) = *(src))",
+    "#define R3_COMMIT() ((void)0)",
+    "#define R3_WAIT_ONE() ((void)0)",
+    "#endif",
+    "#endif",
+)
 _ELEMENT_LOOP = re.compile(
     r"for\s*\(\s*int\s+r3_e\s*=\s*0\s*;\s*r3_e\s*<\s*r3_cf\s*;\s*\+\+r3_e\s*\)")
 _FACTOR = re.compile(r"//\s*r3:\s*work_per_thread\s+(R3_CF_[XYZ])\s+([xyz])\b")
@@ -384,7 +404,7 @@ def tile_coarsened(source: str, kernel: str, rng: random.Random) -> tuple[str, s
     """``source`` with one loop of coarsened ``kernel``, in both its copies, reading its
     shared elements from shared memory tiles (the new text, and what changed)."""
     for name in (MACRO, SMEM, STAGE, K0, BARRIER, *STAGING_NAMES, "r3_s", "r3_base_",
-                 "r3_span_", CONTIGUOUS):
+                 "r3_span_", CONTIGUOUS, STAGES, *_ASYNC_NAMES):
         if re.search(rf"\b{name}", source):
             raise Declined(f"{name} is already a name in the source")
     if re.search(r"//\s*r3:\s*shared\b", source):
@@ -463,10 +483,23 @@ def _rewrite(r: _Reading, loops: tuple[_Loop, _Loop], tiles: list[_Tile]) -> tup
                   for t, tile in enumerate(tiles) for read in loop.reads[(tile.array, tile.key)]]
         # the checked copy runs in the blocks at the work's edge only: not unrolled
         tiled = tile_pass(region, start_at, staged, loop.counted, indent, whole_tiles=copy == 0)
-        outer = (f"{indent}for ({loop.counter_type} {K0} = {r.text(loop.start)}; {K0} "
-                 f"{loop.op} {r.text(loop.end)}; {K0} += {MACRO}) {{\n"
-                 f"{inner}{STAGE}({K0});\n{inner}{BARRIER}();\n{tiled}\n"
-                 f"{inner}{BARRIER}();\n{indent}}}")
+        start, end, op = r.text(loop.start), r.text(loop.end), loop.op
+        # this tile's buffer, and the tiles' views of it (the names the loop's reads use)
+        views = [f"{inner}{t.element}* r3_t{k} = reinterpret_cast<{t.element}*>({SMEM} + "
+                 f"r3_buf * r3_bytes + r3_off{k});" for k, t in enumerate(tiles)]
+        outer = "\n".join([
+            f"#if {STAGES} > 1", f"{indent}{STAGE}({start}, 0u);", f"{indent}R3_COMMIT();",
+            "#endif",
+            f"{indent}for ({loop.counter_type} {K0} = {start}; {K0} {op} {end}; "
+            f"{K0} += {MACRO}) {{",
+            f"{inner}const unsigned r3_buf = (unsigned)(({K0} - ({start})) / {MACRO}) "
+            f"% {STAGES};",
+            f"#if {STAGES} > 1",  # the next tile on its way while this one is read
+            f"{inner}if ({K0} + {MACRO} {op} {end}) {{",
+            f"{inner}    {STAGE}({K0} + {MACRO}, r3_buf ^ 1u);", f"{inner}}}",
+            f"{inner}R3_COMMIT();", f"{inner}R3_WAIT_ONE();", "#else",
+            f"{inner}{STAGE}({K0}, 0u);", "#endif",
+            f"{inner}{BARRIER}();", *views, tiled, f"{inner}{BARRIER}();", f"{indent}}}"])
         edits.append((start_at, node.end_byte, f"#if {MACRO} > 0\n{outer}\n#else\n{region}\n"
                                                "#endif"))
     contiguous = _contiguous_x(r, tiles)
@@ -516,22 +549,27 @@ def _contiguous_x(r: _Reading, tiles: list[_Tile]) -> list[tuple[int, int, str]]
 
 def _declarations(r: _Reading, loop: _Loop, tiles: list[_Tile], indent: str) -> str:
     """The tunable, the tiles, each position's block range and the lambda that loads."""
-    lines = tile_header(indent, " + ".join(
-        f"{t.position.shared + ' * ' if t.position else ''}{MACRO} * {t.size}" for t in tiles))
+    one = " + ".join(
+        f"{t.position.shared + ' * ' if t.position else ''}{MACRO} * {t.size}" for t in tiles)
+    lines = tile_header(indent, f"({one}) * {STAGES}")
+    lines += [f"{indent}// r3: tune {STAGES} 1 2", f"#ifndef {STAGES}", f"#define {STAGES} 1",
+              "#endif", *_ASYNC]
     for position in sorted(set(r.positions.values()), key=lambda p: p.axis):
         lines += position.declarations(indent, any(t.position == position for t in tiles))
     offset = "0"
-    for t, tile in enumerate(tiles):
+    for t, tile in enumerate(tiles):  # where each tile starts in a buffer
         extent = tile.position.span if tile.position else "1"
-        lines.append(f"{indent}{tile.element}* r3_t{t} = reinterpret_cast<{tile.element}*>("
-                     f"{SMEM} + {offset});  // {tile.shown}")
+        lines.append(f"{indent}const size_t r3_off{t} = {offset};  // {tile.shown}")
         offset = (f"{offset} + " if offset != "0" else "") + \
             f"(size_t){extent} * {MACRO} * {tile.size}"
+    lines.append(f"{indent}const size_t r3_bytes = {offset};  // a buffer: the tiles of a step")
     body = indent + "    "
-    lines += [f"{indent}auto {STAGE} = [&]({loop.counter_type} {K0}) {{",
+    lines += [f"{indent}auto {STAGE} = [&]({loop.counter_type} {K0}, unsigned r3_buf) {{",
               f"{body}const unsigned r3_rank = threadIdx.x + blockDim.x * (threadIdx.y + "
               "blockDim.y * threadIdx.z);",
               f"{body}const unsigned r3_team = blockDim.x * blockDim.y * blockDim.z;"]
+    lines += [f"{body}{t.element}* r3_t{k} = reinterpret_cast<{t.element}*>({SMEM} + "
+              f"r3_buf * r3_bytes + r3_off{k});" for k, t in enumerate(tiles)]
     for t, tile in enumerate(tiles):
         extent = f"(unsigned){tile.position.span}" if tile.position else "1u"
         values_at = ({tile.position.axis: f"{tile.position.base} + (int)r3_p"}
@@ -539,9 +577,10 @@ def _declarations(r: _Reading, loop: _Loop, tiles: list[_Tile], indent: str) -> 
         live = [(f"!({_substitute(r, c, values_at)})" if ends
                  else f"({_substitute(r, c, values_at)})") for c, ends in r.guards]
         test = " && ".join([f"{loop.counter} {loop.op} {r.text(loop.end)}", *live])
-        inner = ["(void)r3_p;", f"if ({test}) {{",
-                 f"    r3_t{t}[r3_s] = {tile.array}"
-                 f"[{_substitute(r, tile.index, values_at).strip()[1:-1]}];", "}"]
+        source = f"{tile.array}[{_substitute(r, tile.index, values_at).strip()[1:-1]}]"
+        store = (f"R3_COPY(&r3_t{t}[r3_s], &{source}, {tile.size});"
+                 if tile.size in _ASYNC_SIZES else f"r3_t{t}[r3_s] = {source};")
+        inner = ["(void)r3_p;", f"if ({test}) {{", f"    {store}", "}"]
         along = tile.position is not None and tile.position.axis == "x"
         lines += staging_loop(body, "r3_s", extent, along, loop.counter, loop.counter_type,
                               inner)

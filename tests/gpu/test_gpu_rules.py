@@ -92,8 +92,13 @@ def test_every_rule_variant_replays_to_the_recorded_epilogue(example: str,
                           and all(a in m.source for a in axes))
             both = apply_rule("tile_shared", coarse, example, random.Random(0))
             assert both.ok and both.source is not None, both.reason
-            for factor, tile in ((2, 16), (4, 32)):
-                defines = (*((a, str(factor)) for a in axes), ("R3_TILE", str(tile)))
+            # one tile in flight, then two (cp.async into a second buffer), then two with
+            # each thread's outputs along x neighbours (where a tile lies along x)
+            layouts = [(), (("R3_STAGES", "2"),)]
+            if "R3_X_CONTIGUOUS" in both.source:
+                layouts.append((("R3_STAGES", "2"), ("R3_X_CONTIGUOUS", "1")))
+            for (factor, tile), more in [(p, m) for p in ((2, 16), (4, 32)) for m in layouts]:
+                defines = (*((a, str(factor)) for a in axes), ("R3_TILE", str(tile)), *more)
                 compiled = nvrtc.compile(CompileRequest(both.source, example, defines=defines))
                 assert compiled.ok, (defines, compiled.log[:400])
                 divisor, multiplier = scaling = grid_scaling(both.source, dict(defines))

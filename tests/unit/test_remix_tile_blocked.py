@@ -17,7 +17,7 @@ from r3tui.domain import Dim3
 from r3tui.remix.coarsen import coarsen
 from r3tui.remix.rules import apply_rule
 from r3tui.remix.tile import MACRO, Declined, tile_loop
-from r3tui.remix.tile_blocked import CONTIGUOUS, coarsened
+from r3tui.remix.tile_blocked import CONTIGUOUS, STAGES, coarsened
 from r3tui.search.source import shared_bytes_at
 from tests.unit import cpu_grid
 from tests.unit.test_remix_split import DRIVERS, example
@@ -67,11 +67,13 @@ int main() {
 """,
 }
 SOURCES = {"sgemm": example("sgemm"), "nbody": example("nbody"), "rowdot": ROWDOT}
-# (R3_CF_X, R3_CF_Y, R3_TILE[, R3_X_CONTIGUOUS]) each built once; blocks run at run time
+# (R3_CF_X, R3_CF_Y, R3_TILE[, R3_STAGES[, R3_X_CONTIGUOUS]]) each built once; blocks run at
+# run time
 POINTS: dict[str, list[tuple[int, ...]]] = {
-    "sgemm": [(2, 2, 4), (4, 2, 16), (1, 4, 64), (2, 1, 0), (4, 2, 8, 1), (2, 2, 0, 1)],
-    "nbody": [(2, 1, 8), (4, 1, 64)],
-    "rowdot": [(2, 1, 4), (8, 1, 16), (4, 1, 8, 1)],
+    "sgemm": [(2, 2, 4), (4, 2, 16), (1, 4, 64), (2, 1, 0), (4, 2, 8, 1, 1), (2, 2, 0, 1, 1),
+              (2, 2, 8, 2), (4, 1, 4, 2, 1)],
+    "nbody": [(2, 1, 8), (4, 1, 64), (2, 1, 16, 2)],
+    "rowdot": [(2, 1, 4), (8, 1, 16), (4, 1, 8, 1, 1), (2, 1, 4, 2, 1)],
 }
 BLOCKS = {
     "sgemm": [(4, 4, 1), (8, 2, 2), (3, 5, 1)],
@@ -106,15 +108,17 @@ def test_tiles_on_a_coarsened_kernel_compute_what_the_original_does(
     assert variant.count("// a whole tile") == 1 and variant.count("#pragma unroll 8") == 1
     driver = BLOCKED_DRIVERS[kernel]
     expected_exe = cpu_grid.build(SOURCES[kernel], driver, tmp_path, _AT_RUN, "original", True)
-    for fx, fy, tile, *layout in POINTS[kernel]:
+    for fx, fy, tile, *more in POINTS[kernel]:
         defines: dict[str, int | str] = {**_AT_RUN, "R3_CF_X": fx, "DX": fx, MACRO: tile}
         if "R3_CF_Y" in variant:
             defines.update({"R3_CF_Y": fy, "DY": fy})
-        if layout:  # each thread's outputs along x neighbours (the kernel tiles along x)
+        if more:  # two tiles in flight: the next loaded while this one is read
+            defines[STAGES] = more[0]
+        if more[1:]:  # each thread's outputs along x neighbours (the kernel tiles along x)
             assert CONTIGUOUS in variant
-            defines[CONTIGUOUS] = layout[0]
+            defines[CONTIGUOUS] = more[1]
         exe = cpu_grid.build(variant, driver, tmp_path, defines,
-                             f"v{fx}{fy}{tile}{''.join(map(str, layout))}", True)
+                             f"v{fx}{fy}{tile}{''.join(map(str, more))}", True)
         for bx, by, bz in BLOCKS[kernel]:
             block = {"BX": bx, "BY": by, "BZ": bz}
             expected = cpu_grid.execute(expected_exe, block).split()
@@ -196,6 +200,25 @@ def test_neighbouring_outputs_along_x_read_a_tile_row_as_vectors() -> None:
     assert vectors[1] > vectors[0] and scalars[1] < scalars[0], (vectors, scalars)
     nbody, _ = tile_loop(blocked("nbody", 1), "nbody", random.Random(0))
     assert CONTIGUOUS not in nbody
+
+
+def test_two_tiles_in_flight_load_with_cp_async_into_twice_the_shared_memory() -> None:
+    """R3_STAGES 2: the next tile is copied with cp.async (sm_80 and later) into a second
+    buffer while the block computes on this one; the variant declares twice the bytes.  On
+    the CPU the copies are plain stores (the bit-for-bit test above runs both)."""
+    variant, _ = tile_loop(blocked("sgemm", 2), "sgemm", random.Random(0))
+    point = {"R3_CF_X": 4, "R3_CF_Y": 2, MACRO: 32}
+    one = shared_bytes_at(variant, Dim3(16, 16, 1), point)
+    assert one == (32 + 64) * 32 * 4  # the default: one tile of each in flight
+    assert shared_bytes_at(variant, Dim3(16, 16, 1), {**point, STAGES: 2}) == 2 * one
+    staged = _ptx(variant, {**point, STAGES: 2})
+    assert "cp.async.ca.shared.global" in staged and "cp.async.wait_group 1" in staged
+    assert "cp.async" not in _ptx(variant, {**point, STAGES: 1})
+    nvrtc = get_toolchain("nvrtc")
+    for stages in (1, 2):
+        compiled = nvrtc.compile(CompileRequest(variant, "sgemm", arch="sm_90", defines=tuple(
+            (k, str(v)) for k, v in {**point, STAGES: stages}.items())))
+        assert compiled.ok and not compiled.resources.spill_stores_bytes, compiled.log
 
 
 def test_the_rule_composes_in_either_order_of_the_campaign() -> None:
