@@ -128,7 +128,7 @@ case $bench in *" rule_gains "*)
   # issue #19: each rule's variants of the examples re-timed against the original alone
   run_bench rule_gains python3 bench/rule_gains.py --scale "${R3_RULES_SCALE:-1.0}" \
     --examples "${R3_RULES_EXAMPLES:-reduce_sum,softmax,sgemm,stencil7,spmv_csr,nbody}" \
-    --rules "${R3_RULES_ONLY:-}" --blocks "${R3_RULES_BLOCKS:-}" \
+    --rules "${R3_RULES_ONLY:-}" --blocks "${R3_RULES_BLOCKS:-}" --values "${R3_RULES_VALUES:-}" \
     ${R3_RULES_CARVEOUT:+--carveout "$R3_RULES_CARVEOUT"};; esac
 case $bench in *" spaces "*)
   run_bench spaces python3 bench/record_spaces.py --out "$OUT/spaces"

@@ -21,7 +21,7 @@ import itertools
 import random
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -31,9 +31,11 @@ sys.path.insert(0, str(ROOT))
 EXAMPLES = ("reduce_sum", "softmax", "sgemm", "stencil7", "spmv_csr", "nbody")
 
 
-def variants(source: str, example: str, rules: tuple[str, ...] | None = None
+def variants(source: str, example: str, rules: tuple[str, ...] | None = None,
+             only: Mapping[str, tuple[int, ...]] | None = None
              ) -> list[tuple[str, str, tuple[tuple[str, str], ...]]]:
-    """``(label, source, defines)`` of every rule variant, at each declared tunable value."""
+    """``(label, source, defines)`` of every rule variant, at each declared tunable value
+    (``only``: a tunable's values kept, where it names it)."""
     from r3tui.remix.rules import RULES, apply_rule
     from r3tui.search.source import parse_tunables
 
@@ -78,7 +80,8 @@ def variants(source: str, example: str, rules: tuple[str, ...] | None = None
         if label.startswith(("coarsen", "strided_accumulate")):  # every combination of the
             # axes' factors (with tiles: of 8 to 64 iterations; 0 is the coarsening alone), or
             # of the elements a thread sums and the vector width it loads them at
-            choices = [[v for v in t.values if t.name != "R3_TILE" or v in (8, 16, 32, 64)]
+            choices = [[v for v in t.values if (t.name != "R3_TILE" or v in (8, 16, 32, 64))
+                        and (only is None or t.name not in only or v in only[t.name])]
                        for t in tunables]
             for values in itertools.product(*choices):
                 defines = tuple((t.name, str(v)) for t, v in zip(tunables, values, strict=True))
@@ -86,7 +89,8 @@ def variants(source: str, example: str, rules: tuple[str, ...] | None = None
                             defines))
             continue
         for t in tunables:
-            out += [(f"{label} {t.name}={v}", text, ((t.name, str(v)),)) for v in t.values]
+            out += [(f"{label} {t.name}={v}", text, ((t.name, str(v)),)) for v in t.values
+                    if only is None or t.name not in only or v in only[t.name]]
     return out
 
 
@@ -100,6 +104,18 @@ class _Emitting(list[str]):
     def append(self, line: str) -> None:
         super().append(line)
         self.emit(line)
+
+
+def parse_values(text: str) -> dict[str, tuple[int, ...]]:
+    """``R3_TILE=32,64;R3_CF_X=4`` as the values each named tunable keeps."""
+    out: dict[str, tuple[int, ...]] = {}
+    for item in (t.strip() for t in text.split(";") if t.strip()):
+        name, sep, values = item.partition("=")
+        parts = [v.strip() for v in values.split(",")]
+        if not sep or not name.strip() or not all(v.lstrip("-").isdigit() for v in parts):
+            raise ValueError(f"not NAME=V1,V2: {item!r} (e.g. R3_TILE=32,64)")
+        out[name.strip()] = tuple(int(v) for v in parts)
+    return out
 
 
 def parse_blocks(text: str) -> list[tuple[int, int, int]]:
@@ -131,7 +147,8 @@ def run_example(example: str, scale: float, rounds: int, work: Path,
                 rules: tuple[str, ...] | None = None,
                 emit: Callable[[str], None] = print,
                 blocks: list[tuple[int, int, int]] | None = None,
-                carveout: int | None = None) -> list[str]:
+                carveout: int | None = None,
+                only: Mapping[str, tuple[int, ...]] | None = None) -> list[str]:
     """Each variant's line, given to ``emit`` as it is measured (a run cut short by a time
     limit keeps what it printed), then the best of each rule; all of them returned.
     ``blocks``: shapes each variant is measured at besides the recorded block (labelled
@@ -190,7 +207,7 @@ def run_example(example: str, scale: float, rounds: int, work: Path,
                     f"  {f.median_s * 1e6:9.2f} us")
 
         shapes = [block] + [Dim3(*b) for b in blocks or () if Dim3(*b) != block]
-        for label0, text, defines in variants(source, example, rules):
+        for label0, text, defines in variants(source, example, rules, only):
             values = {k: int(v) for k, v in defines if v.lstrip("-").isdigit()}
             compiled = nvrtc.compile(CompileRequest(text, example, arch=info.arch,
                                                     defines=defines))
@@ -218,12 +235,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--blocks", default="",
                         help="block shapes to measure each variant at besides the recorded "
                              "one, e.g. 32x8,16x16,64x4")
+    parser.add_argument("--values", default="",
+                        help="the values a tunable keeps, e.g. 'R3_TILE=32,64;R3_STAGES=2' "
+                             "(all where not named)")
     parser.add_argument("--carveout", type=int, default=None,
                         help="percent of the L1/shared store as shared memory in every replay "
                              "(0-100; the driver's choice where not given)")
     args = parser.parse_args(argv)
     try:
         blocks = parse_blocks(args.blocks)
+        only = parse_values(args.values)
         if args.carveout is not None and not 0 <= args.carveout <= 100:
             raise ValueError(f"--carveout {args.carveout} is not a percent (0-100)")
     except ValueError as exc:
@@ -236,7 +257,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         for example in args.examples.split(","):
             run_example(example, args.scale, args.rounds, Path(tmp), rules,
-                        lambda line: print(line, flush=True), blocks, args.carveout)
+                        lambda line: print(line, flush=True), blocks, args.carveout, only)
     return 0
 
 

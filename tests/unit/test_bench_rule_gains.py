@@ -13,7 +13,7 @@ from tests.unit.test_bundle import write_bundle
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
-from rule_gains import main, parse_blocks, set_carveout
+from rule_gains import main, parse_blocks, parse_values, set_carveout, variants
 
 
 def test_block_shapes_are_read_with_missing_axes_as_one() -> None:
@@ -24,8 +24,25 @@ def test_block_shapes_are_read_with_missing_axes_as_one() -> None:
             parse_blocks(bad)
 
 
+def test_named_values_narrow_the_points_measured() -> None:
+    assert parse_values("R3_TILE=32,64; R3_CF_X=4") == {"R3_TILE": (32, 64), "R3_CF_X": (4,)}
+    for bad in ("R3_TILE", "R3_TILE=a", "=4"):
+        with pytest.raises(ValueError, match="not NAME=V1,V2"):
+            parse_values(bad)
+    sgemm = (Path(__file__).resolve().parents[2] / "examples/sgemm/kernel.cu").read_text()
+    every = variants(sgemm, "sgemm", ("coarsen", "tile_shared"))
+    only = {"R3_TILE": (64,), "R3_CF_X": (4,), "R3_CF_Y": (4,), "R3_STAGES": (2,)}
+    few = variants(sgemm, "sgemm", ("coarsen", "tile_shared"), only)
+    assert 0 < len(few) < len(every)
+    for _label, _text, defines in few:
+        assert all(int(v) in only[name] for name, v in defines if name in only)
+    # the point both new layouts meet at: two tiles in flight, neighbouring outputs along x
+    assert any(dict(d) == {"R3_CF_X": "4", "R3_CF_Y": "4", "R3_X_CONTIGUOUS": "1",
+                           "R3_TILE": "64", "R3_STAGES": "2"} for _l, _t, d in few)
+
+
 @pytest.mark.parametrize("argv", [["--blocks", "16xx8"], ["--carveout", "101"],
-                                  ["--carveout", "-1"]])
+                                  ["--carveout", "-1"], ["--values", "R3_TILE"]])
 def test_bad_arguments_are_one_line_and_exit_2(argv: list[str],
                                                capsys: pytest.CaptureFixture[str]) -> None:
     assert main(argv) == 2
