@@ -2,8 +2,8 @@
 # One GPU session on the device machine: environment probe, the GPU test suite, a summary,
 # then the benchmarks named in R3_BENCH (default: eval_cost spaces inner_live, or none where
 # pytest arguments are given; empty: none;
-# also: bundles campaigns evaluate_llm app_tune verification corpus rule_gains multi_gpu
-# demo_record demo_evaluate).
+# also: bundles campaigns evaluate_llm llm_dbs app_tune verification corpus rule_gains
+# multi_gpu demo_record demo_evaluate).
 #
 #   source .device/setup.sh && bash bench/gpu_session.sh
 #
@@ -186,6 +186,23 @@ case $bench in *" evaluate_llm "*)
   python3 -m r3tui report "$(python3 -c "
 import sqlite3; print(sqlite3.connect('$OUT/llm.sqlite').execute('select max(id) from campaigns').fetchone()[0])")" \
     --db "$OUT/llm.sqlite" | tee "$OUT/demo_report.log";; esac
+case $bench in *" llm_dbs "*)
+  # generate-only databases made on the CPU machine (R3_LLM_DBS: a carried folder of
+  # <model>-<example>.sqlite files, in subfolders or not), each evaluated against the demo's
+  # recording of its example; they come back as one tar, $OUT/llm_dbs.tgz (a call brings back
+  # a few files only: session 39 lost 14 of 22), with the yields printed
+  rm -rf /tmp/r3-llm-dbs && mkdir -p /tmp/r3-llm-dbs
+  cp -r "${R3_LLM_DBS:?R3_LLM_DBS: the folder of databases}/." /tmp/r3-llm-dbs/
+  find /tmp/r3-llm-dbs -name '*.sqlite' | sort | while read -r db; do
+    e=$(basename "$db" .sqlite); e=${e#*-}
+    if [ ! -d "examples/demo/bundles/$e.r3b" ]; then
+      echo "$db: no recording of $e in examples/demo/bundles"; continue; fi
+    timeout -k 5 "${R3_LLM_DB_TIMEOUT:-60}" python3 -m r3tui evaluate --db "$db" \
+      --bundle "examples/demo/bundles/$e.r3b" > "${db%.sqlite}.evaluate.log" 2>&1
+    echo "$db: rc=$? $(tail -1 "${db%.sqlite}.evaluate.log" | cut -c1-140)"
+  done | tee "$OUT/llm_dbs.log"
+  run_bench llm_yields python3 bench/llm_generate.py $(find /tmp/r3-llm-dbs -name '*.sqlite' | sort)
+  (cd /tmp && tar czf "$OUT/llm_dbs.tgz" r3-llm-dbs);; esac
 case $bench in *" demo_record "*)
   # issue #20, step 1 of bench/make_demo.py: the small recordings and the rules campaign; the
   # folder comes back as $OUT/demo.tgz (a bundle is many files)
