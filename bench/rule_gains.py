@@ -137,7 +137,9 @@ def set_carveout(bundle_path: Path, percent: int) -> None:
     the split the driver picks for it.  The original runs with the same split."""
     import json
 
-    manifest = bundle_path / "manifest.json"
+    from r3tui.record.bundle import MANIFEST_NAME
+
+    manifest = bundle_path / MANIFEST_NAME
     data = json.loads(manifest.read_text())
     data["launch"]["carveout"] = percent
     manifest.write_text(json.dumps(data, indent=2))

@@ -173,9 +173,9 @@ class _Reading:
         factors = {axis: macro for macro, axis in _FACTOR.findall(text)}
         self.top = [n for n in statements(self.body) if n.type != "comment"]
         self.positions: dict[str, _Position] = {}
-        # the x element array's value where the coarsening interleaves x by the block, and
-        # which element of R3_CF_X it is (``r3_e % R3_CF_X``)
-        self.interleaved_x: tuple[ts.Node, str] | None = None
+        # the x element array's value where the coarsening interleaves x by the block, its
+        # factor, and which element of it the value is (``r3_e % R3_CF_X``)
+        self.interleaved_x: tuple[ts.Node, str, str] | None = None
         self._arrays(factors)
         for ix in plain:
             if ix.axis in factors:
@@ -221,7 +221,7 @@ class _Reading:
                     self.positions[name] = _Position(axis, name, macro)
                     interleaved = re.fullmatch(forms[0], got)
                     if axis == "x" and interleaved is not None:
-                        self.interleaved_x = (value, f"r3_e % {macro}"
+                        self.interleaved_x = (value, macro, f"r3_e % {macro}"
                                               if interleaved.group(1) else "r3_e")
                     break
             else:
@@ -484,9 +484,6 @@ def _rewrite(r: _Reading, loops: tuple[_Loop, _Loop], tiles: list[_Tile]) -> tup
         # the checked copy runs in the blocks at the work's edge only: not unrolled
         tiled = tile_pass(region, start_at, staged, loop.counted, indent, whole_tiles=copy == 0)
         start, end, op = r.text(loop.start), r.text(loop.end), loop.op
-        # this tile's buffer, and the tiles' views of it (the names the loop's reads use)
-        views = [f"{inner}{t.element}* r3_t{k} = reinterpret_cast<{t.element}*>({SMEM} + "
-                 f"r3_buf * r3_bytes + r3_off{k});" for k, t in enumerate(tiles)]
         outer = "\n".join([
             f"#if {STAGES} > 1", f"{indent}{STAGE}({start}, 0u);", f"{indent}R3_COMMIT();",
             "#endif",
@@ -499,7 +496,8 @@ def _rewrite(r: _Reading, loops: tuple[_Loop, _Loop], tiles: list[_Tile]) -> tup
             f"{inner}    {STAGE}({K0} + {MACRO}, r3_buf ^ 1u);", f"{inner}}}",
             f"{inner}R3_COMMIT();", f"{inner}R3_WAIT_ONE();", "#else",
             f"{inner}{STAGE}({K0}, 0u);", "#endif",
-            f"{inner}{BARRIER}();", *views, tiled, f"{inner}{BARRIER}();", f"{indent}}}"])
+            f"{inner}{BARRIER}();", *_views(tiles, inner), tiled, f"{inner}{BARRIER}();",
+            f"{indent}}}"])
         edits.append((start_at, node.end_byte, f"#if {MACRO} > 0\n{outer}\n#else\n{region}\n"
                                                "#endif"))
     contiguous = _contiguous_x(r, tiles)
@@ -533,8 +531,7 @@ def _contiguous_x(r: _Reading, tiles: list[_Tile]) -> list[tuple[int, int, str]]
     if r.interleaved_x is None or not any(t.position is not None and t.position.axis == "x"
                                           for t in tiles):
         return []
-    value, element = r.interleaved_x
-    macro = next(p.factor for p in r.positions.values() if p.axis == "x" and p.factor)
+    value, macro, element = r.interleaved_x
     choice = (f"{CONTIGUOUS} ? (blockIdx.x * blockDim.x + threadIdx.x) * {macro} + {element}"
               f" : {r.text(value)}")
     # declared before the element count (the loops that read it follow)
@@ -545,6 +542,13 @@ def _contiguous_x(r: _Reading, tiles: list[_Tile]) -> list[tuple[int, int, str]]
     declared = (f"{indent}// r3: tune {CONTIGUOUS} 0 1\n#ifndef {CONTIGUOUS}\n"
                 f"#define {CONTIGUOUS} 0\n#endif\n")
     return [(at, at, declared), (value.start_byte, value.end_byte, choice)]
+
+
+def _views(tiles: list[_Tile], indent: str) -> list[str]:
+    """Each tile's pointer into buffer ``r3_buf`` (the names the loader writes and the loop's
+    reads read)."""
+    return [f"{indent}{t.element}* r3_t{k} = reinterpret_cast<{t.element}*>({SMEM} + "
+            f"r3_buf * r3_bytes + r3_off{k});" for k, t in enumerate(tiles)]
 
 
 def _declarations(r: _Reading, loop: _Loop, tiles: list[_Tile], indent: str) -> str:
@@ -568,8 +572,7 @@ def _declarations(r: _Reading, loop: _Loop, tiles: list[_Tile], indent: str) -> 
               f"{body}const unsigned r3_rank = threadIdx.x + blockDim.x * (threadIdx.y + "
               "blockDim.y * threadIdx.z);",
               f"{body}const unsigned r3_team = blockDim.x * blockDim.y * blockDim.z;"]
-    lines += [f"{body}{t.element}* r3_t{k} = reinterpret_cast<{t.element}*>({SMEM} + "
-              f"r3_buf * r3_bytes + r3_off{k});" for k, t in enumerate(tiles)]
+    lines += _views(tiles, body)
     for t, tile in enumerate(tiles):
         extent = f"(unsigned){tile.position.span}" if tile.position else "1u"
         values_at = ({tile.position.axis: f"{tile.position.base} + (int)r3_p"}
