@@ -33,6 +33,7 @@ from r3tui.engine.ledger import ProposalLedger
 from r3tui.engine.lineage import (
     EVALUATED_OK,
     ArchiveState,
+    Climb,
     ancestor_trials,
     best_configs,
     classify,
@@ -60,6 +61,7 @@ if TYPE_CHECKING:
     from r3tui.remix.mutation import Mutator, Proposal
     from r3tui.search import DeviceLimits
     from r3tui.search.elites import ArchiveSettings
+    from r3tui.search.space import SearchSpace
 
 
 # the share of a wall-time budget the original's own inner search may take
@@ -88,6 +90,11 @@ class CampaignSettings:
     # shifted onto the child's scale: the inner searches of a lineage continue one another
     transfer: int = option(4, "--transfer", "tell a child's model the trials of its last G "
                            "ancestors (0: off)", metavar="G")
+    # a child whose trials beat the campaign's best climbs from its best: each tunable one
+    # value up and down, for up to this many rounds while a round gains (lineage.Climb)
+    climb: int = option(3, "--climb", "a child that beats the campaign's best then tries its "
+                        "best with each tunable one value up or down, for up to R rounds "
+                        "while they gain (0: off)", metavar="R")
     give_up_after: int = 4  # trials without one success before a variant is abandoned
     islands: int = option(2, "--islands", "MAP-Elites islands")
     migration_interval: int = 10
@@ -115,8 +122,9 @@ class CampaignSettings:
     def __post_init__(self) -> None:
         from r3tui.errors import ConfigError
 
-        if self.warm_start < 0 or self.transfer < 0 or self.exercise < 0:
-            raise ConfigError("--warm-start, --exercise and --transfer must be at least 0")
+        if min(self.warm_start, self.transfer, self.exercise, self.climb) < 0:
+            raise ConfigError("--warm-start, --exercise, --transfer and --climb must be at "
+                              "least 0")
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -130,6 +138,7 @@ class CampaignSettings:
         values.setdefault("repair", False)
         values.setdefault("adaptive", False)
         values.setdefault("exercise", 0)  # nor first try a child's new tunables
+        values.setdefault("climb", 0)  # nor climb from a new best
         values.setdefault("hint_prior", 0)  # nor start hints with misses
         inner_known = set(InnerSettings.__dataclass_fields__)
         inner = InnerSettings(
@@ -327,12 +336,21 @@ class CampaignRun(ProposalSide):
             replace(inner, seed=derive_seed(self.settings.seed, "winner", variant.id)),
             give_up_after=None if is_seed else self.settings.give_up_after,
             should_stop=lambda: self.control.stop_requested,
+            climb=self._climb(space, is_seed),
         )
         self.timing.evaluate_s += time.monotonic() - started
         parent_s = self._fitness_s(variant.parent_id)
         best_s = self._fitness_s(variant.id)
         status, reason = classify(result.failures, best_s, parent_s)
         return self._finish(variant, status, reason, best_s)
+
+    def _climb(self, space: SearchSpace, is_seed: bool) -> Climb | None:
+        """A child's climb from its best where it beats the campaign's best (none for the
+        original, whose inner search is the Bayesian one the comparison arm runs alone)."""
+        if is_seed or self.settings.climb <= 0:
+            return None
+        best = self.state.archive.best()
+        return Climb(space, best.fitness_s if best else None, self.settings.climb)
 
     def _finish(
         self, variant: Variant, status: VariantStatus, reason: str | None, best_s: float | None

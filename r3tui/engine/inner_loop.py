@@ -298,6 +298,7 @@ def run_inner(
     *,
     give_up_after: int | None = None,
     should_stop: Callable[[], bool] | None = None,
+    climb: Callable[[InnerSearch], Sequence[TrialConfig]] | None = None,
 ) -> InnerResult:
     """Search one variant: ask a batch, evaluate it, store every trial, tell; then re-time.
 
@@ -307,6 +308,10 @@ def run_inner(
     batches in flight and a resume tells exactly what is stored.  ``give_up_after``
     abandons a variant whose first that many trials all failed (a child that does not compile
     or verify costs a few trials, not a whole budget); ``should_stop`` is polled between batches.
+    ``climb``, asked when the budget is spent and nothing is in flight, gives configurations
+    to try next (a climb from the best so far, :func:`~r3tui.engine.lineage.neighbours`): the
+    trial budget grows by those not yet tried, and it is asked again after them, until it
+    gives none new, the time budget is spent or a stop is requested.
     """
     from db import repository as repo
     from r3tui.search import choose_winner, config_key
@@ -316,6 +321,7 @@ def run_inner(
     trial_ids: dict[str, int] = {}
     flight: deque[tuple[list[TrialConfig], Callable[[], list[Measurement | None]]]] = deque()
     not_replayed = 0  # configurations a hang left unreplayed (not trials: never measured)
+    climbed = 0  # trials ``climb`` added to the budget
     # an evaluator that measures as it is asked gains nothing from a second batch in flight
     depth = max(1, settings.in_flight) if hasattr(evaluator, "start") else 1
     stopped = False
@@ -350,7 +356,18 @@ def run_inner(
                 # other configurations are not replayed (each would cost the whole timeout)
                 flight.append((configs, _start(evaluator, configs, hang_ends_batch=unproven)))
         if not flight:
-            break
+            more = 0
+            if climb is not None and not stopped and not search.exhausted and not (
+                    budget.max_seconds is not None
+                    and search.elapsed(budget) >= budget.max_seconds):
+                with _timed(seconds, "ask"):
+                    more = search.extend(climb(search))
+            if not more:
+                break
+            if budget.max_trials is not None:
+                budget = replace(budget, max_trials=search.n_evaluated + more)
+            climbed += more
+            continue
         configs, results = flight.popleft()
         with _timed(seconds, "wait"):
             answered = results()
@@ -431,6 +448,8 @@ def run_inner(
                 "prior_points": sum(len(g) for g in search.prior),
                 # configurations not replayed because another one hung before any worked
                 "not_replayed": not_replayed,
+                # trials a climb from the best added to the budget (0: none)
+                "climbed": climbed,
                 # where the loop's wall time went (s): the search's asks and tells, waiting
                 # for the runner, storing trials, re-timing the finalists
                 "seconds": {k: round(v, 4) for k, v in seconds.items()},

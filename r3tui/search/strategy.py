@@ -125,6 +125,17 @@ class InnerSearch(ABC):
                 added += 1
         return added
 
+    def extend(self, configs: Iterable[TrialConfig]) -> int:
+        """Ask ``configs`` next (as :meth:`warm_start` does), those neither tried nor pending;
+        returns how many that is: the trials a budget must grow by to ask them all."""
+        fresh = []
+        for config in configs:
+            completed = self.space.completed(config)
+            if completed is not None and not self._known(config_key(completed)):
+                fresh.append(completed)
+        self._warm = [c for c in self._warm if c not in fresh]
+        return self.warm_start(fresh)
+
     def set_prior(self, groups: Iterable[Iterable[TrialRecord]]) -> int:
         """Trials of related searches (a child's parent, then grandparent, ...), nearest first.
 

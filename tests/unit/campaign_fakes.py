@@ -48,7 +48,7 @@ class CompiledCostEvaluator:
             if not compiled.ok:
                 out.append(compile_failure(compiled))
                 continue
-            t = modelled_time(self.source.text, config, compiled.resources.registers)
+            t = self.time_of(config, compiled.resources.registers)
             out.append(
                 Measurement(
                     MeasurementStatus.OK,
@@ -61,6 +61,9 @@ class CompiledCostEvaluator:
                 )
             )
         return out
+
+    def time_of(self, config: TrialConfig, registers: int | None) -> float:
+        return modelled_time(self.source.text, config, registers)
 
     def code_hash(self, config: TrialConfig) -> str | None:
         """Real: the compiler's code hash, as ReplayEvaluator.code_hash gives it."""
@@ -90,4 +93,19 @@ class CompiledCostEvaluator:
         return per_job[0], per_job[1:]
 
     def with_source(self, source: KernelSource) -> CompiledCostEvaluator:
-        return CompiledCostEvaluator(source)
+        return type(self)(source)
+
+
+class FactorCostEvaluator(CompiledCostEvaluator):
+    """FAKE replay as :class:`CompiledCostEvaluator`, with times that follow a rule's factors
+    instead of the source's text: each numeric ``R3_`` tunable at 4 takes a tenth off, one
+    step either side of 4 a twentieth, so a child's factors gain where a climb moves them to
+    4 (the block still counts; registers and the text do not)."""
+
+    def time_of(self, config: TrialConfig, registers: int | None) -> float:
+        block = config.block.volume if config.block else 256
+        t = 100e-6 * (1 + abs(block - 256) / 512)
+        for name, value in config.tunables.items():
+            if name.startswith("R3_") and isinstance(value, int) and value >= 1:
+                t *= 0.9 + 0.05 * min(2, abs(value.bit_length() - 3))
+        return t

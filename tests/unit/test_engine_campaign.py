@@ -33,7 +33,7 @@ from r3tui.engine.report import build_report, export_variant, render
 from r3tui.engine.tune import make_mutator_from
 from r3tui.record.manifest import LaunchInfo
 from r3tui.search import DeviceLimits
-from tests.unit.campaign_fakes import CompiledCostEvaluator
+from tests.unit.campaign_fakes import CompiledCostEvaluator, FactorCostEvaluator
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -941,3 +941,53 @@ def test_a_pending_variant_with_a_bad_first_line_fails_its_space_not_the_campaig
     report = evaluate_stored(tmp_path, text)
     assert report.status is VariantStatus.APPLY_FAILED
     assert "first R3_X" in (report.reason or "") and "search space" in (report.reason or "")
+
+
+def test_a_child_climbs_from_the_campaigns_best_and_the_original_does_not(
+    finished: tuple[Path, int, CampaignRun],
+) -> None:
+    """A child's inner search climbs (lineage.Climb) from the archive's best time when it
+    starts; the original's is the Bayesian search alone; a campaign stored before the
+    setting existed re-runs without it."""
+    from r3tui.engine import build_space
+    from r3tui.errors import ConfigError
+
+    db, cid, run = finished
+    space = build_space(LAUNCH, SOURCE, SETTINGS.inner, DeviceLimits())
+    best = run.state.archive.best()
+    assert best is not None
+    climb = run._climb(space, is_seed=False)
+    assert climb is not None and climb.to_beat == best.fitness_s and climb.rounds == 3
+    assert run._climb(space, is_seed=True) is None
+    stored = {k: v for k, v in SETTINGS.to_json().items() if k != "climb"}
+    assert CampaignSettings.from_json(stored).climb == 0
+    with pytest.raises(ConfigError, match="--climb"):
+        CampaignSettings(climb=-1)
+    with open_database(db) as database:
+        off = make_run(database, cid, replace(SETTINGS, climb=0))
+        assert off._climb(space, is_seed=False) is None
+
+
+def test_a_child_that_beats_the_best_climbs_while_its_factors_gain(tmp_path: Path) -> None:
+    """Times that follow the rules' factors (FactorCostEvaluator, a named fake: 4 is best): a
+    child whose first trials beat the campaign's best tries its best with each factor one
+    value up and down, trial budget grown by as many, until a round gains nothing."""
+    settings = replace(SETTINGS, variants=6, seed=2)
+    database = open_database(tmp_path / "climb.sqlite")
+    cid = new_campaign(database, settings)
+    run = CampaignRun(database, cid, settings, SOURCE, LAUNCH, DeviceLimits(),
+                      make_mutator_from(settings, None), FactorCostEvaluator)
+    run.run()
+    with database.session_scope() as s:
+        done = {e.data["variant_id"]: e.data for e in repo.events(s, cid)
+                if e.kind == "inner_done" and e.data}
+        tree = {v.id: v for v in repo.campaign_tree(s, cid)}
+        trials = {vid: repo.finished_trials(s, cid, variant_id=vid) for vid in done}
+    climbed = {vid: data for vid, data in done.items() if data["climbed"]}
+    assert climbed, "no child climbed"
+    for vid, data in climbed.items():
+        assert len(trials[vid]) == settings.inner_trials + data["climbed"]
+        assert tree[vid].parent_id is not None  # a child, never the original
+        # it ends where each of its factors is best (4), from the 2 its first steps tried
+        factors = data["winner"]["tunables"]
+        assert factors and set(factors.values()) == {4}, factors

@@ -420,3 +420,119 @@ def test_configurations_a_hang_left_unreplayed_hold_no_trial_of_the_budget(
     statuses = [t.measurement.status for t in stored]
     assert statuses.count(MeasurementStatus.TIMEOUT) == 1
     assert statuses.count(MeasurementStatus.OK) == 7
+
+
+# -- a climb from the best: one-step moves of each tunable while they gain -------------------
+FACTOR_SOURCE = """// r3: tune R3_F 1 2 4 8 16
+#define R3_F 1
+extern "C" __global__ void k(float* x) { x[threadIdx.x * R3_F] = 0.0f; }
+"""
+
+
+class FactorTimed(FakeReplayEvaluator):
+    """A landscape over R3_F alone: 8 is fastest, each step away costs 10 µs."""
+
+    @staticmethod
+    def time_of(config: TrialConfig) -> float:
+        factor = int(config.tunables.get("R3_F", 1))
+        return 100e-6 + 10e-6 * abs(factor.bit_length() - 4)
+
+    def evaluate(self, configs: Sequence[TrialConfig]) -> list[Measurement]:
+        self.evaluated += [config_key(c) for c in configs]
+        return [Measurement(MeasurementStatus.OK, time=TimeStats(t, t, 0.0, 10))
+                for t in map(self.time_of, configs)]
+
+    def retime(self, configs: Sequence[TrialConfig], rounds: int) -> list[list[float]]:
+        return [[self.time_of(c) for c in configs] for _ in range(rounds)]
+
+
+def _climbed(db: Path, to_beat: float | None, rounds: int,
+             seconds: float | None = None) -> tuple[list[int], dict[str, Any]]:
+    """One trial at R3_F 1, then the climb: the factors tried, in order, and the event.
+    ``seconds``: a time budget on a clock that reads 0 until the first trial is asked and
+    10 s after."""
+    import itertools
+
+    from r3tui.engine import KernelSource, build_space
+    from r3tui.engine.lineage import Climb
+    from r3tui.record.manifest import LaunchInfo
+    from r3tui.search import DeviceLimits
+    from r3tui.search.strategy import RandomSearch
+
+    database, cid, vid = setup_campaign(db)
+    launch = LaunchInfo(grid=Dim3(64), block=Dim3(128), work=Dim3(8192), block_tunable=False)
+    settings = InnerSettings(batch=4, rounds=2, seed=1)
+    space = build_space(launch, KernelSource(FACTOR_SOURCE, "k"), settings, DeviceLimits())
+    search = RandomSearch(space, 0)
+    assert search.warm_start([space.baseline_config()]) == 1
+    evaluator = FactorTimed()
+    result = run_inner(database, cid, vid, search, evaluator,
+                       Budget(max_trials=1, max_seconds=seconds,
+                              clock=itertools.chain([0.0, 0.0], itertools.repeat(10.0)).__next__),
+                       settings,
+                       climb=Climb(space, to_beat, rounds))
+    with database.session_scope() as s:
+        stored = repo.finished_trials(s, cid, variant_id=vid)
+        event = repo.events(s, cid)[-1]
+    assert result.trials == len(stored)
+    return [int(t.config.tunables.get("R3_F", 1)) for t in stored], event.data or {}
+
+
+def test_a_climb_moves_a_tunable_while_it_gains_and_grows_the_budget(tmp_path: Path) -> None:
+    """From R3_F 1, each round tries the best's neighbours not yet tried: 2, 4, 8, then 16,
+    which loses, so the climb ends at 8 (the landscape's best) without trying anything twice."""
+    factors, data = _climbed(tmp_path / "a.sqlite", None, rounds=10)
+    assert factors == [1, 2, 4, 8, 16]
+    assert data["climbed"] == 4 and data["winner"]["tunables"] == {"R3_F": 8}
+
+
+def test_a_climb_stops_at_its_rounds_and_needs_a_best_to_beat(tmp_path: Path) -> None:
+    factors, data = _climbed(tmp_path / "r.sqlite", None, rounds=2)
+    assert factors == [1, 2, 4] and data["climbed"] == 2
+    # the campaign's best is faster than anything this variant found: no climb
+    factors, data = _climbed(tmp_path / "b.sqlite", 50e-6, rounds=10)
+    assert factors == [1] and data["climbed"] == 0
+    # the variant's time budget is spent: no climb either
+    factors, data = _climbed(tmp_path / "t.sqlite", None, rounds=10, seconds=5.0)
+    assert factors == [1] and data["climbed"] == 0
+
+
+def test_neighbours_move_each_tunable_one_value_up_then_down() -> None:
+    """sgemm coarsened along x and y, then tiled: from two by two outputs a thread with a
+    contiguous tile of 64, double-buffered (where session 40's tiled children stopped), the
+    moves up come first, and each launches with the shared memory its tile needs."""
+    import random
+
+    from r3tui.engine import KernelSource, build_space
+    from r3tui.engine.lineage import neighbours
+    from r3tui.record.manifest import LaunchInfo
+    from r3tui.remix.rules import apply_rule
+    from r3tui.search import DeviceLimits
+
+    text = (Path(__file__).resolve().parents[2] / "examples/sgemm/kernel.cu").read_text()
+    coarse = apply_rule("coarsen", text, "sgemm", random.Random(0))
+    assert coarse.ok and coarse.source is not None
+    tiled = apply_rule("tile_shared", coarse.source, "sgemm", random.Random(0))
+    assert tiled.ok and tiled.source is not None
+    launch = LaunchInfo(grid=Dim3(64, 64), block=Dim3(16, 16), work=Dim3(1024, 1024),
+                        block_tunable=True)
+    space = build_space(launch, KernelSource(tiled.source, "sgemm"), InnerSettings(),
+                        DeviceLimits())
+    best = {"R3_CF_X": 2, "R3_CF_Y": 2, "R3_X_CONTIGUOUS": 1, "R3_TILE": 64, "R3_STAGES": 2}
+    moved = neighbours(space, TrialConfig(tunables=best, block=Dim3(16, 8)))
+    defaults = {t.name: t.default for t in space.tunables}
+    changes = [{k: c.tunables.get(k, defaults[k]) for k in best
+                if c.tunables.get(k, defaults[k]) != best[k]} for c in moved]
+    assert changes == [{"R3_CF_X": 4}, {"R3_CF_Y": 4}, {"R3_TILE": 128},  # up
+                       {"R3_CF_X": 1}, {"R3_CF_Y": 1}, {"R3_X_CONTIGUOUS": 0},
+                       {"R3_TILE": 32}, {"R3_STAGES": 1}]
+    assert all(c.block == Dim3(16, 8) and space.from_config(c) is not None for c in moved)
+    # each launches with its tiles' bytes: per stage, a tile of blockDim.y * R3_CF_Y rows of
+    # A and one of blockDim.x * R3_CF_X columns of B, R3_TILE floats deep
+    def tiles(c: TrialConfig) -> int:
+        v = {**defaults, **c.tunables}
+        return int(v["R3_STAGES"]) * (8 * int(v["R3_CF_Y"]) + 16 * int(v["R3_CF_X"])) \
+            * int(v["R3_TILE"]) * 4
+
+    assert [c.shared_mem_bytes for c in moved] == [tiles(c) for c in moved]
+    assert [c.shared_mem_bytes for c in moved][:3] == [40960, 32768, 49152]
