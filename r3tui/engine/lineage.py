@@ -124,7 +124,8 @@ def exercising(space: SearchSpace, parents: list[TrialConfig], k: int,
     alone).  At its default a rule's factor reproduces the parent's code,
     so these are where the change can show within a child's few trials.  ``first`` (the
     child's ``// r3: first`` lines, :func:`~r3tui.search.source.parse_first`) puts a
-    tunable's named values before the others: shared-memory tiles of 4 or 8 iterations paid
+    tunable's named values before the others, or keeps it at its default where that alone is
+    named: shared-memory tiles of 4 or 8 iterations paid
     least (sgemm on an H100, session 38: the 15 tile children of five campaigns spent two to
     four of their five trials on tiles of 4 and 8, 0.8-3.4 ms against their parents'
     533-727 µs, where two by four outputs a thread with a tile of 64 gave 1.32x at the
@@ -155,8 +156,11 @@ def exercising(space: SearchSpace, parents: list[TrialConfig], k: int,
     added = [t for t in space.tunables
              if t.name not in base.tunables and t.name not in inherited]
     choices = {t.name: _others(t) for t in added}
+    defaults = {t.name: t.default for t in added}
     for name, values in (first or {}).items():
-        if name in choices:
+        if name in choices and tuple(values) == (defaults[name],):
+            del choices[name]  # the rule's word: left at its default, as the parent has it
+        elif name in choices:
             named = [v for v in values if v in choices[name]]
             choices[name] = named + [v for v in choices[name] if v not in named]
     # a value that no configuration of the parent's can take alone is not tried: a relation

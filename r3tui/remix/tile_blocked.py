@@ -539,8 +539,12 @@ def _contiguous_x(r: _Reading, tiles: list[_Tile]) -> list[tuple[int, int, str]]
                  and re.search(r"\br3_cf\s*=", r.text(n)))
     at = r.parsed.line_start(count.start_byte)
     indent = r.parsed.indent_at(count.start_byte)
-    declared = (f"{indent}// r3: tune {CONTIGUOUS} 0 1\n#ifndef {CONTIGUOUS}\n"
-                f"#define {CONTIGUOUS} 0\n#endif\n")
+    # a child's first steps keep the interleaved layout (`// r3: first ... 0`): contiguous x
+    # lost at every point measured (sgemm at 1290^3 on an H100, session 40, rule_gains: two
+    # by four outputs, tile 64, two stages, 1.620x [1.588, 1.675] against 1.751x [1.743,
+    # 1.796] interleaved; four by four 1.030x against 1.345x); a climb still tries it
+    declared = (f"{indent}// r3: tune {CONTIGUOUS} 0 1\n{indent}// r3: first {CONTIGUOUS} 0\n"
+                f"#ifndef {CONTIGUOUS}\n#define {CONTIGUOUS} 0\n#endif\n")
     return [(at, at, declared), (value.start_byte, value.end_byte, choice)]
 
 

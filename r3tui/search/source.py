@@ -180,9 +180,11 @@ def parse_first(source: str) -> dict[str, tuple[TunableValue, ...]]:
     child variant's first configurations try, in that order, instead of its smallest ones other
     than the default (:func:`r3tui.engine.lineage.exercising`).  A rule writes it where it knows
     from measurement where its change pays: shared-memory tiles of 4 or 8 iterations paid
-    least on every kernel measured.  :class:`DeclarationError` where the name is not a
-    declared tunable, a value is not one of its values or is its default (which reproduces the
-    parent), or a name is given twice."""
+    least on every kernel measured.  The default alone (``// r3: first R3_X_CONTIGUOUS 0``)
+    keeps the tunable at its default in those configurations, where the rule knows its other
+    values to pay least first.  :class:`DeclarationError` where the name is not a declared
+    tunable, a value is not one of its values or is its default among others, or a name is
+    given twice."""
     tunables = {t.name: t for t in parse_tunables(source)}
     found: dict[str, tuple[TunableValue, ...]] = {}
     for line, verb, rest in _directives(source):
@@ -198,7 +200,8 @@ def parse_first(source: str) -> dict[str, tuple[TunableValue, ...]]:
                                    hint="declare it with '// r3: tune NAME v1 v2 ...'")
         if name in found:
             raise DeclarationError(f"line {line}: '// r3: first {name}' is given twice")
-        bad = [v for v in values if v not in tunable.values or v == tunable.default]
+        bad = [v for v in values if v not in tunable.values
+               or (v == tunable.default and values != (tunable.default,))]
         if bad or len(set(values)) != len(values):
             raise DeclarationError(
                 f"line {line}: '// r3: first {name}' lists {bad[0] if bad else 'a value twice'}"

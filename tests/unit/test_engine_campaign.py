@@ -302,6 +302,40 @@ def test_a_childs_new_tile_is_tried_with_the_shared_memory_it_needs() -> None:
     assert search.ask()[0].shared_mem_bytes == (2 + 128) * 64 * 4
 
 
+def test_a_tile_of_a_coarsened_child_first_keeps_the_interleaved_layout() -> None:
+    """sgemm coarsened along x and y, then tiled: the tile rule's `// r3: first
+    R3_X_CONTIGUOUS 0` keeps the layout as the parent has it in the child's first steps
+    (contiguous x lost at every point of session 40's rule_gains), which set the tile (64,
+    then 32) and the two stages; the same child without the line tries contiguous x."""
+    import random
+
+    from r3tui.domain import TrialConfig
+    from r3tui.engine import build_space
+    from r3tui.engine.lineage import exercising
+    from r3tui.remix.rules import apply_rule
+    from r3tui.search import parse_first
+
+    text = (REPO / "examples/sgemm/kernel.cu").read_text()
+    coarse = apply_rule("coarsen", text, "sgemm", random.Random(0))
+    assert coarse.ok and coarse.source is not None
+    tiled = apply_rule("tile_shared", coarse.source, "sgemm", random.Random(0))
+    assert tiled.ok and tiled.source is not None
+    launch = LaunchInfo(grid=Dim3(64, 64), block=Dim3(16, 16), work=Dim3(1024, 1024),
+                        block_tunable=True)
+    space = build_space(launch, KernelSource(tiled.source, "sgemm"), InnerSettings(),
+                        DeviceLimits())
+    parent = TrialConfig(tunables={"R3_CF_X": 2, "R3_CF_Y": 2})
+    inherited = {"R3_CF_X", "R3_CF_Y"}
+    first = parse_first(tiled.source)
+    assert first["R3_X_CONTIGUOUS"] == (0,)
+    steps = exercising(space, [parent], 2, inherited, first)
+    assert [{k: v for k, v in c.tunables.items() if k not in inherited} for c in steps] == [
+        {"R3_TILE": 64, "R3_STAGES": 2}, {"R3_TILE": 32, "R3_STAGES": 2}]
+    without = exercising(space, [parent], 2, inherited,
+                         {k: v for k, v in first.items() if k != "R3_X_CONTIGUOUS"})
+    assert all(c.tunables.get("R3_X_CONTIGUOUS") == 1 for c in without)
+
+
 @pytest.mark.parametrize(("bodies", "sm_count", "fill"), [
     (7327, 132, 32),  # the campaigns' nbody (scale 0.05) on an H100: no split fills 270,336 threads
     (32768, 132, 16),  # rule_gains' nbody: 16 threads a body is the first past it

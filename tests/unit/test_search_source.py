@@ -88,9 +88,11 @@ def test_first_values_order_what_a_child_tries_and_are_checked_against_the_tunab
     assert parse_tunables(first) == parse_tunables(TILED)  # the verb is known, declares nothing
     assert parse_first(first) == {"TILE": (32, 8), "MODE": ("exact",)}
     assert parse_first(TILED) == {}
+    # the default alone: kept at the default in a child's first configurations
+    assert parse_first(TILED + "// r3: first TILE 16\n") == {"TILE": (16,)}
     for bad, why in (("// r3: first SIZE 8", "names no tunable"),
                      ("// r3: first TILE 64", "lists 64, not one of its values"),
-                     ("// r3: first TILE 16", "lists 16, not one of its values other than"),
+                     ("// r3: first TILE 16 8", "lists 16, not one of its values other than"),
                      ("// r3: first TILE 8 8", "lists a value twice"),
                      ("// r3: first TILE", "needs a name and values"),
                      ("// r3: first TILE 8\n// r3: first TILE 32", "given twice")):
