@@ -309,6 +309,7 @@ class CampaignRun(ProposalSide):
             derive_seed(self.settings.seed, "inner", variant.id),
             None if inner.strategy != "bayes" else bayes_settings(inner),
         )
+        added: frozenset[str] = frozenset()  # the tunables the child's change declared
         with self.database.session_scope() as s:
             stored = [(t.config, t.measurement) for t in repo.trials_of_variant(s, variant.id)]
             if variant.parent_id is not None:
@@ -316,6 +317,7 @@ class CampaignRun(ProposalSide):
                 parent = repo.get_variant(s, variant.parent_id)
                 inherited = ({t.name for t in parse_tunables(parent.source)}
                              if parent is not None else set())
+                added = frozenset(t.name for t in space.tunables if t.name not in inherited)
                 first = {**(filling(space, variant.source, parents[0]) if parents else {}),
                          **named_first}  # what the rule says wins
                 search.warm_start(exercising(space, parents[:1], self.settings.exercise,
@@ -336,7 +338,7 @@ class CampaignRun(ProposalSide):
             replace(inner, seed=derive_seed(self.settings.seed, "winner", variant.id)),
             give_up_after=None if is_seed else self.settings.give_up_after,
             should_stop=lambda: self.control.stop_requested,
-            climb=self._climb(space, is_seed),
+            climb=self._climb(space, is_seed, added),
         )
         self.timing.evaluate_s += time.monotonic() - started
         parent_s = self._fitness_s(variant.parent_id)
@@ -344,13 +346,15 @@ class CampaignRun(ProposalSide):
         status, reason = classify(result.failures, best_s, parent_s)
         return self._finish(variant, status, reason, best_s)
 
-    def _climb(self, space: SearchSpace, is_seed: bool) -> Climb | None:
-        """A child's climb from its best where it beats the campaign's best (none for the
-        original, whose inner search is the Bayesian one the comparison arm runs alone)."""
+    def _climb(self, space: SearchSpace, is_seed: bool,
+               added: frozenset[str] = frozenset()) -> Climb | None:
+        """A child's climb from where it stands against the campaign's best (``added``: the
+        tunables its change declared; none for the original, whose inner search is the
+        Bayesian one the comparison arm runs alone)."""
         if is_seed or self.settings.climb <= 0:
             return None
         best = self.state.archive.best()
-        return Climb(space, best.fitness_s if best else None, self.settings.climb)
+        return Climb(space, best.fitness_s if best else None, self.settings.climb, added)
 
     def _finish(
         self, variant: Variant, status: VariantStatus, reason: str | None, best_s: float | None

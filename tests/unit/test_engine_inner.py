@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, cast
 
@@ -446,11 +447,12 @@ class FactorTimed(FakeReplayEvaluator):
         return [[self.time_of(c) for c in configs] for _ in range(rounds)]
 
 
-def _climbed(db: Path, to_beat: float | None, rounds: int,
-             seconds: float | None = None) -> tuple[list[int], dict[str, Any]]:
-    """One trial at R3_F 1, then the climb: the factors tried, in order, and the event.
-    ``seconds``: a time budget on a clock that reads 0 until the first trial is asked and
-    10 s after."""
+def _climbed(db: Path, to_beat: float | None, rounds: int, seconds: float | None = None,
+             start: int = 1, added: frozenset[str] = frozenset()
+             ) -> tuple[list[int], dict[str, Any]]:
+    """One trial at R3_F ``start``, then the climb (``added``: the tunables the variant's
+    change declared): the factors tried, in order, and the event.  ``seconds``: a time budget
+    on a clock that reads 0 until the first trial is asked and 10 s after."""
     import itertools
 
     from r3tui.engine import KernelSource, build_space
@@ -464,13 +466,14 @@ def _climbed(db: Path, to_beat: float | None, rounds: int,
     settings = InnerSettings(batch=4, rounds=2, seed=1)
     space = build_space(launch, KernelSource(FACTOR_SOURCE, "k"), settings, DeviceLimits())
     search = RandomSearch(space, 0)
-    assert search.warm_start([space.baseline_config()]) == 1
+    first = replace(space.baseline_config(), tunables={"R3_F": start})
+    assert search.warm_start([first]) == 1
     evaluator = FactorTimed()
     result = run_inner(database, cid, vid, search, evaluator,
                        Budget(max_trials=1, max_seconds=seconds,
                               clock=itertools.chain([0.0, 0.0], itertools.repeat(10.0)).__next__),
                        settings,
-                       climb=Climb(space, to_beat, rounds))
+                       climb=Climb(space, to_beat, rounds, added))
     with database.session_scope() as s:
         stored = repo.finished_trials(s, cid, variant_id=vid)
         event = repo.events(s, cid)[-1]
@@ -495,6 +498,22 @@ def test_a_climb_stops_at_its_rounds_and_needs_a_best_to_beat(tmp_path: Path) ->
     # the variant's time budget is spent: no climb either
     factors, data = _climbed(tmp_path / "t.sqlite", None, rounds=10, seconds=5.0)
     assert factors == [1] and data["climbed"] == 0
+
+
+def test_a_change_at_work_a_little_behind_the_best_climbs_from_there(tmp_path: Path) -> None:
+    """A variant whose change declared R3_F, measured only at R3_F 2 (120 µs), 7 % behind the
+    campaign's best (112 µs): within CLIMB_SLACK it climbs from there, past the best, to 8;
+    the same trial where R3_F is not the change's (inherited), or 14 % behind, does not."""
+    from r3tui.engine.lineage import CLIMB_SLACK
+
+    assert 1.07 < CLIMB_SLACK < 1.14
+    mine = frozenset({"R3_F"})
+    factors, data = _climbed(tmp_path / "w.sqlite", 112e-6, rounds=10, start=2, added=mine)
+    assert factors == [2, 4, 1, 8, 16] and data["winner"]["tunables"] == {"R3_F": 8}
+    factors, data = _climbed(tmp_path / "i.sqlite", 112e-6, rounds=10, start=2)
+    assert factors == [2] and data["climbed"] == 0
+    factors, data = _climbed(tmp_path / "f.sqlite", 105e-6, rounds=10, start=2, added=mine)
+    assert factors == [2] and data["climbed"] == 0
 
 
 def test_neighbours_move_each_tunable_one_value_up_then_down() -> None:
