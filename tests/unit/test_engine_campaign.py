@@ -302,18 +302,13 @@ def test_a_childs_new_tile_is_tried_with_the_shared_memory_it_needs() -> None:
     assert search.ask()[0].shared_mem_bytes == (2 + 128) * 64 * 4
 
 
-def test_a_tile_of_a_coarsened_child_first_keeps_the_interleaved_layout() -> None:
-    """sgemm coarsened along x and y, then tiled: the tile rule's `// r3: first
-    R3_X_CONTIGUOUS 0` keeps the layout as the parent has it in the child's first steps
-    (contiguous x lost at every point of session 40's rule_gains), which set the tile (64,
-    then 32) and the two stages; the same child without the line tries contiguous x."""
+def _coarse_tiled_sgemm() -> tuple[SearchSpace, str]:
+    """sgemm (recorded at 16x16 over 1024x1024) coarsened along x and y, then tiled: its space
+    and its source."""
     import random
 
-    from r3tui.domain import TrialConfig
     from r3tui.engine import build_space
-    from r3tui.engine.lineage import exercising
     from r3tui.remix.rules import apply_rule
-    from r3tui.search import parse_first
 
     text = (REPO / "examples/sgemm/kernel.cu").read_text()
     coarse = apply_rule("coarsen", text, "sgemm", random.Random(0))
@@ -322,11 +317,23 @@ def test_a_tile_of_a_coarsened_child_first_keeps_the_interleaved_layout() -> Non
     assert tiled.ok and tiled.source is not None
     launch = LaunchInfo(grid=Dim3(64, 64), block=Dim3(16, 16), work=Dim3(1024, 1024),
                         block_tunable=True)
-    space = build_space(launch, KernelSource(tiled.source, "sgemm"), InnerSettings(),
-                        DeviceLimits())
+    return build_space(launch, KernelSource(tiled.source, "sgemm"), InnerSettings(),
+                       DeviceLimits()), tiled.source
+
+
+def test_a_tile_of_a_coarsened_child_first_keeps_the_interleaved_layout() -> None:
+    """sgemm coarsened along x and y, then tiled: the tile rule's `// r3: first
+    R3_X_CONTIGUOUS 0` keeps the layout as the parent has it in the child's first steps
+    (contiguous x lost at every point of session 40's rule_gains), which set the tile (64,
+    then 32) and the two stages; the same child without the line tries contiguous x."""
+    from r3tui.domain import TrialConfig
+    from r3tui.engine.lineage import exercising
+    from r3tui.search import parse_first
+
+    space, source = _coarse_tiled_sgemm()
     parent = TrialConfig(tunables={"R3_CF_X": 2, "R3_CF_Y": 2})
     inherited = {"R3_CF_X", "R3_CF_Y"}
-    first = parse_first(tiled.source)
+    first = parse_first(source)
     assert first["R3_X_CONTIGUOUS"] == (0,)
     steps = exercising(space, [parent], 2, inherited, first)
     assert [{k: v for k, v in c.tunables.items() if k not in inherited} for c in steps] == [
@@ -1025,3 +1032,31 @@ def test_a_child_that_beats_the_best_climbs_while_its_factors_gain(tmp_path: Pat
         # it ends where each of its factors is best (4), from the 2 its first steps tried
         factors = data["winner"]["tunables"]
         assert factors and set(factors.values()) == {4}, factors
+
+
+def test_neighbours_move_each_tunable_one_value_up_then_down() -> None:
+    """sgemm coarsened along x and y, then tiled: from two by two outputs a thread with a
+    contiguous tile of 64, double-buffered (where session 40's tiled children stopped), the
+    moves up come first, and each launches with the shared memory its tile needs."""
+    from r3tui.domain import TrialConfig
+    from r3tui.engine.lineage import neighbours
+
+    space, _ = _coarse_tiled_sgemm()
+    best = {"R3_CF_X": 2, "R3_CF_Y": 2, "R3_X_CONTIGUOUS": 1, "R3_TILE": 64, "R3_STAGES": 2}
+    moved = neighbours(space, TrialConfig(tunables=best, block=Dim3(16, 8)))
+    defaults = {t.name: t.default for t in space.tunables}
+    changes = [{k: c.tunables.get(k, defaults[k]) for k in best
+                if c.tunables.get(k, defaults[k]) != best[k]} for c in moved]
+    assert changes == [{"R3_CF_X": 4}, {"R3_CF_Y": 4}, {"R3_TILE": 128},  # up
+                       {"R3_CF_X": 1}, {"R3_CF_Y": 1}, {"R3_X_CONTIGUOUS": 0},
+                       {"R3_TILE": 32}, {"R3_STAGES": 1}]
+    assert all(c.block == Dim3(16, 8) and space.from_config(c) is not None for c in moved)
+    # each launches with its tiles' bytes: per stage, a tile of blockDim.y * R3_CF_Y rows of
+    # A and one of blockDim.x * R3_CF_X columns of B, R3_TILE floats deep
+    def tiles(c: TrialConfig) -> int:
+        v = {**defaults, **c.tunables}
+        return int(v["R3_STAGES"]) * (8 * int(v["R3_CF_Y"]) + 16 * int(v["R3_CF_X"])) \
+            * int(v["R3_TILE"]) * 4
+
+    assert [c.shared_mem_bytes for c in moved] == [tiles(c) for c in moved]
+    assert [c.shared_mem_bytes for c in moved][:3] == [40960, 32768, 49152]
