@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from r3tui.domain import (
+    Dim3,
     EliteCell,
     MeasurementStatus,
     TrialConfig,
@@ -28,7 +29,6 @@ if TYPE_CHECKING:
     from sqlalchemy.orm import Session
 
     from db.repository import TrialRecord
-    from r3tui.domain import Dim3
     from r3tui.search.elites import ArchiveSettings, Elite, EliteArchive
     from r3tui.search.source import Tunable, TunableValue
     from r3tui.search.space import SearchSpace
@@ -256,7 +256,32 @@ class Climb:
             return []
         self.to_beat = start.time_s
         self.made += 1
-        return neighbours(self.space, start.config)
+        moves = neighbours(self.space, start.config)
+        if all(search.known(m) for m in moves):  # every factor's move tried: the block's
+            moves = block_moves(self.space, start.config)
+        return moves
+
+
+def block_moves(space: SearchSpace, config: TrialConfig) -> list[TrialConfig]:
+    """``config`` with one axis of its block doubled or halved (x, y, z in turn), the points
+    of the space only, as it completes them (the grid follows the work).  A climb's moves where
+    its factors' are all tried: sgemm's children coarsened along one axis (H100, session 40,
+    seeds 0 and 2) had tried the factor's values either side among their first steps, at the
+    parent's block and the recorded one only, and never climbed."""
+    if not space.launch.tunes_block:
+        return []
+    block = config.block or space.launch.block
+    out: list[TrialConfig] = []
+    for axis in range(3):
+        for size in (block.as_tuple()[axis] * 2, block.as_tuple()[axis] // 2):
+            if size < 1:
+                continue
+            axes = list(block.as_tuple())
+            axes[axis] = size
+            moved = space.completed(replace(config, block=Dim3(*axes)))
+            if moved is not None and moved not in out and moved != space.completed(config):
+                out.append(moved)
+    return out
 
 
 def uncapped(config: TrialConfig) -> TrialConfig:

@@ -125,14 +125,17 @@ class InnerSearch(ABC):
                 added += 1
         return added
 
+    def known(self, config: TrialConfig) -> bool:
+        """Whether ``config`` (as this space completes it) was tried or is pending; a config
+        that is no point of the space counts as known (it will never be asked)."""
+        completed = self.space.completed(config)
+        return completed is None or self._known(config_key(completed))
+
     def extend(self, configs: Iterable[TrialConfig]) -> int:
         """Ask ``configs`` next (as :meth:`warm_start` does), those neither tried nor pending;
         returns how many that is: the trials a budget must grow by to ask them all."""
-        fresh = []
-        for config in configs:
-            completed = self.space.completed(config)
-            if completed is not None and not self._known(config_key(completed)):
-                fresh.append(completed)
+        fresh = [c for c in (self.space.completed(c) for c in configs if not self.known(c))
+                 if c is not None]
         self._warm = [c for c in self._warm if c not in fresh]
         return self.warm_start(fresh)
 

@@ -1060,3 +1060,19 @@ def test_neighbours_move_each_tunable_one_value_up_then_down() -> None:
 
     assert [c.shared_mem_bytes for c in moved] == [tiles(c) for c in moved]
     assert [c.shared_mem_bytes for c in moved][:3] == [40960, 32768, 49152]
+
+
+def test_block_moves_double_or_halve_one_axis_where_the_tiles_still_fit() -> None:
+    """From the recorded 16x16, two by four outputs with two stages of tiles of 64 fill 48 KiB:
+    32x16 and 16x32 need 64 KiB and are no points of the space; from 16x8 every axis moves,
+    the recorded block among them (as None), each with its tiles' bytes."""
+    from r3tui.domain import TrialConfig
+    from r3tui.engine.lineage import block_moves
+
+    space, _ = _coarse_tiled_sgemm()
+    best = TrialConfig(tunables={"R3_CF_X": 2, "R3_CF_Y": 4, "R3_TILE": 64, "R3_STAGES": 2})
+    assert [(c.block, c.shared_mem_bytes) for c in block_moves(space, best)] == [
+        (Dim3(8, 16), 2 * (16 * 4 + 8 * 2) * 64 * 4), (Dim3(16, 8), 2 * (8 * 4 + 16 * 2) * 64 * 4)]
+    assert [c.block for c in block_moves(space, replace(best, block=Dim3(16, 8)))] == [
+        Dim3(32, 8), Dim3(8, 8), None, Dim3(16, 4)]
+    assert all(c.tunables == best.tunables for c in block_moves(space, best))

@@ -426,7 +426,7 @@ def test_configurations_a_hang_left_unreplayed_hold_no_trial_of_the_budget(
 # -- a climb from the best: one-step moves of each tunable while they gain -------------------
 FACTOR_SOURCE = """// r3: tune R3_F 1 2 4 8 16
 #define R3_F 1
-extern "C" __global__ void k(float* x) { x[threadIdx.x * R3_F] = 0.0f; }
+extern "C" __global__ void k(float* x) { x[(blockIdx.x * blockDim.x + threadIdx.x) * R3_F] = 0.0f; }
 """
 
 
@@ -514,3 +514,39 @@ def test_a_change_at_work_a_little_behind_the_best_climbs_from_there(tmp_path: P
     assert factors == [2] and data["climbed"] == 0
     factors, data = _climbed(tmp_path / "f.sqlite", 105e-6, rounds=10, start=2, added=mine)
     assert factors == [2] and data["climbed"] == 0
+
+
+class BlockTimed(FactorTimed):
+    """FactorTimed's landscape plus the block: 256 threads best, 5 µs for each halving away."""
+
+    @staticmethod
+    def time_of(config: TrialConfig) -> float:
+        threads = config.block.x if config.block else 128
+        return FactorTimed.time_of(config) + 5e-6 * abs(threads.bit_length() - 9)
+
+
+def test_a_climb_whose_factor_moves_are_all_tried_moves_the_block(tmp_path: Path) -> None:
+    """R3_F at 8 (its best) with 4 and 16 tried already, at the recorded 128 threads: the
+    climb doubles and halves the block instead (256 gains), then from 256 moves the factor
+    again (no gain) and ends there."""
+    from r3tui.engine import KernelSource, build_space
+    from r3tui.engine.lineage import Climb
+    from r3tui.record.manifest import LaunchInfo
+    from r3tui.search import DeviceLimits
+    from r3tui.search.strategy import RandomSearch
+
+    database, cid, vid = setup_campaign(tmp_path / "b.sqlite")
+    launch = LaunchInfo(grid=Dim3(64), block=Dim3(128), work=Dim3(8192), block_tunable=True)
+    settings = InnerSettings(batch=4, rounds=2, seed=1)
+    space = build_space(launch, KernelSource(FACTOR_SOURCE, "k"), settings, DeviceLimits())
+    search = RandomSearch(space, 0)
+    recorded = space.baseline_config()
+    assert search.warm_start([replace(recorded, tunables={"R3_F": f}) for f in (8, 4, 16)]) == 3
+    run_inner(database, cid, vid, search, BlockTimed(), Budget(max_trials=3), settings,
+              climb=Climb(space, None, 10))
+    with database.session_scope() as s:
+        tried = [(t.config.block.x if t.config.block else 128, t.config.tunables.get("R3_F"))
+                 for t in repo.finished_trials(s, cid, variant_id=vid)]
+        event = repo.events(s, cid)[-1]
+    assert tried == [(128, 8), (128, 4), (128, 16), (256, 8), (64, 8), (256, 16), (256, 4)]
+    assert (event.data or {})["winner"]["block"] == [256, 1, 1]
