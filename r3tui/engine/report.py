@@ -78,6 +78,42 @@ class SourceYield:
 
 
 @dataclass(frozen=True)
+class Climbs:
+    """What the children's climbs from their best (engine.lineage.Climb) added: how many
+    climbed, the trials they took, and each climber's best before and after its climb."""
+
+    children: int = 0
+    trials: int = 0
+    # variant id -> (its best before the climb, its best after), in seconds
+    gains: dict[int, tuple[float, float]] = field(default_factory=dict)
+
+    @property
+    def best_gain(self) -> tuple[int, float, float] | None:
+        """The climber that gained most: its id, its best before and after."""
+        if not self.gains:
+            return None
+        vid, (before, after) = max(self.gains.items(), key=lambda kv: kv[1][0] / kv[1][1])
+        return vid, before, after
+
+
+def _climbs(events: list[Any], trials: dict[int, list[TrialRecord]]) -> Climbs:
+    """From each child's ``inner_done`` event (``climbed``: the trials its climb added, the
+    last of its trials) and its trials in the order they were stored."""
+    children, added, gains = 0, 0, {}
+    for e in events:
+        n = int((e.data or {}).get("climbed") or 0) if e.kind == "inner_done" else 0
+        if n <= 0:
+            continue
+        vid = int(e.data["variant_id"])
+        own = trials.get(vid, [])
+        before, after = _best(own[:-n]), _best(own)
+        children, added = children + 1, added + n
+        if before is not None and after is not None:
+            gains[vid] = (before, after)
+    return Climbs(children, added, gains)
+
+
+@dataclass(frozen=True)
 class CampaignReport:
     campaign_id: int
     name: str
@@ -108,6 +144,7 @@ class CampaignReport:
     # each contribution's 95% interval where it was measured (the final re-timing's ladder of
     # steps, engine.comparison); absent where it is read off the best variant's trials
     contribution_ci: dict[str, tuple[float, float]] = field(default_factory=dict)
+    climbs: Climbs = field(default_factory=Climbs)
 
     @property
     def speedup(self) -> float | None:
@@ -193,7 +230,8 @@ def build_report(s: Session, campaign_id: int, now: datetime | None = None) -> C
     final = None
     skipped: Counter[str] = Counter()
     skipped_by_operator: Counter[str] = Counter()
-    for e in repo.events(s, campaign_id, limit=1_000_000):
+    events = repo.events(s, campaign_id, limit=1_000_000)
+    for e in events:
         if e.kind == "final" and e.data and e.data.get("ci"):
             final = e.data
         elif e.kind == "skipped" and e.data:
@@ -242,6 +280,7 @@ def build_report(s: Session, campaign_id: int, now: datetime | None = None) -> C
         figures,
         duration_s,
         contribution_ci,
+        _climbs(events, trials),
     )
 
 
@@ -323,6 +362,14 @@ def render(report: CampaignReport) -> list[str]:
             + (f"{y.pending} pending, " if y.pending else "")
             + f"{y.verified} verified, {y.improved} improved"
         )
+    climbs = report.climbs
+    if climbs.children:
+        gain = climbs.best_gain
+        lines.append(
+            f"climbs from a child's best: {climbs.children} "
+            f"{'child' if climbs.children == 1 else 'children'}, {climbs.trials} trials"
+            + (f"; most gained: variant #{gain[0]}, {gain[1] * us:.2f} -> {gain[2] * us:.2f} µs "
+               f"({gain[1] / gain[2]:.3f}x)" if gain else ""))
     if report.skipped:
         lines.append(
             "not stored: " + ", ".join(

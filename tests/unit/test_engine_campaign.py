@@ -1036,6 +1036,19 @@ def test_a_child_that_beats_the_best_climbs_while_its_factors_gain(tmp_path: Pat
         # it ends where each of its factors is best (4), from the 2 its first steps tried
         factors = data["winner"]["tunables"]
         assert factors and set(factors.values()) == {4}, factors
+    # the report says what the climbs added: each climber's best before and after
+    with database.session_scope() as s:
+        report = build_report(s, cid)
+    assert report.climbs.children == len(climbed)
+    assert report.climbs.trials == sum(d["climbed"] for d in climbed.values())
+    for vid, (before, after) in report.climbs.gains.items():
+        times = [t.measurement.time.median_s for t in trials[vid] if t.measurement.time]
+        assert after == min(times) <= before  # a round may gain nothing
+        assert before == min(times[: settings.inner_trials])
+    gain = report.climbs.best_gain
+    assert gain is not None
+    assert any(line.startswith(f"climbs from a child's best: {len(climbed)} child")
+               and f"variant #{gain[0]}" in line for line in render(report))
 
 
 def test_neighbours_move_each_tunable_one_value_up_then_down() -> None:
