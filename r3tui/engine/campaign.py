@@ -31,9 +31,11 @@ from r3tui.engine.inner import (
 )
 from r3tui.engine.ledger import ProposalLedger
 from r3tui.engine.lineage import (
+    CLIMB_SLACK,
     EVALUATED_OK,
     ArchiveState,
     Climb,
+    adds_tile,
     ancestor_trials,
     best_configs,
     classify,
@@ -310,6 +312,7 @@ class CampaignRun(ProposalSide):
             None if inner.strategy != "bayes" else bayes_settings(inner),
         )
         added: frozenset[str] = frozenset()  # the tunables the child's change declared
+        new_tile = False  # its change added a shared-memory tile (`// r3: shared`)
         with self.database.session_scope() as s:
             stored = [(t.config, t.measurement) for t in repo.trials_of_variant(s, variant.id)]
             if variant.parent_id is not None:
@@ -318,6 +321,7 @@ class CampaignRun(ProposalSide):
                 inherited = ({t.name for t in parse_tunables(parent.source)}
                              if parent is not None else set())
                 added = frozenset(t.name for t in space.tunables if t.name not in inherited)
+                new_tile = adds_tile(parent.source if parent else None, variant.source)
                 first = {**(filling(space, variant.source, parents[0]) if parents else {}),
                          **named_first}  # what the rule says wins
                 search.warm_start(exercising(space, parents[:1], self.settings.exercise,
@@ -338,7 +342,7 @@ class CampaignRun(ProposalSide):
             replace(inner, seed=derive_seed(self.settings.seed, "winner", variant.id)),
             give_up_after=None if is_seed else self.settings.give_up_after,
             should_stop=lambda: self.control.stop_requested,
-            climb=self._climb(space, is_seed, added),
+            climb=self._climb(space, is_seed, added, new_tile),
         )
         self.timing.evaluate_s += time.monotonic() - started
         parent_s = self._fitness_s(variant.parent_id)
@@ -347,14 +351,16 @@ class CampaignRun(ProposalSide):
         return self._finish(variant, status, reason, best_s)
 
     def _climb(self, space: SearchSpace, is_seed: bool,
-               added: frozenset[str] = frozenset()) -> Climb | None:
+               added: frozenset[str] = frozenset(), new_tile: bool = False) -> Climb | None:
         """A child's climb from where it stands against the campaign's best (``added``: the
-        tunables its change declared; none for the original, whose inner search is the
+        tunables its change declared; ``new_tile``: its change added a shared-memory tile,
+        which may start CLIMB_SLACK behind; none for the original, whose inner search is the
         Bayesian one the comparison arm runs alone)."""
         if is_seed or self.settings.climb <= 0:
             return None
         best = self.state.archive.best()
-        return Climb(space, best.fitness_s if best else None, self.settings.climb, added)
+        return Climb(space, best.fitness_s if best else None, self.settings.climb, added,
+                     CLIMB_SLACK if new_tile else 1.0)
 
     def _finish(
         self, variant: Variant, status: VariantStatus, reason: str | None, best_s: float | None

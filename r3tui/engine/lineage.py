@@ -212,11 +212,25 @@ def neighbours(space: SearchSpace, config: TrialConfig) -> list[TrialConfig]:
     return ups + downs
 
 
-# how far behind the campaign's best a child's change may start a climb, where the change
-# added tunables: sgemm's tiled children (H100, session 40) ran their tiles 8 % behind the best
-# at their parents' factors (599 against 553 us) and 22 % ahead one move of R3_CF_Y away
-# (bench/rule_gains.py: 1x4 outputs, tile 64, two stages at the recorded block, 480 us)
+# how far behind the campaign's best a child whose change added a shared-memory tile may start
+# a climb: sgemm's tiled children (H100, session 40) ran their tiles 8 % behind the best at
+# their parents' factors (599 against 553 us) and 22 % ahead one move of R3_CF_Y away
+# (bench/rule_gains.py: 1x4 outputs, tile 64, two stages at the recorded block, 480 us).  A
+# tile's reuse grows with the outputs a thread computes, so it is behind where its parent's
+# factors were tuned without it.  Other changes get none: over session 40's twelve sgemm
+# campaigns a slack for every change would have started 40 more climbs, most of them unroll
+# factors and coarsenings within a few per cent of the best; six were tile children, at most
+# one a campaign.
 CLIMB_SLACK = 1.10
+
+
+def adds_tile(parent: str | None, child: str) -> bool:
+    """Whether ``child``'s change added a shared-memory tile (a ``// r3: shared`` declaration
+    its parent's source does not have): such a child's climb may start :data:`CLIMB_SLACK`
+    behind the campaign's best."""
+    from r3tui.search import parse_shared
+
+    return parse_shared(child) is not None and (parent is None or parse_shared(parent) is None)
 
 
 @dataclass
@@ -226,16 +240,17 @@ class Climb:
 
     It stands at its fastest trial with its change at work (one of ``added``, the tunables
     its change declared, off its default), else at its fastest.  The first round needs that
-    trial to beat ``to_beat`` (the campaign's best when the child started), by up to
-    :data:`CLIMB_SLACK` behind it where the change is at work: a change whose factors pay only
-    together with the parent's (a tile with more outputs a thread) is behind at the parent's
-    values and ahead one move away.  Each later round needs the last to have gained.  A child
-    that is far behind costs its few trials only."""
+    trial to beat ``to_beat`` (the campaign's best when the child started), or to be less
+    than ``slack`` times it where the change is at work (:data:`CLIMB_SLACK` for a new tile:
+    a change whose factors pay only together with the parent's is behind at the parent's
+    values and ahead one move away).  Each later round needs the last to have gained.  A
+    child that is behind costs its few trials only."""
 
     space: SearchSpace
     to_beat: float | None
     rounds: int
     added: frozenset[str] = frozenset()
+    slack: float = 1.0
     made: int = 0
 
     def __call__(self, search: InnerSearch) -> list[TrialConfig]:
@@ -251,7 +266,7 @@ class Climb:
         assert start.time_s is not None
         bar = self.to_beat
         if bar is not None and self.made == 0 and working:
-            bar *= CLIMB_SLACK
+            bar *= self.slack
         if bar is not None and start.time_s >= bar:
             return []
         self.to_beat = start.time_s

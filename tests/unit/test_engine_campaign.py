@@ -1004,6 +1004,17 @@ def test_a_child_climbs_from_the_campaigns_best_and_the_original_does_not(
     climb = run._climb(space, is_seed=False)
     assert climb is not None and climb.to_beat == best.fitness_s and climb.rounds == 3
     assert run._climb(space, is_seed=True) is None
+    # a child whose change added a shared-memory tile may start CLIMB_SLACK behind the best
+    from r3tui.engine.lineage import CLIMB_SLACK, adds_tile
+
+    assert climb.slack == 1.0
+    tiled = run._climb(space, False, frozenset({"R3_TILE"}), new_tile=True)
+    assert tiled is not None and tiled.slack == CLIMB_SLACK
+    _, coarse_tiled = _coarse_tiled_sgemm()
+    _, _, tile_alone = _sgemm_child("tile_shared")
+    _, _, coarse = _sgemm_child("coarsen")
+    assert adds_tile(coarse, coarse_tiled) and adds_tile(None, tile_alone)
+    assert not adds_tile(coarse_tiled, coarse_tiled) and not adds_tile(None, coarse)
     stored = {k: v for k, v in SETTINGS.to_json().items() if k != "climb"}
     assert CampaignSettings.from_json(stored).climb == 0
     with pytest.raises(ConfigError, match="--climb"):

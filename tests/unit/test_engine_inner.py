@@ -448,7 +448,7 @@ class FactorTimed(FakeReplayEvaluator):
 
 
 def _climbed(db: Path, to_beat: float | None, rounds: int, seconds: float | None = None,
-             start: int = 1, added: frozenset[str] = frozenset()
+             start: int = 1, added: frozenset[str] = frozenset(), slack: float = 1.0
              ) -> tuple[list[int], dict[str, Any]]:
     """One trial at R3_F ``start``, then the climb (``added``: the tunables the variant's
     change declared): the factors tried, in order, and the event.  ``seconds``: a time budget
@@ -473,7 +473,7 @@ def _climbed(db: Path, to_beat: float | None, rounds: int, seconds: float | None
                        Budget(max_trials=1, max_seconds=seconds,
                               clock=itertools.chain([0.0, 0.0], itertools.repeat(10.0)).__next__),
                        settings,
-                       climb=Climb(space, to_beat, rounds, added))
+                       climb=Climb(space, to_beat, rounds, added, slack))
     with database.session_scope() as s:
         stored = repo.finished_trials(s, cid, variant_id=vid)
         event = repo.events(s, cid)[-1]
@@ -502,18 +502,21 @@ def test_a_climb_stops_at_its_rounds_and_needs_a_best_to_beat(tmp_path: Path) ->
 
 def test_a_change_at_work_a_little_behind_the_best_climbs_from_there(tmp_path: Path) -> None:
     """A variant whose change declared R3_F, measured only at R3_F 2 (120 µs), 7 % behind the
-    campaign's best (112 µs): within CLIMB_SLACK it climbs from there, past the best, to 8;
-    the same trial where R3_F is not the change's (inherited), or 14 % behind, does not."""
+    campaign's best (112 µs): with CLIMB_SLACK (a new tile's) it climbs from there, past the
+    best, to 8; the same trial where R3_F is not the change's (inherited), or without the
+    slack, or 14 % behind, does not."""
     from r3tui.engine.lineage import CLIMB_SLACK
 
     assert 1.07 < CLIMB_SLACK < 1.14
-    mine = frozenset({"R3_F"})
-    factors, data = _climbed(tmp_path / "w.sqlite", 112e-6, rounds=10, start=2, added=mine)
+    mine, slack = frozenset({"R3_F"}), CLIMB_SLACK
+    factors, data = _climbed(tmp_path / "w.sqlite", 112e-6, 10, start=2, added=mine, slack=slack)
     assert factors == [2, 4, 1, 8, 16] and data["winner"]["tunables"] == {"R3_F": 8}
-    factors, data = _climbed(tmp_path / "i.sqlite", 112e-6, rounds=10, start=2)
-    assert factors == [2] and data["climbed"] == 0
-    factors, data = _climbed(tmp_path / "f.sqlite", 105e-6, rounds=10, start=2, added=mine)
-    assert factors == [2] and data["climbed"] == 0
+    for db, to_beat, added, allowed in (("i", 112e-6, frozenset(), slack),
+                                        ("s", 112e-6, mine, 1.0),
+                                        ("f", 105e-6, mine, slack)):
+        factors, data = _climbed(tmp_path / f"{db}.sqlite", to_beat, 10, start=2, added=added,
+                                 slack=allowed)
+        assert factors == [2] and data["climbed"] == 0, db
 
 
 class BlockTimed(FactorTimed):
