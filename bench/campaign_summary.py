@@ -28,6 +28,7 @@ import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 KINDS = ("r3", "bo", "remix")
 # the searches issue #19's comparison needs (campaigns.py --no-remix runs only these)
@@ -360,4 +361,40 @@ def yield_lines(db: Path) -> list[str]:
         "campaign wall, generation and evaluation)"
         for model, (llm, wall) in sorted(shares.items())
     ]
+    return lines
+
+
+def climb_lines(db: Path) -> list[str]:
+    """``climbs[<example>]`` over the r3 searches in ``db``: how many children climbed from
+    their best (engine.lineage.Climb), in how many seeds, the trials the climbs took and
+    their share of the r3 searches' trials, and the climb that gained most (its child's best
+    before and after)."""
+    from db import repository as repo
+    from db.session import open_database
+    from r3tui.engine.report import build_report
+
+    per: dict[str, list[Any]] = {}  # example -> [children, seeds, climb trials, trials, best]
+    with open_database(db, readonly=True) as database, database.session_scope() as s:
+        for c in repo.list_campaign_summaries(s):
+            match = _NAME.match(c.name)
+            if match is None or match["kind"] != "r3":
+                continue
+            climbs = build_report(s, c.id).climbs
+            row = per.setdefault(match["example"], [0, 0, 0, 0, None, 0])
+            row[0] += climbs.children
+            row[1] += climbs.children > 0
+            row[2] += climbs.trials
+            row[3] += c.n_trials
+            row[5] += 1
+            gain = climbs.best_gain
+            if gain is not None and (row[4] is None or gain[1] / gain[2] > row[4][1] / row[4][2]):
+                row[4] = gain
+    lines = []
+    for example, (children, seeds, added, trials, best, searches) in sorted(per.items()):
+        share = added / trials if trials else 0.0
+        most = (f"; most gained {best[1] / best[2]:.3f}x (variant #{best[0]}, "
+                f"{best[1] * 1e6:.1f} -> {best[2] * 1e6:.1f} us)" if best else "")
+        lines.append(f"climbs[{example}]: {children} {'child' if children == 1 else 'children'} "
+                     f"in {seeds} of {searches} "
+                     f"r3 searches, {added} trials ({share:.1%} of theirs){most}")
     return lines

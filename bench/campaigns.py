@@ -59,6 +59,7 @@ from campaign_summary import (  # noqa: E402
     Ceilings,
     Work,
     ceilings_path,
+    climb_lines,
     complete_seeds,
     read_results,
     summary_lines,
@@ -329,6 +330,7 @@ def main(argv: list[str] | None = None) -> int:
                                   Ceilings.load(ceilings_path(args.db)), work,
                                   kinds=COMPARED if args.no_remix else KINDS)))
     print("\n".join(yield_lines(args.db)))
+    print("\n".join(climb_lines(args.db)))
     return 0
 
 

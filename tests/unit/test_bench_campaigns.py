@@ -32,6 +32,7 @@ from campaign_summary import (
     Ceilings,
     Work,
     ceilings_path,
+    climb_lines,
     complete_seeds,
     read_results,
     summary_lines,
@@ -339,3 +340,25 @@ def test_a_wall_time_budget_is_named_as_such() -> None:
     lines = summary_lines([], ["stencil7"], 6, timed.describe())
     assert lines[0].startswith("budget: 30 s of wall time per search; 6 seeds asked")
     assert summary_lines([], ["stencil7"], 3, 32)[0].startswith("budget: 32 trials per search")
+
+
+def test_climbs_per_example_over_the_r3_searches(db: Path) -> None:
+    """A child of stencil7's seed-0 r3 search whose last two of five trials were a climb (its
+    inner_done event says so) that took it from 0.6 to 0.45 ms: one child in one of three r3
+    searches, two trials, and the gain; bo and remix searches do not count."""
+    database = open_database(db)
+    try:
+        with database.session_scope() as s:
+            cid = next(c.id for c in repo.list_campaign_summaries(s) if c.name == "stencil7-r3-s0")
+            child = next(v for v in repo.campaign_variants(s, cid) if v.source == "child")
+            assert child.id is not None
+            for t in (0.7e-3, 0.6e-3, 0.65e-3, 0.5e-3, 0.45e-3):
+                repo.insert_trial(s, cid, child.id, config(block=int(t * 1e6)), ok(t))
+            repo.add_event(s, cid, "inner_done", "5 trials", {"variant_id": child.id,
+                                                                "climbed": 2})
+    finally:
+        database.close()
+    sgemm, stencil7 = climb_lines(db)
+    assert stencil7.startswith("climbs[stencil7]: 1 child in 1 of 3 r3 searches, 2 trials")
+    assert f"1.333x (variant #{child.id}, 600.0 -> 450.0 us)" in stencil7
+    assert sgemm == "climbs[sgemm]: 0 children in 0 of 3 r3 searches, 0 trials (0.0% of theirs)"
