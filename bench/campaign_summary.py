@@ -28,13 +28,16 @@ import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 KINDS = ("r3", "bo", "remix")
 # the searches issue #19's comparison needs (campaigns.py --no-remix runs only these)
 COMPARED = ("r3", "bo")
 # ``--ablate-transfer``: r3 with the settings before transfer (no ancestors' trials, warm start 3)
 ABLATION = "r3nt"
+if TYPE_CHECKING:
+    from r3tui.engine.report import Climbs
+
 _NAME = re.compile(r"^(?P<example>.+)-(?P<kind>r3|bo|remix|r3nt)-s(?P<seed>\d+)$")
 
 
@@ -373,28 +376,25 @@ def climb_lines(db: Path) -> list[str]:
     from db.session import open_database
     from r3tui.engine.report import build_report
 
-    per: dict[str, list[Any]] = {}  # example -> [children, seeds, climb trials, trials, best]
+    per: dict[str, list[tuple[Climbs, int]]] = {}  # example -> its r3 searches' climbs, trials
     with open_database(db, readonly=True) as database, database.session_scope() as s:
         for c in repo.list_campaign_summaries(s):
             match = _NAME.match(c.name)
-            if match is None or match["kind"] != "r3":
-                continue
-            climbs = build_report(s, c.id).climbs
-            row = per.setdefault(match["example"], [0, 0, 0, 0, None, 0])
-            row[0] += climbs.children
-            row[1] += climbs.children > 0
-            row[2] += climbs.trials
-            row[3] += c.n_trials
-            row[5] += 1
-            gain = climbs.best_gain
-            if gain is not None and (row[4] is None or gain[1] / gain[2] > row[4][1] / row[4][2]):
-                row[4] = gain
+            if match is not None and match["kind"] == "r3":
+                per.setdefault(match["example"], []).append(
+                    (build_report(s, c.id).climbs, c.n_trials))
     lines = []
-    for example, (children, seeds, added, trials, best, searches) in sorted(per.items()):
+    for example, searches in sorted(per.items()):
+        children = sum(climbs.children for climbs, _ in searches)
+        climbed = sum(climbs.children > 0 for climbs, _ in searches)
+        added = sum(climbs.trials for climbs, _ in searches)
+        trials = sum(n for _, n in searches)
+        best = max((g for climbs, _ in searches if (g := climbs.best_gain) is not None),
+                   key=lambda g: g[1] / g[2], default=None)
         share = added / trials if trials else 0.0
         most = (f"; most gained {best[1] / best[2]:.3f}x (variant #{best[0]}, "
                 f"{best[1] * 1e6:.1f} -> {best[2] * 1e6:.1f} us)" if best else "")
         lines.append(f"climbs[{example}]: {children} {'child' if children == 1 else 'children'} "
-                     f"in {seeds} of {searches} "
-                     f"r3 searches, {added} trials ({share:.1%} of theirs){most}")
+                     f"in {climbed} of {len(searches)} r3 searches, {added} trials "
+                     f"({share:.1%} of theirs){most}")
     return lines

@@ -39,6 +39,10 @@ def variants(source: str, example: str, rules: tuple[str, ...] | None = None,
     from r3tui.remix.rules import RULES, apply_rule
     from r3tui.search.source import parse_tunables
 
+    def kept(name: str, value: object) -> bool:
+        """Whether ``only`` keeps the tunable's ``value`` (every value where it names none)."""
+        return only is None or name not in only or value in only[name]
+
     made: list[tuple[str, str]] = []
     for rule in sorted(rules or RULES):
         result = apply_rule(rule, source, example, random.Random(0))
@@ -81,8 +85,7 @@ def variants(source: str, example: str, rules: tuple[str, ...] | None = None,
             # axes' factors (with tiles: of 8 to 64 iterations; 0 is the coarsening alone), or
             # of the elements a thread sums and the vector width it loads them at
             choices = [[v for v in t.values if (t.name != "R3_TILE" or v in (8, 16, 32, 64))
-                        and (only is None or t.name not in only or v in only[t.name])]
-                       for t in tunables]
+                        and kept(t.name, v)] for t in tunables]
             for values in itertools.product(*choices):
                 defines = tuple((t.name, str(v)) for t, v in zip(tunables, values, strict=True))
                 out.append((f"{label} " + ",".join(f"{n}={v}" for n, v in defines), text,
@@ -90,7 +93,7 @@ def variants(source: str, example: str, rules: tuple[str, ...] | None = None,
             continue
         for t in tunables:
             out += [(f"{label} {t.name}={v}", text, ((t.name, str(v)),)) for v in t.values
-                    if only is None or t.name not in only or v in only[t.name]]
+                    if kept(t.name, v)]
     return out
 
 

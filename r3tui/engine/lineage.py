@@ -256,12 +256,12 @@ class Climb:
     def __call__(self, search: InnerSearch) -> list[TrialConfig]:
         if self.made >= self.rounds:
             return []
-        defaults = {t.name: t.default for t in self.space.tunables if t.name in self.added}
         ok = [r for r in search.history if r.ok and r.time_s is not None]
-        working = [r for r in ok if any(r.config.tunables.get(name, default) != default
-                                        for name, default in defaults.items())]
         if not ok:
             return []
+        defaults = {t.name: t.default for t in self.space.tunables if t.name in self.added}
+        working = [r for r in ok if any(r.config.tunables.get(name, default) != default
+                                        for name, default in defaults.items())]
         start = min(working or ok, key=lambda r: r.time_s or 0.0)
         assert start.time_s is not None
         bar = self.to_beat
@@ -272,7 +272,8 @@ class Climb:
         self.to_beat = start.time_s
         self.made += 1
         moves = neighbours(self.space, start.config)
-        if all(search.known(m) for m in moves):  # every factor's move tried: the block's
+        # every factor's move tried (or no factor at all): the block's
+        if all(search.known(m) for m in moves):
             moves = block_moves(self.space, start.config)
         return moves
 
@@ -285,16 +286,17 @@ def block_moves(space: SearchSpace, config: TrialConfig) -> list[TrialConfig]:
     parent's block and the recorded one only, and never climbed."""
     if not space.launch.tunes_block:
         return []
-    block = config.block or space.launch.block
+    here = space.completed(config)
+    sizes = (config.block or space.launch.block).as_tuple()
     out: list[TrialConfig] = []
-    for axis in range(3):
-        for size in (block.as_tuple()[axis] * 2, block.as_tuple()[axis] // 2):
-            if size < 1:
+    for axis, size in enumerate(sizes):
+        for moved_size in (size * 2, size // 2):
+            if moved_size < 1:
                 continue
-            axes = list(block.as_tuple())
-            axes[axis] = size
+            axes = list(sizes)
+            axes[axis] = moved_size
             moved = space.completed(replace(config, block=Dim3(*axes)))
-            if moved is not None and moved not in out and moved != space.completed(config):
+            if moved is not None and moved not in out and moved != here:
                 out.append(moved)
     return out
 

@@ -134,8 +134,8 @@ class InnerSearch(ABC):
     def extend(self, configs: Iterable[TrialConfig]) -> int:
         """Ask ``configs`` next (as :meth:`warm_start` does), those neither tried nor pending;
         returns how many that is: the trials a budget must grow by to ask them all."""
-        fresh = [c for c in (self.space.completed(c) for c in configs if not self.known(c))
-                 if c is not None]
+        fresh = [c for c in map(self.space.completed, configs)
+                 if c is not None and not self._known(config_key(c))]
         self._warm = [c for c in self._warm if c not in fresh]
         return self.warm_start(fresh)
 
