@@ -106,6 +106,11 @@ class CampaignSettings:
     edit_format: str = option("search_replace", "--edit-format", "how the model answers: "
                               "SEARCH/REPLACE edits or the whole kernel",
                               choices=("search_replace", "whole"))
+    # while the model writes a REPLACE section, a token that would use a name the unit does
+    # not have and the answer does not declare is refused (r3tui.remix.names; llama.cpp in
+    # process only: a server samples its tokens itself)
+    check_names: bool = option(True, "--no-check-names", "let the model use names the unit "
+                               "does not have in its edits (no check while it samples)")
     prefetch: bool = True  # generate the next proposal while the GPU evaluates
     # a model's change that does not compile or verify goes back to it once with the failure
     # (a repair turn); the answer is a child of the failed variant, origin "repair".  Off by
@@ -142,6 +147,7 @@ class CampaignSettings:
         values.setdefault("exercise", 0)  # nor first try a child's new tunables
         values.setdefault("climb", 0)  # nor climb from a new best
         values.setdefault("hint_prior", 0)  # nor start hints with misses
+        values.setdefault("check_names", False)  # nor check the names of their answers
         inner_known = set(InnerSettings.__dataclass_fields__)
         inner = InnerSettings(
             **{k: v for k, v in data.get("inner", {}).items() if k in inner_known}

@@ -85,6 +85,12 @@ class Completion:
     finish_reason: str | None = None  # "stop" | "length" (cut off at max_tokens) | ...
 
 
+# Whether appending a piece of text to the answer so far keeps it acceptable (for example
+# :class:`r3tui.remix.names.IdentifierCheck`); a backend that samples tokens itself asks it for
+# each token after the grammar, one that cannot (a server) ignores it.
+AnswerCheck = Callable[[str, str], bool]
+
+
 class LLMBackend(Protocol):
     """A language model that answers chat messages; one call at a time per instance."""
 
@@ -97,6 +103,7 @@ class LLMBackend(Protocol):
         sampling: Sampling,
         grammar: str | None = None,
         grammar_name: str | None = None,
+        check: AnswerCheck | None = None,
     ) -> Completion: ...
 
     def close(self) -> None: ...

@@ -22,6 +22,7 @@ from typing import Any
 from r3tui.domain import LLMCall
 from r3tui.errors import ConfigError
 from r3tui.remix.backends import (
+    AnswerCheck,
     BackendError,
     ChatMessage,
     Completion,
@@ -135,6 +136,7 @@ class OpenAIHTTPBackend:
         sampling: Sampling,
         grammar: str | None = None,
         grammar_name: str | None = None,
+        check: AnswerCheck | None = None,  # not run: the server samples the tokens
     ) -> Completion:
         body = self._body(messages, sampling, grammar)
         with self._lock:

@@ -71,7 +71,7 @@ import math
 import os
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -80,6 +80,7 @@ import numpy as np
 from r3tui.domain import LLMCall
 from r3tui.errors import ModelError
 from r3tui.remix.backends import (
+    AnswerCheck,
     BackendError,
     ChatMessage,
     Completion,
@@ -137,6 +138,10 @@ def without_extra_buffer_types(lib: Any) -> Iterator[None]:
             module.llama_model_default_params = default
 
 
+# Candidates the answer check is asked about when it refused the drawn token: the likeliest
+# ones (top-k keeps 40 of them anyway).
+_CHECKED = 64
+
 # How a grammar constrained the recorded call (``LLMCall.sampling["grammar_check"]``).
 GRAMMAR_CHECKED_AFTER_SAMPLING = "after_sampling"  # GrammarCheckedSampler
 GRAMMAR_APPLIED_BEFORE_SAMPLING = "before_sampling"  # create_chat_completion's own chain
@@ -156,13 +161,18 @@ class GrammarCheckedSampler:
     """
 
     def __init__(
-        self, lib: Any, vocab: Any, n_vocab: int, sampling: Sampling, grammar: str | None
+        self, lib: Any, vocab: Any, n_vocab: int, sampling: Sampling, grammar: str | None,
+        check: AnswerCheck | None = None, piece: Callable[[int], str] | None = None,
     ) -> None:
         if ctypes.sizeof(lib.llama_token_data) != _TOKEN_DATA.itemsize:
             raise BackendError("llama.cpp's llama_token_data is not (int32, float, float)")
         self._lib = lib
         self._n_vocab = n_vocab
         self.rejections = 0  # drawn tokens the grammar rejected, each a pass over the vocabulary
+        # the answer check (after the grammar) and each token's text for it
+        self._check, self._piece = check, piece
+        self.check_rejections = 0  # drawn tokens the check refused
+        self.check_overruled = 0  # steps where it allowed none of the likeliest: not applied
         self._chain = lib.llama_sampler_chain_init(lib.llama_sampler_chain_default_params())
         self._grammar = None
         for stage in self._stages(sampling):
@@ -218,22 +228,50 @@ class GrammarCheckedSampler:
         self._lib.llama_sampler_apply(self._grammar, ctypes.byref(self._one))
         return bool(one.logit != -math.inf)
 
-    def sample(self, ctx: Any) -> int:
-        """The next token for the context's last position (not yet accepted)."""
+    def _checked(self, answer: str, token: int) -> bool:
+        return self._check is None or self._piece is None or self._check(
+            answer, self._piece(token))
+
+    def sample(self, ctx: Any, answer: str = "") -> int:
+        """The next token for the context's last position (not yet accepted); ``answer``: the
+        text so far, for the answer check."""
         lib = self._lib
         candidates = self._candidates(ctx)
         lib.llama_sampler_apply(self._chain, ctypes.byref(candidates))
         token = int(candidates.data[candidates.selected].id)
-        if self._grammar is None or self._allows(token):
+        grammar_ok = self._grammar is None or self._allows(token)
+        if grammar_ok and self._checked(answer, token):
             return token
-        self.rejections += 1
+        if grammar_ok:
+            self.check_rejections += 1
+        else:
+            self.rejections += 1
         candidates = self._candidates(ctx)
-        lib.llama_sampler_apply(self._grammar, ctypes.byref(candidates))
+        if self._grammar is not None:
+            lib.llama_sampler_apply(self._grammar, ctypes.byref(candidates))
+        if self._check is not None:
+            self._only_checked(answer)
         lib.llama_sampler_apply(self._chain, ctypes.byref(candidates))
         chosen = candidates.data[candidates.selected]
         if chosen.logit == -math.inf:
             raise BackendError("the grammar allows no token here")
         return int(chosen.id)
+
+    def _only_checked(self, answer: str) -> None:
+        """Of the candidates the grammar left, keep the :data:`_CHECKED` likeliest that the
+        answer check allows (the check is Python: the whole vocabulary would take seconds a
+        token); where it allows none of them, leave the grammar's alone (counted)."""
+        logits = self._columns["logit"]
+        finite = np.flatnonzero(np.isfinite(logits))
+        if finite.size > _CHECKED:
+            finite = finite[np.argpartition(-logits[finite], _CHECKED)[:_CHECKED]]
+        allowed = [int(t) for t in finite if self._checked(answer, int(t))]
+        if not allowed:
+            self.check_overruled += 1
+            return
+        kept = logits[allowed].copy()
+        logits[:] = -math.inf
+        logits[allowed] = kept
 
     def accept(self, token: int) -> None:
         """``token`` is the answer's next token: the grammar moves past it."""
@@ -264,6 +302,9 @@ class LlamaCppBackend:
         self._grammars_checked: dict[str, str | None] = {}
         # Tokens the grammar rejected in the last generation (GrammarCheckedSampler).
         self.grammar_rejections = 0
+        # Tokens the answer check refused, and steps it was overruled, in the last generation.
+        self.check_rejections = 0
+        self.check_overruled = 0
         self.sha256 = model_sha256(path)
         # The prompt is evaluated with as many threads as the generation (llama.cpp's own
         # default), not llama-cpp-python's all cores: see the module docstring.
@@ -340,11 +381,14 @@ class LlamaCppBackend:
         return self._grammars_checked[grammar]
 
     def _generate(
-        self, tokens: list[int], sampling: Sampling, grammar: str | None
+        self, tokens: list[int], sampling: Sampling, grammar: str | None,
+        check: AnswerCheck | None = None,
     ) -> tuple[str, int, str]:
         """``(text, tokens generated, finish reason)`` for a rendered prompt."""
         n_vocab = self._llm.n_vocab()
-        sampler = GrammarCheckedSampler(self._lib, self._vocab, n_vocab, sampling, grammar)
+        sampler = GrammarCheckedSampler(
+            self._lib, self._vocab, n_vocab, sampling, grammar, check,
+            lambda token: self.piece(token).decode("utf-8", errors="replace"))
         answer = bytearray()
         generated = 0
         finish = "length"
@@ -357,7 +401,8 @@ class LlamaCppBackend:
             self._llm.reset()
             self._llm.eval(tokens)
             while True:
-                token = sampler.sample(self._llm.ctx)
+                token = sampler.sample(
+                    self._llm.ctx, answer.decode("utf-8", errors="replace") if check else "")
                 if self._lib.llama_vocab_is_eog(self._vocab, token):
                     finish = "stop"
                     break
@@ -369,6 +414,8 @@ class LlamaCppBackend:
                 self._llm.eval([token])
         finally:
             self.grammar_rejections = sampler.rejections
+            self.check_rejections = sampler.check_rejections
+            self.check_overruled = sampler.check_overruled
             sampler.close()
         return answer.decode("utf-8", errors="replace"), generated, finish
 
@@ -397,6 +444,7 @@ class LlamaCppBackend:
         sampling: Sampling,
         grammar: str | None = None,
         grammar_name: str | None = None,
+        check: AnswerCheck | None = None,
     ) -> Completion:
         with self._lock:
             if self._llm is None:
@@ -412,14 +460,16 @@ class LlamaCppBackend:
             started = time.perf_counter()
             try:
                 if self._formatter is not None:
-                    text, generated, finish = self._generate(tokens, sampling, grammar)
+                    text, generated, finish = self._generate(tokens, sampling, grammar, check)
                     grammar_check = GRAMMAR_CHECKED_AFTER_SAMPLING
+                    checked = check is not None
                 else:
                     compiled = None
                     if grammar is not None:
                         compiled = self._lib.LlamaGrammar.from_string(grammar, verbose=False)
                     text, generated, finish = self._chat_completion(messages, sampling, compiled)
                     grammar_check = GRAMMAR_APPLIED_BEFORE_SAMPLING
+                    checked = False  # llama-cpp-python samples: no check runs
             except (ValueError, RuntimeError) as exc:
                 raise BackendError(f"llama.cpp failed to generate: {exc}") from exc
             latency = time.perf_counter() - started
@@ -432,6 +482,9 @@ class LlamaCppBackend:
                 **sampling.to_json(grammar_name),
                 "n_ctx": self.n_ctx,
                 **({"grammar_check": grammar_check} if grammar is not None else {}),
+                **({"answer_check": getattr(check, "name", "check"),
+                    "check_rejections": self.check_rejections,
+                    "check_overruled": self.check_overruled} if checked else {}),
             },
             seed=sampling.seed,
             tokens_in=prompt_size,

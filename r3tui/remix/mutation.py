@@ -47,6 +47,7 @@ from r3tui.remix.edits import (
     parse_search_replace,
     parse_whole,
 )
+from r3tui.remix.names import IdentifierCheck
 from r3tui.remix.prompt import EDIT_FORMATS, MutationContext, build_messages
 from r3tui.remix.rules import LAUNCH_RULES, SHARED_MEMORY_RULES, apply_rule
 
@@ -195,6 +196,11 @@ class MutatorSettings:
     anchor_search: bool = field(
         default=True,
         metadata={"help": "allow only runs of the parent's own lines as SEARCH text (grammar)"},
+    )
+    check_names: bool = field(
+        default=True,
+        metadata={"help": "refuse, while sampling, REPLACE tokens that use a name the unit "
+                          "does not have and the answer does not declare (llama.cpp only)"},
     )
 
     def __post_init__(self) -> None:
@@ -367,14 +373,16 @@ class Mutator:
         if ctx.confined:  # the kernel's view sized to the model's context, answer left out
             n_ctx = getattr(self.backend, "n_ctx", None) or 4096
             asked = dataclasses.replace(asked, view_chars=view_chars(n_ctx, sampling.max_tokens))
+        check = (IdentifierCheck.for_unit(ctx.parent_source)
+                 if settings.check_names and edit_format == "search_replace" else None)
         try:
-            completion = self._complete(asked, sampling, grammar, grammar_name)
+            completion = self._complete(asked, sampling, grammar, grammar_name, check)
         except PromptTooLong as exc:
             if not asked.inspirations:
                 return self._failed(transformation, origin, exc.one_line())
             try:  # the inspirations are the part of the prompt that can go
                 asked = dataclasses.replace(asked, inspirations=())
-                completion = self._complete(asked, sampling, grammar, grammar_name)
+                completion = self._complete(asked, sampling, grammar, grammar_name, check)
             except PromptTooLong as again:
                 return self._failed(transformation, origin, again.one_line())
         call = completion.call
@@ -417,12 +425,14 @@ class Mutator:
         sampling: Sampling,
         grammar: str | None,
         grammar_name: str | None,
+        check: IdentifierCheck | None = None,
     ) -> Completion:
         assert self.backend is not None
         messages = build_messages(ctx)
         with self._lock:
             return self.backend.complete(
-                messages, sampling=sampling, grammar=grammar, grammar_name=grammar_name
+                messages, sampling=sampling, grammar=grammar, grammar_name=grammar_name,
+                check=check,
             )
 
     def _finish(

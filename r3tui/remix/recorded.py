@@ -14,7 +14,13 @@ from collections.abc import Sequence
 
 from r3tui.domain import LLMCall
 from r3tui.errors import R3Error
-from r3tui.remix.backends import ChatMessage, Completion, Sampling, render_prompt
+from r3tui.remix.backends import (
+    AnswerCheck,
+    ChatMessage,
+    Completion,
+    Sampling,
+    render_prompt,
+)
 
 
 class ReplayDiverged(R3Error):
@@ -49,6 +55,7 @@ class RecordedBackend:
         sampling: Sampling,
         grammar: str | None = None,
         grammar_name: str | None = None,
+        check: AnswerCheck | None = None,  # not run: the answers are recorded
     ) -> Completion:
         prompt = render_prompt(messages)
         with self._lock:

@@ -651,7 +651,7 @@ class ScriptedBackend:
         self.answers = list(answers)
         self.prompts: list[str] = []
 
-    def complete(self, messages, *, sampling, grammar=None, grammar_name=None):  # type: ignore[no-untyped-def]
+    def complete(self, messages, *, sampling, grammar=None, grammar_name=None, check=None):  # type: ignore[no-untyped-def]
         from r3tui.domain import LLMCall
         from r3tui.remix.backends import Completion, render_prompt
 

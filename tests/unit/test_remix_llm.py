@@ -274,3 +274,30 @@ def test_mutator_from_two_threads_serializes_backend_calls(backend: LlamaCppBack
     assert len(results) == 2
     for proposal in results:
         assert proposal.llm_call is not None and proposal.llm_call.tokens_out > 0
+
+
+def test_the_name_check_keeps_replace_text_to_names_that_exist(backend: LlamaCppBackend) -> None:
+    """SmolLM2's REPLACE text under the anchored grammar, with and without the names check, on
+    the same seeds: with it, no name of a REPLACE section is one the unit lacks and the answer
+    does not declare (beyond the steps where the check allowed none of the likeliest tokens
+    and stood aside, which the call records); without it the same seeds use such names."""
+    from r3tui.remix.names import IdentifierCheck
+
+    ctx = MutationContext("spmv_csr", SPMV, transformation=transformation("hoist_invariant_loads"),
+                          edit_format="search_replace")
+    grammar = anchored_search_grammar(SPMV, "spmv_csr")
+    unchecked = refused = 0
+    for seed in (1, 2, 3):
+        sampling = Sampling(temperature=0.8, top_p=0.95, max_tokens=160, seed=seed)
+        check = IdentifierCheck.for_unit(SPMV)
+        checked = backend.complete(build_messages(ctx), sampling=sampling, grammar=grammar,
+                                   grammar_name="search_replace_anchored", check=check)
+        call = checked.call.sampling
+        assert call["answer_check"] == "identifiers"
+        assert check.violations(checked.text) <= call["check_overruled"], checked.text
+        refused += call["check_rejections"]
+        free = backend.complete(build_messages(ctx), sampling=sampling, grammar=grammar,
+                                grammar_name="search_replace_anchored")
+        assert "answer_check" not in free.call.sampling
+        unchecked += IdentifierCheck.for_unit(SPMV).violations(free.text)
+    assert unchecked > 0 and refused > 0  # the model does reach for names that do not exist

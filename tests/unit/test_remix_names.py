@@ -1,0 +1,89 @@
+"""The answer check of REPLACE names (r3tui.remix.names) on the examples' kernels: what it
+allows, what it refuses, and that it refuses only what a token adds."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from r3tui.remix.names import IdentifierCheck, replace_sections, unit_names, unit_types
+
+REPO = Path(__file__).resolve().parents[2]
+NBODY = (REPO / "examples" / "nbody" / "kernel.cu").read_text()
+REDUCE = (REPO / "examples" / "reduce_sum" / "kernel.cu").read_text()
+OPEN = "<<<<<<< SEARCH\n    float3 a = acc;\n=======\n"
+
+
+def test_unit_names_are_the_codes_not_its_comments() -> None:
+    names = unit_names("// uses buf\n__global__ void k(float *x) { x[0] = 1.0f; /* tmp */ }\n")
+    assert {"k", "x", "float", "__global__"} <= names
+    assert not {"buf", "tmp", "uses"} & names
+    assert unit_types("struct Body { float m; };\ntypedef float real;\nusing idx = int;") == {
+        "Body", "real", "idx"}
+
+
+def test_replace_sections_finished_and_open() -> None:
+    answer = ("<<<<<<< SEARCH\na;\n=======\nb;\n>>>>>>> REPLACE\n"
+              "<<<<<<< SEARCH\nc;\n=======\nd")
+    assert replace_sections(answer) == ["b;\n", "d"]
+    assert replace_sections("<<<<<<< SEARCH\nx = a;\n") == []
+
+
+@pytest.mark.parametrize("text", [
+    "    float3 a2 = acc;\n",  # a new name after a type
+    "    float4 *q = (float4*)pos;\n    q[0].x = 1.0f;\n",  # pointer declaration, members
+    "    for (int i2 = 0, j2 = 1; i2 < j2; i2++) { acc.x += 1.0f; }\n",  # comma declaration
+    "    #define TILE 64\n    int t = TILE;\n",  # a macro the answer defines
+    "    __shared__ float tile[256];\n    tile[threadIdx.x] = 0.0f;\n    __syncthreads();\n",
+    "    acc.x += rsqrtf(dx) * 1e-3f; // p and m are only in a comment\n",
+    "    const float* __restrict__ src = pos;\n    acc.x += __ldg(&src[0].x);\n",
+])
+def test_what_a_unit_has_or_the_answer_declares_passes(text: str) -> None:
+    assert IdentifierCheck.for_unit(NBODY).violations(OPEN + text) == 0
+
+
+@pytest.mark.parametrize(("text", "undefined"), [
+    ("    acc.x += m * dx;\n", 1),  # a worked example's mass, which nbody does not have
+    ("    return buf[0] + scale;\n", 2),
+    ("    float s = start + stride;\n", 2),
+])
+def test_a_name_nothing_declares_counts(text: str, undefined: int) -> None:
+    assert IdentifierCheck.for_unit(NBODY).violations(OPEN + text) == undefined
+
+
+def test_search_text_and_finished_answers_outside_replace_are_not_checked() -> None:
+    check = IdentifierCheck.for_unit(REDUCE)
+    # SEARCH text is the grammar's (anchored to the parent's own lines)
+    assert check("<<<<<<< SEARCH\n", "    made_up = 1;\n")
+    done = "<<<<<<< SEARCH\nx;\n=======\n    x;\n>>>>>>> REPLACE\n"
+    assert check(done, "anything")
+
+
+def test_a_name_being_written_passes_while_it_starts_a_known_one() -> None:
+    check = IdentifierCheck.for_unit(NBODY)
+    assert "pos" in unit_names(NBODY)
+    answer = OPEN + "    acc.x += p"
+    assert check(answer, "o")  # "po": the start of pos
+    assert check(answer + "o", "s")
+    assert check(answer + "os", "[j].x;\n")  # pos: done
+    assert not check(answer, "q;\n")  # pq: nothing starts so
+    assert not check(OPEN + "    acc.x += ", "buf")  # no name of the unit starts with buf
+    assert check.refused == 2
+
+
+def test_a_declared_name_is_usable_afterwards_even_in_a_later_section() -> None:
+    check = IdentifierCheck.for_unit(NBODY)
+    first = OPEN + "    float3 acc2 = acc;\n>>>>>>> REPLACE\n<<<<<<< SEARCH\n    x;\n=======\n"
+    assert check(first, "    acc2.x += 1.0f;\n")
+    assert not check(first, "    acc3.x += 1.0f;\n")
+
+
+def test_only_what_the_token_adds_is_refused() -> None:
+    """An answer that already uses an unknown name (written without the check) is not stuck:
+    a token that adds no new violation passes."""
+    check = IdentifierCheck.for_unit(NBODY)
+    answer = OPEN + "    acc.x += mass;\n"
+    assert check.violations(answer) == 1
+    assert check(answer, "    acc.y += dx;\n")
+    assert not check(answer, "    acc.y += mass2;\n")
