@@ -12,12 +12,6 @@ workers that offer a GPU (the worker resource ``GPU=1``), one replay at a time o
   placed there would hold the GPU's replays back for as long as it runs.  Where the cluster has
   workers without a GPU, compiles go to those only; a cluster of GPU workers alone compiles on
   them.
-- **Compiles are dealt as workers free up.**  A task submitted with a worker restriction is
-  placed at once and is not moved while its worker is busy, so a batch of compiles submitted
-  together ends with some workers idle while others still hold two or three: the runner keeps
-  the compiles waiting itself and gives each worker at most :data:`COMPILES_AHEAD` at a time
-  (one runs while the next travels), only one while fewer are waiting than there are
-  workers, so the last of a batch go to workers that are idle, as a process pool's would.
 - **Replays are direct calls.**  Each GPU worker holds a :class:`ReplayActor`: a replay
   batch goes to it and back without the scheduler (a task costs a round trip through the
   scheduler and the worker's state changes, as long as a small kernel's replay).  A call that
@@ -45,7 +39,6 @@ R³ starts one on this machine (:func:`local_cluster`) or, with ``[runner] jobqu
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import functools
 import hashlib
@@ -79,7 +72,6 @@ GPU = {"GPU": 1}
 MAX_BATCH = 16  # replays in one task at most
 FETCH_THREADS = 8  # finished tasks' results fetched at once
 BATCHES_IN_FLIGHT = 2  # replay tasks a GPU worker has at once: one runs while one travels
-COMPILES_AHEAD = 2  # compile tasks a worker has at once while many wait: one runs, one travels
 
 
 # -- what travels to the workers -----------------------------------------------------------
@@ -297,11 +289,6 @@ class DaskRunner(Runner):
         # compiles on the cluster by cache key: a request asked again while its compile runs
         # (configs that differ only in their launch) waits for that one, as CompilePool does
         self._compiling: dict[str, Future[CompiledKernel]] = {}
-        # compiles not yet sent (toolchain, request, cache key, the future of their answer),
-        # and the compile tasks each worker has in flight
-        self._compile_queue: collections.deque[
-            tuple[str, CompileRequest, str, Future[CompiledKernel]]] = collections.deque()
-        self._compile_tasks: dict[str, int] = {}
         self._batches = 0  # replay tasks in flight
         # each GPU worker's ReplayActor (replays as direct calls), its calls in flight, and
         # the workers whose actor is being made; a worker without one gets replays as tasks
@@ -430,14 +417,13 @@ class DaskRunner(Runner):
                 on_lost: Callable[[str], T], resources: dict[str, int] | None,
                 key: str | None = None, jobs: int = 1,
                 workers: Callable[[], list[str] | None] | None = None,
-                attempt: int = 0, loose: bool = False) -> Future[T]:
+                attempt: int = 0) -> Future[T]:
         """``fn(*args())`` on the cluster as a ``concurrent.futures`` future, on one of
         ``workers()`` where that names any; a lost worker resubmits once (``args`` and
         ``workers`` asked again: the bundle may have been sent again, the worker may be gone),
         then answers ``on_lost(why)``.  ``jobs``: how many jobs the task holds, as the stats
         count them; ``attempt`` 1: the jobs were sent once already (to an actor lost since),
-        so a lost worker answers ``on_lost`` at once; ``loose``: the task may run on another
-        worker where those named are gone."""
+        so a lost worker answers ``on_lost`` at once."""
         out: Future[T] = Future()
 
         def launch(attempt: int) -> None:
@@ -445,7 +431,7 @@ class DaskRunner(Runner):
             remote = self.client.submit(fn, *args(), resources=resources, pure=False,
                                         key=name or f"r3-{fn.__name__}-{uuid.uuid4().hex}",
                                         workers=workers() if workers else None,
-                                        allow_other_workers=loose)
+                                        allow_other_workers=False)
 
             def done(remote: Any) -> None:
                 try:
@@ -476,7 +462,7 @@ class DaskRunner(Runner):
             done(remote)
 
     def compile(self, toolchain: str, request: CompileRequest) -> Future[CompiledKernel]:
-        from r3tui.compile.base import cache_key, get_toolchain
+        from r3tui.compile.base import CompiledKernel, cache_key, get_toolchain
 
         chain = get_toolchain(toolchain)
         chain.validate(request)
@@ -488,17 +474,20 @@ class DaskRunner(Runner):
             ready.set_result(hit)
             return ready
 
+        def lost(why: str) -> CompiledKernel:
+            return CompiledKernel.failure(chain, f"the Dask worker compiling it was lost twice "
+                                          f"({why})", cache_key=key)
+
         with self._lock:
             running = self._compiling.get(key)
             if running is None:
-                running = Future()
+                running = self._submit(compile_task, lambda: (toolchain, request), on_lost=lost,
+                                       resources=None, workers=self._compile_workers,
+                                       key=f"r3-compile-{key[:32]}-{uuid.uuid4().hex[:8]}")
                 self._compiling[key] = running
-                self._compile_queue.append((toolchain, request, key, running))
                 first = True
             else:
                 first = False
-        if first:
-            self._send_compiles()
         mine: Future[CompiledKernel] = Future()
         cache = self.cache
 
@@ -517,66 +506,6 @@ class DaskRunner(Runner):
 
         running.add_done_callback(answered)
         return mine
-
-    def _send_compiles(self) -> None:
-        """The compiles waiting, each to the compile worker with the fewest in flight: to one
-        with none, or with one while at least as many wait as there are workers."""
-        workers = self._compile_workers() or self._worker_roles()[0]
-        sends = []
-        with self._lock:
-            if self._closed:
-                return
-            while self._compile_queue:
-                if workers:
-                    n, w = min((self._compile_tasks.get(w, 0), w) for w in workers)
-                    if n >= (COMPILES_AHEAD if len(self._compile_queue) >= len(workers) else 1):
-                        break
-                    self._compile_tasks[w] = n + 1
-                else:  # no worker known yet: the scheduler places it
-                    w = ""
-                sends.append((w, self._compile_queue.popleft()))
-        for w, item in sends:
-            self._send_compile(w, *item)
-
-    def _send_compile(self, worker: str, toolchain: str, request: CompileRequest, key: str,
-                      out: Future[CompiledKernel]) -> None:
-        """One compile as a task for ``worker`` (anywhere else if it is gone); a resubmission
-        after it was lost goes to the other compile workers."""
-        from r3tui.compile.base import CompiledKernel, get_toolchain
-
-        sent: list[str] = []
-
-        def where() -> list[str] | None:
-            if not sent and worker:
-                sent.append(worker)
-                return [worker]
-            rest = [w for w in self._compile_workers() or [] if w != worker]
-            return rest or None
-
-        def lost(why: str) -> CompiledKernel:
-            return CompiledKernel.failure(get_toolchain(toolchain), f"the Dask worker "
-                                          f"compiling it was lost twice ({why})", cache_key=key)
-
-        remote = self._submit(compile_task, lambda: (toolchain, request), on_lost=lost,
-                              resources=None, workers=where, loose=True,
-                              key=f"r3-compile-{key[:32]}-{uuid.uuid4().hex[:8]}")
-
-        def answered(done: Future[CompiledKernel]) -> None:
-            self._compile_done(worker)
-            if done.cancelled():  # the runner closed
-                out.cancel()
-            elif done.exception() is not None:
-                out.set_exception(done.exception())
-            else:
-                out.set_result(done.result())
-
-        remote.add_done_callback(answered)
-
-    def _compile_done(self, worker: str) -> None:
-        with self._lock:
-            if self._compile_tasks.get(worker, 0) > 0:
-                self._compile_tasks[worker] -= 1
-        self._send_compiles()
 
     def replay(self, job: ReplayJob) -> Future[Measurement]:
         if self._closed:
@@ -724,8 +653,6 @@ class DaskRunner(Runner):
             running = min(assigned, int(worker.get("nthreads", 1) or 1))
             queued[kind] += assigned - running
             loads.append(WorkerLoad(address, kind, running, 0))
-        with self._lock:
-            queued["cpu"] += len(self._compile_queue)  # held here until a worker frees up
         return RunnerLoad(tuple(loads), queued)
 
     def stats(self) -> RunnerStats:
@@ -741,13 +668,10 @@ class DaskRunner(Runner):
         self._closed = True
         with self._lock:
             waiting, self._waiting = self._waiting, []
-            compiles, self._compile_queue = list(self._compile_queue), collections.deque()
             self._actors.clear()
             self._actor_calls.clear()
         for _, out in waiting:  # never sent: nothing to answer them with
             out.cancel()
-        for *_, compiling in compiles:
-            compiling.cancel()
         with contextlib.suppress(Exception):  # a cluster already gone has nothing to release
             self.client.run(release_task, self._token)
         if self._owned is not None:
