@@ -110,7 +110,8 @@ class CampaignSettings:
     # not have and the answer does not declare is refused (r3tui.remix.names; llama.cpp in
     # process only: a server samples its tokens itself)
     check_names: bool = option(True, "--no-check-names", "let the model use names the unit "
-                               "does not have in its edits (no check while it samples)")
+                               "does not have in its edits (no check while it samples)",
+                               negate=True)
     prefetch: bool = True  # generate the next proposal while the GPU evaluates
     # a model's change that does not compile or verify goes back to it once with the failure
     # (a repair turn); the answer is a child of the failed variant, origin "repair".  Off by

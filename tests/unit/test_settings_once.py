@@ -110,3 +110,19 @@ def test_every_campaign_command_takes_the_runner_flags(command: list[str]) -> No
                                       "--gpus", "2", "--scheduler", "tcp://h:8786"])
     assert (args.runner, args.workers, args.gpus, args.scheduler) == (
         "dask", 3, 2, "tcp://h:8786")
+
+
+def test_a_no_flag_turns_its_setting_off_and_any_other_turns_it_on(tmp_path: Path) -> None:
+    """Each bool flag as parsed: ``--no-x`` gives False (its field is on by default), any
+    other gives True; unset, the dataclass default holds (``--no-check-names`` once set its
+    field True, as every unset flag left it)."""
+    for cls in (CampaignSettings, InnerSettings):
+        for f, opt in user_fields(cls):
+            if not isinstance(f.default, bool):
+                continue
+            wanted = not opt.flag.startswith("--no-")
+            settings = campaign_settings(_tune_args([opt.flag], tmp_path), None, None)
+            where = settings if cls is CampaignSettings else settings.inner
+            assert getattr(where, f.name) is wanted, opt.flag
+            unset = campaign_settings(_tune_args([], tmp_path), None, None)
+            assert getattr(unset if cls is CampaignSettings else unset.inner, f.name) is f.default
