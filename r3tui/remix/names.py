@@ -33,6 +33,8 @@ import functools
 import re
 from collections.abc import Iterable
 
+from r3tui.analysis.facts import words
+
 
 def _words(text: str) -> list[str]:
     return text.split()
@@ -107,8 +109,8 @@ _REPLACE_END = ">>>>>>>"
 
 def unit_names(source: str) -> frozenset[str]:
     """Every identifier of ``source``'s code (not of its comments and literals: a name only a
-    comment mentions would not compile)."""
-    return frozenset(m.group() for m in _LEX.finditer(source) if m.lastgroup == "ident")
+    comment mentions would not compile; numbers among them are never asked about)."""
+    return frozenset(words(source))
 
 
 def unit_types(source: str) -> frozenset[str]:
