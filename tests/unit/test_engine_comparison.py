@@ -59,3 +59,48 @@ def test_the_fastest_step_ships_and_a_tie_keeps_the_smaller_change() -> None:
     assert fastest_rung([[3.0, 3.1, 2.9], [2.0, 2.1, 1.9], [2.4, 2.5, 2.3]]) == 1
     assert fastest_rung([[3.0], [2.0], [1.0]]) == 2
     assert fastest_rung([[2.0, 2.0], [2.0, 2.0]]) == 0
+
+
+class Rounds:
+    """FAKE interleaved rounds: the original at 10 µs, the candidate at 10 µs / ``speedup``,
+    each round's candidate time off by ``spread`` in a repeating pattern (a short kernel's
+    per-round noise); counts what it was asked for."""
+
+    def __init__(self, speedup: float, spread: float, pattern: int = 7) -> None:
+        self.speedup, self.spread, self.pattern = speedup, spread, pattern
+        self.asked: list[int] = []
+
+    def __call__(self, n: int) -> tuple[list[float], list[float]]:
+        start = sum(self.asked)
+        self.asked.append(n)
+        base = [10e-6] * n
+        noise = [(((start + r) * 3) % self.pattern - self.pattern // 2) / (self.pattern // 2)
+                 for r in range(n)]
+        return base, [10e-6 / self.speedup * (1 + self.spread * x) for x in noise]
+
+
+def test_confirm_stops_once_the_interval_is_narrow() -> None:
+    from r3tui.engine.comparison import CONFIRM_ROUNDS, confirm
+
+    rounds = Rounds(1.10, 0.005)
+    f = confirm(BEST, rounds)
+    assert rounds.asked == [CONFIRM_ROUNDS]
+    assert f.config == BEST and len(f.ratios) == CONFIRM_ROUNDS
+    assert abs(f.speedup - 1.10) < 0.01 and f.low <= 1.10 <= f.high
+
+
+def test_confirm_adds_rounds_while_the_ratios_spread_up_to_its_bound() -> None:
+    from r3tui.engine.comparison import CONFIRM_MAX_ROUNDS, CONFIRM_ROUNDS, confirm
+
+    wide = Rounds(1.10, 0.10)
+    f = confirm(BEST, wide)
+    assert sum(wide.asked) == CONFIRM_MAX_ROUNDS and len(f.ratios) == CONFIRM_MAX_ROUNDS
+    assert all(n <= CONFIRM_ROUNDS for n in wide.asked)
+    # a spread between the two: more than one batch, fewer than the bound
+    middle = Rounds(1.10, 0.04, pattern=11)
+    g = confirm(BEST, middle)
+    assert CONFIRM_ROUNDS < sum(middle.asked) < CONFIRM_MAX_ROUNDS
+    assert g.high - g.low <= 0.04 * g.speedup
+    # nothing measured (every round failed): no endless asking
+    h = confirm(BEST, lambda n: ([], []))
+    assert h.ratios == () and h.speedup != h.speedup  # nan
