@@ -112,6 +112,12 @@ class CampaignSettings:
     check_names: bool = option(True, "--no-check-names", "let the model use names the unit "
                                "does not have in its edits (no check while it samples)",
                                negate=True)
+    # a REPLACE section may end only where its brackets balance as its SEARCH section's
+    # (r3tui.remix.balance; llama.cpp in process only)
+    check_balance: bool = option(True, "--no-check-balance", "let the model end a REPLACE "
+                                 "section whose braces, parentheses or brackets do not balance "
+                                 "as its SEARCH section's (no check while it samples)",
+                                 negate=True)
     prefetch: bool = True  # generate the next proposal while the GPU evaluates
     # a model's change that does not compile or verify goes back to it once with the failure
     # (a repair turn); the answer is a child of the failed variant, origin "repair".  Off by
@@ -149,6 +155,7 @@ class CampaignSettings:
         values.setdefault("climb", 0)  # nor climb from a new best
         values.setdefault("hint_prior", 0)  # nor start hints with misses
         values.setdefault("check_names", False)  # nor check the names of their answers
+        values.setdefault("check_balance", False)  # nor their sections' brackets
         inner_known = set(InnerSettings.__dataclass_fields__)
         inner = InnerSettings(
             **{k: v for k, v in data.get("inner", {}).items() if k in inner_known}

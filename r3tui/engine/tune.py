@@ -71,6 +71,7 @@ def make_mutator_from(settings: CampaignSettings, llm: LLMBackend | None) -> Mut
             edit_format=settings.edit_format,
             llm_share=settings.llm_share if llm is not None else 0.0,
             check_names=settings.check_names,
+            check_balance=settings.check_balance,
         ),
     )
 

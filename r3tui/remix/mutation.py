@@ -36,7 +36,8 @@ from importlib import resources
 from r3tui.analysis.facts import tokens
 from r3tui.domain import LLMCall, VariantOrigin
 from r3tui.errors import ConfigError
-from r3tui.remix.backends import Completion, LLMBackend, PromptTooLong, Sampling
+from r3tui.remix.backends import AnswerCheck, Completion, LLMBackend, PromptTooLong, Sampling
+from r3tui.remix.balance import BalanceCheck, Checks
 from r3tui.remix.catalogue import CATALOGUE, Transformation, mechanical
 from r3tui.remix.edits import (
     ApplyResult,
@@ -202,6 +203,12 @@ class MutatorSettings:
         metadata={"help": "refuse, while sampling, REPLACE tokens that use a name the unit "
                           "does not have and the answer does not declare (llama.cpp only)"},
     )
+    check_balance: bool = field(
+        default=True,
+        metadata={"help": "refuse, while sampling, the end of a REPLACE section whose braces, "
+                          "parentheses or brackets do not balance as its SEARCH section's "
+                          "(llama.cpp only)"},
+    )
 
     def __post_init__(self) -> None:
         if self.edit_format not in EDIT_FORMATS:
@@ -267,6 +274,20 @@ _CHARS_PER_TOKEN = 2.9
 def view_chars(n_ctx: int, max_tokens: int) -> int:
     """How much of an application's device code fits a prompt beside the answer."""
     return max(1500, int((n_ctx - max_tokens - _PROMPT_TOKENS) * _CHARS_PER_TOKEN))
+
+
+def answer_check(source: str, settings: MutatorSettings) -> AnswerCheck | None:
+    """The checks a SEARCH/REPLACE answer's tokens pass while the model samples them: the
+    names of ``source`` (:class:`IdentifierCheck`) and the sections' brackets
+    (:class:`BalanceCheck`), as ``settings`` ask; None where they ask for neither."""
+    checks: list[AnswerCheck] = []
+    if settings.check_names:
+        checks.append(IdentifierCheck.for_unit(source))
+    if settings.check_balance:
+        checks.append(BalanceCheck())
+    if not checks:
+        return None
+    return checks[0] if len(checks) == 1 else Checks(checks)
 
 
 def _kernel_text(ctx: MutationContext) -> str:
@@ -373,8 +394,8 @@ class Mutator:
         if ctx.confined:  # the kernel's view sized to the model's context, answer left out
             n_ctx = getattr(self.backend, "n_ctx", None) or 4096
             asked = dataclasses.replace(asked, view_chars=view_chars(n_ctx, sampling.max_tokens))
-        check = (IdentifierCheck.for_unit(ctx.parent_source)
-                 if settings.check_names and edit_format == "search_replace" else None)
+        check = answer_check(ctx.parent_source, settings) if edit_format == "search_replace" \
+            else None
         try:
             completion = self._complete(asked, sampling, grammar, grammar_name, check)
         except PromptTooLong as exc:
@@ -425,7 +446,7 @@ class Mutator:
         sampling: Sampling,
         grammar: str | None,
         grammar_name: str | None,
-        check: IdentifierCheck | None = None,
+        check: AnswerCheck | None = None,
     ) -> Completion:
         assert self.backend is not None
         messages = build_messages(ctx)

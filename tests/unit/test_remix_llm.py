@@ -222,6 +222,8 @@ def test_mutation_pipeline_from_prompt_to_nvrtc(backend: LlamaCppBackend) -> Non
     assert proposal.llm_call is not None, proposal.reason
     assert "double total" not in proposal.llm_call.prompt  # the retry dropped the inspiration
     assert proposal.llm_call.seed is not None  # drawn from the campaign's rng
+    # a SEARCH/REPLACE answer is sampled under both checks: its names and its brackets
+    assert proposal.llm_call.sampling["answer_check"] == "identifiers+balance"
     if proposal.ok:
         assert proposal.source is not None and proposal.diff
         compiled = get_toolchain("nvrtc").compile(CompileRequest(proposal.source, "spmv_csr"))
