@@ -247,6 +247,50 @@ def declared_at_assignment(source: str, kernel: str) -> str:
 _RELATIONAL = frozenset({"<", "<=", ">", ">="})
 
 
+def single_element_axes(body: ts.Node, parsed: Parsed, indices: list[GridIndex]) -> set[str]:
+    """The axes of ``indices`` along which one index value alone does the work: a statement of
+    the body ends the thread unless the index equals a constant (``if (... || layer != 0)
+    return;``, sgemm's third axis).  A thread there computes one element at most, so giving it
+    several along that axis gains nothing."""
+    by_name = {ix.name: ix.axis for ix in indices}
+    out: set[str] = set()
+
+    def disjuncts(node: ts.Node) -> list[ts.Node]:
+        while node.type in ("parenthesized_expression", "condition_clause") and (
+                node.named_child_count == 1):
+            node = node.named_children[0]
+        op = node.child_by_field_name("operator") if node.type == "binary_expression" else None
+        if op is not None and parsed.text(op) == "||":
+            left, right = node.child_by_field_name("left"), node.child_by_field_name("right")
+            return [*(disjuncts(left) if left else []), *(disjuncts(right) if right else [])]
+        return [node]
+
+    for statement in statements(body):
+        if statement.type != "if_statement":
+            continue
+        condition = statement.child_by_field_name("condition")
+        consequence = statement.child_by_field_name("consequence")
+        if condition is None or consequence is None or not any(
+                n.type == "return_statement" for n in walk(consequence)):
+            continue
+        if consequence.type == "compound_statement" and not any(
+                n.type == "return_statement" for n in statements(consequence)):
+            continue  # a return nested deeper does not end every such thread
+        for part in disjuncts(condition):
+            op = part.child_by_field_name("operator") if part.type == "binary_expression" \
+                else None
+            if op is None or parsed.text(op) != "!=":
+                continue
+            sides = [part.child_by_field_name("left"), part.child_by_field_name("right")]
+            kinds = sorted(s.type for s in sides if s is not None)
+            if kinds != ["identifier", "number_literal"]:
+                continue
+            name = next(parsed.text(s) for s in sides if s is not None and s.type == "identifier")
+            if name in by_name:
+                out.add(by_name[name])
+    return out
+
+
 def unchecked_axes(source: str, kernel: str) -> tuple[str, ...]:
     """The axes along which ``kernel`` takes a grid index (``int i = blockIdx.x * blockDim.x +
     threadIdx.x;``, or assigned so later) and never orders it (``<``, ``<=``, ``>``, ``>=``),

@@ -64,3 +64,29 @@ def test_a_block_reduction_is_not_read() -> None:
     assert found is not None
     with pytest.raises(Unsupported, match="do not each work alone"):
         check_alone(*found)
+
+
+@pytest.mark.parametrize(("guard", "single"), [
+    ("if (row >= M || col >= N || layer != 0) {\n        return;\n    }", {"z"}),
+    ("if (layer != 0) return;", {"z"}),
+    ("if ((0 != layer) || row >= M) return;", {"z"}),
+    # an order, a test that does not end the thread, a boundary: several elements work
+    ("if (row >= M || col >= N || layer >= 4) return;", set()),
+    ("if (layer != 0) { acc = 1.0f; }", set()),
+    ("float w = (layer == 0) ? 0.5f : 1.0f;", set()),
+])
+def test_an_axis_whose_index_must_equal_a_constant_has_one_element(
+        guard: str, single: set[str]) -> None:
+    from r3tui.analysis.per_thread import single_element_axes
+
+    source = (
+        'extern "C" __global__ void k(int M, int N, float* out, float acc)\n{\n'
+        "    int col = blockIdx.x * blockDim.x + threadIdx.x;\n"
+        "    int row = blockIdx.y * blockDim.y + threadIdx.y;\n"
+        "    int layer = blockIdx.z * blockDim.z + threadIdx.z;\n"
+        f"    {guard}\n"
+        "    out[row * N + col] = acc;\n}\n")
+    found = kernel_body(source, "k")
+    assert found is not None
+    body, parsed = found
+    assert single_element_axes(body, parsed, grid_indices(body, parsed)) == single

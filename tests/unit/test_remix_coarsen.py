@@ -399,3 +399,21 @@ def test_local_arrays_device_calls_and_loops_that_depend_on_the_index(tmp_path: 
         compiled = get_toolchain("nvrtc").compile(CompileRequest(
             variant, "mixed", arch="sm_90", defines=tuple((n, "4") for n in names.values())))
         assert compiled.ok, compiled.log
+
+
+def test_an_axis_with_one_element_of_work_is_not_coarsened() -> None:
+    """sgemm works on one layer (``layer != 0`` ends the thread): the rule coarsens x, y or
+    both, never z (before: x+z and y+z children behaved as x or y alone, 5 of 12 coarsened
+    children in session 42's sgemm campaigns); stencil7's three axes all work and stay."""
+    import random
+
+    from r3tui.remix.rules import apply_rule
+
+    def axes(example: str) -> set[str]:
+        text = (EXAMPLES / example / "kernel.cu").read_text()
+        made = (apply_rule("coarsen", text, example, random.Random(seed)).source
+                for seed in range(30))
+        return {"".join(a for a in "XYZ" if f"R3_CF_{a}" in s) for s in made if s}
+
+    assert axes("sgemm") == {"X", "Y", "XY"}
+    assert {"Z", "XZ", "YZ"} <= axes("stencil7")
