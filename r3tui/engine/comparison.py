@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import math
 import statistics
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Protocol
@@ -89,24 +90,28 @@ def measurable(steps: Sequence[tuple[str, TrialConfig]], space: Checks,
 CONFIRM_ROUNDS = 15  # fresh rounds a batch, the original and what ships alone
 CONFIRM_MAX_ROUNDS = 60
 CONFIRM_WIDTH = 0.04  # stop once the interval's width is at most this fraction of the median
+CONFIRM_SECONDS = 10.0  # no batch after the first once the rounds have taken this long
 
 
 def confirm(config: TrialConfig, measure: Callable[[int], tuple[list[float], list[float]]],
             *, batch: int = CONFIRM_ROUNDS, max_rounds: int = CONFIRM_MAX_ROUNDS,
-            width: float = CONFIRM_WIDTH) -> Finalist:
+            width: float = CONFIRM_WIDTH, seconds: float = CONFIRM_SECONDS,
+            clock: Callable[[], float] = time.perf_counter) -> Finalist:
     """The speedup of ``config`` over the original from fresh interleaved rounds:
     ``measure(n)`` times both ``n`` rounds (the original's times, then ``config``'s); batches
-    of ``batch`` rounds are added until the median's interval is at most ``width`` of it wide
-    or ``max_rounds`` are in."""
+    of ``batch`` rounds are added until the median's interval is at most ``width`` of it wide,
+    ``max_rounds`` are in, or the rounds have taken ``seconds`` (a slow replay: one batch)."""
     base: list[float] = []
     times: list[float] = []
+    started = clock()
     while True:
         more_base, more_times = measure(min(batch, max_rounds - len(base)))
         base += more_base
         times += more_times
         f = summarize(config, base, times)
         narrow = math.isfinite(f.speedup) and f.high - f.low <= width * f.speedup
-        if narrow or len(base) >= max_rounds or not more_base:
+        if (narrow or len(base) >= max_rounds or not more_base
+                or clock() - started >= seconds):
             return f
 
 

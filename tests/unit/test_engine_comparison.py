@@ -104,3 +104,17 @@ def test_confirm_adds_rounds_while_the_ratios_spread_up_to_its_bound() -> None:
     # nothing measured (every round failed): no endless asking
     h = confirm(BEST, lambda n: ([], []))
     assert h.ratios == () and h.speedup != h.speedup  # nan
+
+
+def test_confirm_stops_adding_rounds_after_its_time() -> None:
+    from r3tui.engine.comparison import CONFIRM_ROUNDS, confirm
+
+    now = [0.0]
+    wide = Rounds(1.10, 0.10)
+
+    def slow(n: int) -> tuple[list[float], list[float]]:
+        now[0] += 6.0  # a replay of seconds: each batch takes 6 s
+        return wide(n)
+
+    f = confirm(BEST, slow, seconds=10.0, clock=lambda: now[0])
+    assert wide.asked == [CONFIRM_ROUNDS, CONFIRM_ROUNDS] and len(f.ratios) == 2 * CONFIRM_ROUNDS
