@@ -531,7 +531,7 @@ class BlockTimed(FactorTimed):
 def test_a_climb_whose_factor_moves_are_all_tried_moves_the_block(tmp_path: Path) -> None:
     """R3_F at 8 (its best) with 4 and 16 tried already, at the recorded 128 threads: the
     climb doubles and halves the block instead (256 gains), then from 256 moves the factor
-    again (no gain) and ends there."""
+    again (no gain); before it ends, the block moves from 256 not tried yet (512: no gain)."""
     from r3tui.engine import KernelSource, build_space
     from r3tui.engine.lineage import Climb
     from r3tui.record.manifest import LaunchInfo
@@ -551,5 +551,33 @@ def test_a_climb_whose_factor_moves_are_all_tried_moves_the_block(tmp_path: Path
         tried = [(t.config.block.x if t.config.block else 128, t.config.tunables.get("R3_F"))
                  for t in repo.finished_trials(s, cid, variant_id=vid)]
         event = repo.events(s, cid)[-1]
-    assert tried == [(128, 8), (128, 4), (128, 16), (256, 8), (64, 8), (256, 16), (256, 4)]
+    assert tried == [(128, 8), (128, 4), (128, 16), (256, 8), (64, 8), (256, 16), (256, 4),
+                     (512, 8)]
     assert (event.data or {})["winner"]["block"] == [256, 1, 1]
+
+
+def test_a_climb_whose_last_round_gained_nothing_moves_the_block_once(tmp_path: Path) -> None:
+    """R3_F at 8 at the recorded 128 threads, its factor moves untried: the first round moves
+    the factor (4 and 16: no gain); before the climb ends the block moves once (256 gains), a
+    gain that starts another round of factor moves from 256 (no gain), and the climb ends
+    without moving the block again."""
+    from r3tui.engine import KernelSource, build_space
+    from r3tui.engine.lineage import Climb
+    from r3tui.record.manifest import LaunchInfo
+    from r3tui.search import DeviceLimits
+    from r3tui.search.strategy import RandomSearch
+
+    database, cid, vid = setup_campaign(tmp_path / "o.sqlite")
+    launch = LaunchInfo(grid=Dim3(64), block=Dim3(128), work=Dim3(8192), block_tunable=True)
+    settings = InnerSettings(batch=4, rounds=2, seed=1)
+    space = build_space(launch, KernelSource(FACTOR_SOURCE, "k"), settings, DeviceLimits())
+    search = RandomSearch(space, 0)
+    assert search.warm_start([replace(space.baseline_config(), tunables={"R3_F": 8})]) == 1
+    climb = Climb(space, None, 10)
+    run_inner(database, cid, vid, search, BlockTimed(), Budget(max_trials=1), settings,
+              climb=climb)
+    with database.session_scope() as s:
+        tried = [(t.config.block.x if t.config.block else 128, t.config.tunables.get("R3_F"))
+                 for t in repo.finished_trials(s, cid, variant_id=vid)]
+    assert tried == [(128, 8), (128, 16), (128, 4), (256, 8), (64, 8), (256, 16), (256, 4)]
+    assert climb.blocks_moved and climb.made == 2
