@@ -8,9 +8,13 @@ generate-only answers on nbody and reduce_sum (session 41, 24 with the names che
 three times on "expected a declaration" or "expected a '}'" at the end of the unit.
 
 :class:`BalanceCheck` is asked, for each token the sampler draws, whether appending it to the
-answer starts the ``>>>>>>> REPLACE`` line that ends a section whose bracket counts differ
-from its SEARCH section's; such a token is refused and the sampler draws another (a closing
-brace, more code).  Comments and literals do not count.  Like the names check it runs in the
+answer makes a REPLACE section close a block its SEARCH section does not (its running count
+goes below the lowest the SEARCH text reaches: a ``}`` past the function's end), or starts the
+``>>>>>>> REPLACE`` line that ends a section whose counts differ from its SEARCH section's;
+such a token is refused and the sampler draws another (a closing brace where one is missing,
+the end line where a brace would be one too many).  Refused at the end line alone, Qwen went
+on writing other text after the section (two of its 24 answers on reduce_sum and nbody,
+session 42).  Comments and literals do not count.  Like the names check it runs in the
 llama.cpp backend's sampler after the grammar; :class:`Checks` asks several in turn.
 """
 
@@ -30,6 +34,37 @@ def balance(text: str) -> tuple[int, ...]:
     """Opened minus closed braces, parentheses and brackets of ``text`` (code only)."""
     code = mask(text)
     return tuple(code.count(o) - code.count(c) for o, c in _PAIRS)
+
+
+def lowest(text: str) -> tuple[int, ...]:
+    """The lowest running balance of each kind of bracket over ``text`` (code only), 0 at
+    least: how many blocks it closes that it did not open."""
+    code = mask(text)
+    out = []
+    for o, c in _PAIRS:
+        depth = low = 0
+        for ch in code:
+            if ch == o:
+                depth += 1
+            elif ch == c:
+                depth -= 1
+                low = min(low, depth)
+        out.append(low)
+    return tuple(out)
+
+
+def _open_section(text: str) -> tuple[str, str] | None:
+    """``(search, replace so far)`` where ``text`` ends inside a REPLACE section."""
+    divider = text.rfind("\n" + _DIVIDER)
+    if divider < 0:
+        return None
+    body = divider + 1 + len(_DIVIDER)
+    if text.find("\n>", body - 1) >= 0:
+        return None
+    start = text.rfind(_SEARCH, 0, divider + 1)
+    if start < 0:
+        return None
+    return text[start + len(_SEARCH):divider + 1], text[body:]
 
 
 def _closing(text: str) -> tuple[str, str] | None:
@@ -58,16 +93,35 @@ class BalanceCheck:
         self.refused = 0
 
     def __call__(self, answer: str, piece: str) -> bool:
+        ok = self._closes_more(answer, piece) and self._ends_balanced(answer, piece)
+        if not ok:
+            self.refused += 1
+        return ok
+
+    @staticmethod
+    def _closes_more(answer: str, piece: str) -> bool:
+        """False where ``piece`` makes the REPLACE text close a block its SEARCH text does
+        not (a ``}`` past the function's end): refused at that token, before the model goes
+        on as if the section were done."""
+        if not piece or not any(c in piece for _, c in _PAIRS):
+            return True
+        section = _open_section(answer + piece)
+        if section is None:
+            return True
+        search, replace = section
+        floor = lowest(search)
+        now, before = lowest(replace), lowest(replace[: len(replace) - len(piece)])
+        return all(n >= f or n >= b for n, f, b in zip(now, floor, before, strict=True))
+
+    @staticmethod
+    def _ends_balanced(answer: str, piece: str) -> bool:
         if not piece or ">" not in piece:
             return True
         after = _closing(answer + piece)
         if after is None or _closing(answer) is not None:
             return True  # not ending a section, or its end was begun before this token
         search, replace = after
-        ok = balance(search) == balance(replace)
-        if not ok:
-            self.refused += 1
-        return ok
+        return balance(search) == balance(replace)
 
 
 class Checks:

@@ -104,3 +104,26 @@ def test_the_settings_choose_the_checks() -> None:
     assert isinstance(only, BalanceCheck)
     assert isinstance(answer_check(unit, MutatorSettings(check_balance=False)), IdentifierCheck)
     assert answer_check(unit, MutatorSettings(check_names=False, check_balance=False)) is None
+
+
+def test_a_brace_that_closes_a_block_the_search_text_does_not_is_refused_at_once() -> None:
+    """reduce_sum's answer of session 42: the SEARCH text is the whole reduction loop
+    (balanced), the REPLACE text the loop, the last step, and a '}' that ends the function;
+    refused only at the end line, Qwen went on writing other text.  The '}' itself is refused
+    (lowest()), while a '}' that closes what the REPLACE text opened passes."""
+    from r3tui.remix.balance import lowest
+
+    search = ("<<<<<<< SEARCH\n    for (int s = 1; s < n; s *= 2) {\n        a[t] += a[t + s];\n"
+              "    }\n=======\n")
+    replace = ("    for (int s = 1; s < n; s *= 2) {\n        a[t] += a[t + s];\n    }\n"
+               "    if (t == 0) {\n        atomicAdd(out, a[0]);\n    }\n")
+    assert lowest(replace) == (0, 0, 0) and lowest("}\n{") == (-1, 0, 0)
+    check = BalanceCheck()
+    assert all(check(search + replace[:i], replace[i]) for i in range(len(replace)))
+    assert not check(search + replace, "}")
+    assert not check(search + replace, "}\n>>>>>>> REPLACE\n")
+    assert check(search + replace, ">>>>>>> REPLACE\n")
+    assert check.refused == 2
+    # a SEARCH text that itself closes a block: its REPLACE may close one too
+    closing = "<<<<<<< SEARCH\n        x = 1;\n    }\n=======\n        x = 2;\n"
+    assert check(closing, "    }\n") and check(closing + "    }\n", ">>>>>>> REPLACE\n")
