@@ -12,7 +12,9 @@ answer makes a REPLACE section close a block its SEARCH section does not (its ru
 goes below the lowest the SEARCH text reaches: a ``}`` past the function's end), or starts the
 ``>>>>>>> REPLACE`` line that ends a section whose counts differ from its SEARCH section's;
 such a token is refused and the sampler draws another (a closing brace where one is missing,
-the end line where a brace would be one too many).  Refused at the end line alone, Qwen went
+the end line where a brace would be one too many).  The end line is refused as well where the
+section's code is its SEARCH text's (an edit that changes nothing, which fails the answer:
+one of Qwen's 24 in session 42).  Refused at the end line alone, Qwen went
 on writing other text after the section (two of its 24 answers on reduce_sum and nbody,
 session 42).  Comments and literals do not count.  Like the names check it runs in the
 llama.cpp backend's sampler after the grammar; :class:`Checks` asks several in turn.
@@ -51,6 +53,11 @@ def lowest(text: str) -> tuple[int, ...]:
                 low = min(low, depth)
         out.append(low)
     return tuple(out)
+
+
+def _code(text: str) -> list[str]:
+    """``text``'s code lines, whitespace within them aside (comments count as nothing)."""
+    return [" ".join(line.split()) for line in mask(text).split("\n") if line.strip()]
 
 
 def _open_section(text: str) -> tuple[str, str] | None:
@@ -121,7 +128,8 @@ class BalanceCheck:
         if after is None or _closing(answer) is not None:
             return True  # not ending a section, or its end was begun before this token
         search, replace = after
-        return balance(search) == balance(replace)
+        # a section whose code is its SEARCH text's changes nothing: not an edit
+        return balance(search) == balance(replace) and _code(search) != _code(replace)
 
 
 class Checks:

@@ -127,3 +127,12 @@ def test_a_brace_that_closes_a_block_the_search_text_does_not_is_refused_at_once
     # a SEARCH text that itself closes a block: its REPLACE may close one too
     closing = "<<<<<<< SEARCH\n        x = 1;\n    }\n=======\n        x = 2;\n"
     assert check(closing, "    }\n") and check(closing + "    }\n", ">>>>>>> REPLACE\n")
+
+
+def test_a_section_that_changes_nothing_may_not_end() -> None:
+    check = BalanceCheck()
+    same = SEARCH + "    for (int k = 0;  k < n; ++k) {   // the same loop\n        s += x[k];\n"
+    assert not check(same, ">>>>>>> REPLACE\n")
+    changed = (SEARCH + "    #pragma unroll 4\n    for (int k = 0; k < n; ++k) {\n"
+               "        s += x[k];\n")
+    assert check(changed, ">>>>>>> REPLACE\n")
