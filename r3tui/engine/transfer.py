@@ -223,8 +223,10 @@ def retime(bundle_path: Path, text: str | None, config: TrialConfig, *, rounds: 
            timeout_s: float = 60.0) -> tuple[float | None, tuple[float, float] | None,
                                              str | None, str | None]:
     """``text`` at ``config`` against the bundle's original at its recorded configuration,
-    interleaved: (speedup, ci, failed, skipped).  ``text`` None: the bundle's original itself
+    interleaved, ``rounds`` at a time while the interval is wide (:func:`~r3tui.engine.
+    comparison.confirm`): (speedup, ci, failed, skipped).  ``text`` None: the bundle's original itself
     (what ``config``'s options alone do to it)."""
+    from r3tui.engine.comparison import confirm
     from r3tui.engine.gpu import RunnerSettings, open_runner
     from r3tui.engine.inner import (
         InnerSettings,
@@ -236,7 +238,6 @@ def retime(bundle_path: Path, text: str | None, config: TrialConfig, *, rounds: 
     from r3tui.engine.unit_source import searched_launch, seed_unit
     from r3tui.errors import R3Error
     from r3tui.record.bundle import Bundle
-    from r3tui.search.winner import summarize
 
     # a check that cannot run (the bundle, its worker, its arena) is skipped with the reason:
     # it must not end the tune-app run whose campaigns are done
@@ -257,11 +258,12 @@ def retime(bundle_path: Path, text: str | None, config: TrialConfig, *, rounds: 
             (mine,) = tuned.evaluate([config])
             if not mine.ok:
                 return None, None, _why(mine), None
-            base, times = original.interleave_with(tuned, baseline, config, rounds)
+            # rounds added while the interval is wide, as the campaign's own final figure
+            f = confirm(config, lambda n: original.interleave_with(tuned, baseline, config, n),
+                        batch=rounds)
     except (R3Error, ValueError) as exc:
         one = exc.one_line() if isinstance(exc, R3Error) else f"{type(exc).__name__}: {exc}"
         return None, None, None, one
-    f = summarize(config, base, times)
     return f.speedup, (f.low, f.high), None, None
 
 
