@@ -223,9 +223,9 @@ def retime(bundle_path: Path, text: str | None, config: TrialConfig, *, rounds: 
            timeout_s: float = 60.0) -> tuple[float | None, tuple[float, float] | None,
                                              str | None, str | None]:
     """``text`` at ``config`` against the bundle's original at its recorded configuration,
-    interleaved, ``rounds`` at a time while the interval is wide (:func:`~r3tui.engine.
-    comparison.confirm`): (speedup, ci, failed, skipped).  ``text`` None: the bundle's original itself
-    (what ``config``'s options alone do to it)."""
+    interleaved, ``rounds`` at a time while the interval is wide (``comparison.confirm``):
+    (speedup, ci, failed, skipped).  ``text`` None: the bundle's original itself (what
+    ``config``'s options alone do to it)."""
     from r3tui.engine.comparison import confirm
     from r3tui.engine.gpu import RunnerSettings, open_runner
     from r3tui.engine.inner import (
