@@ -73,8 +73,8 @@ def coarsen(source: str, kernel: str, rng: random.Random) -> tuple[str, str]:
     indices = [ix for ix in grid_indices(body, parsed) if axis_alone(masked, ix.axis)]
     # an axis with one element of work (``if (... || layer != 0) return;``) gains nothing
     # from more elements a thread; sgemm's choices along z behaved as their other axis alone
-    # (H200, session 42: 5 of 12 coarsened children in six campaigns were x+z or y+z, and
-    # the two seeds whose x+y child came first reached 0.34 of cuBLAS, the others 0.26)
+    # (H200, session 42: 6 of 23 coarsened children in six campaigns were x+z or y+z, and
+    # the two seeds whose x+y child came early reached 0.34 of cuBLAS, the others 0.24-0.29)
     single = single_element_axes(body, parsed, indices)
     if single and len(single) < len(indices):
         indices = [ix for ix in indices if ix.axis not in single]
