@@ -133,7 +133,7 @@ def compare_with_original(run: CampaignRun, rounds: int = 15) -> dict[str, Any] 
     original = run.evaluator_for(run.seed_source)
     tuned = run.evaluator_for(replace(run.seed_source, text=variant.source))
     if not (
-        hasattr(original, "interleave_many")
+        hasattr(original, "interleave_many") and hasattr(original, "interleave_with")
         and original.evaluate([space.baseline_config()])[0].ok
         and tuned.evaluate([fit.config])[0].ok
     ):
@@ -147,8 +147,8 @@ def compare_with_original(run: CampaignRun, rounds: int = 15) -> dict[str, Any] 
     keep = fastest_rung(per_step)
     shipped = steps[keep][1]
     chosen = summarize(shipped, base, per_step[keep])
-    f = confirm(shipped, lambda n: _base_and_one(
-        original.interleave_many(tuned, space.baseline_config(), [shipped], n)))
+    f = confirm(shipped, lambda n: original.interleave_with(
+        tuned, space.baseline_config(), shipped, n))
     levels: list[dict[str, Any]] = []
     previous = base
     for (level, config), step_times in zip(steps, per_step, strict=True):
@@ -186,12 +186,6 @@ def compare_with_original(run: CampaignRun, rounds: int = 15) -> dict[str, Any] 
             data,
         )
     return data
-
-
-def _base_and_one(timed: tuple[list[float], list[list[float]]]
-                  ) -> tuple[list[float], list[float]]:
-    base, (times,) = timed
-    return base, times
 
 
 def fastest_rung(per_step: Sequence[Sequence[float]]) -> int:

@@ -92,6 +92,12 @@ class CompiledCostEvaluator:
                    for i, t in enumerate(medians)]
         return per_job[0], per_job[1:]
 
+    def interleave_with(self, other: CompiledCostEvaluator, mine: TrialConfig,
+                        theirs: TrialConfig, rounds: int) -> tuple[list[float], list[float]]:
+        """FAKE, as ReplayEvaluator.interleave_with: :meth:`interleave_many` of one."""
+        base, (times,) = self.interleave_many(other, mine, [theirs], rounds)
+        return base, times
+
     def with_source(self, source: KernelSource) -> CompiledCostEvaluator:
         return type(self)(source)
 
