@@ -24,11 +24,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from r3tui.analysis.text import mask
+from r3tui.analysis.text import code_key, mask
 from r3tui.remix.backends import AnswerCheck
+from r3tui.remix.edits import DIVIDER, SEARCH_MARK
 
-_SEARCH = "<<<<<<< SEARCH\n"
-_DIVIDER = "=======\n"
+_SEARCH = SEARCH_MARK + "\n"
+_DIVIDER = DIVIDER + "\n"
 _PAIRS = (("{", "}"), ("(", ")"), ("[", "]"))
 
 
@@ -55,44 +56,26 @@ def lowest(text: str) -> tuple[int, ...]:
     return tuple(out)
 
 
-def _code(text: str) -> list[str]:
-    """``text``'s code lines, whitespace within them aside (comments count as nothing)."""
-    return [" ".join(line.split()) for line in mask(text).split("\n") if line.strip()]
-
-
-def _open_section(text: str) -> tuple[str, str] | None:
-    """``(search, replace so far)`` where ``text`` ends inside a REPLACE section."""
+def _section(text: str) -> tuple[str, str, int | None] | None:
+    """The last SEARCH/REPLACE section of ``text`` once it has reached its REPLACE part:
+    ``(search, replace, end)`` where ``end`` is where its end line begins (a line starting with
+    ``>``), None while it is still open; None where there is no such section."""
     divider = text.rfind("\n" + _DIVIDER)
     if divider < 0:
-        return None
-    body = divider + 1 + len(_DIVIDER)
-    if text.find("\n>", body - 1) >= 0:
         return None
     start = text.rfind(_SEARCH, 0, divider + 1)
     if start < 0:
         return None
-    return text[start + len(_SEARCH):divider + 1], text[body:]
-
-
-def _closing(text: str) -> tuple[str, str] | None:
-    """``(search, replace)`` of the last section when ``text`` has begun its end line (a line
-    starting with ``>`` after the divider), else None."""
-    divider = text.rfind("\n" + _DIVIDER)
-    if divider < 0:
-        return None
     body = divider + 1 + len(_DIVIDER)
-    end = text.find("\n>", body - 1)
-    if end < 0:
-        return None
-    start = text.rfind(_SEARCH, 0, divider + 1)
-    if start < 0:
-        return None
-    return text[start + len(_SEARCH):divider + 1], text[body:end + 1]
+    at = text.find("\n>", body - 1)
+    end = at + 1 if at >= 0 else None
+    return text[start + len(_SEARCH):divider + 1], text[body:end], end
 
 
 class BalanceCheck:
-    """Refuses the token that ends a REPLACE section whose brackets do not balance as its
-    SEARCH section's."""
+    """Refuses the token that makes a REPLACE section close a block its SEARCH text does not,
+    and the one that ends a section whose brackets do not balance as its SEARCH text's or whose
+    code is the SEARCH text's."""
 
     name = "balance"
 
@@ -112,10 +95,10 @@ class BalanceCheck:
         on as if the section were done."""
         if not piece or not any(c in piece for _, c in _PAIRS):
             return True
-        section = _open_section(answer + piece)
-        if section is None:
-            return True
-        search, replace = section
+        section = _section(answer + piece)
+        if section is None or section[2] is not None:
+            return True  # not in a REPLACE section, or its end line begun
+        search, replace, _ = section
         floor = lowest(search)
         now, before = lowest(replace), lowest(replace[: len(replace) - len(piece)])
         return all(n >= f or n >= b for n, f, b in zip(now, floor, before, strict=True))
@@ -124,12 +107,12 @@ class BalanceCheck:
     def _ends_balanced(answer: str, piece: str) -> bool:
         if not piece or ">" not in piece:
             return True
-        after = _closing(answer + piece)
-        if after is None or _closing(answer) is not None:
+        after, before = _section(answer + piece), _section(answer)
+        if after is None or after[2] is None or (before is not None and before[2] is not None):
             return True  # not ending a section, or its end was begun before this token
-        search, replace = after
+        search, replace, _ = after
         # a section whose code is its SEARCH text's changes nothing: not an edit
-        return balance(search) == balance(replace) and _code(search) != _code(replace)
+        return balance(search) == balance(replace) and code_key(search) != code_key(replace)
 
 
 class Checks:
