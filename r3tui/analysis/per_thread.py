@@ -270,12 +270,14 @@ def single_element_axes(body: ts.Node, parsed: Parsed, indices: list[GridIndex])
             continue
         condition = statement.child_by_field_name("condition")
         consequence = statement.child_by_field_name("consequence")
-        if condition is None or consequence is None or not any(
-                n.type == "return_statement" for n in walk(consequence)):
+        if condition is None or consequence is None:
             continue
-        if consequence.type == "compound_statement" and not any(
-                n.type == "return_statement" for n in statements(consequence)):
-            continue  # a return nested deeper does not end every such thread
+        # the return is the consequence or one of its own statements: one nested deeper
+        # does not end every such thread
+        direct = (statements(consequence) if consequence.type == "compound_statement"
+                  else [consequence])
+        if not any(n.type == "return_statement" for n in direct):
+            continue
         for part in disjuncts(condition):
             op = part.child_by_field_name("operator") if part.type == "binary_expression" \
                 else None

@@ -73,6 +73,7 @@ def test_a_block_reduction_is_not_read() -> None:
     # an order, a test that does not end the thread, a boundary: several elements work
     ("if (row >= M || col >= N || layer >= 4) return;", set()),
     ("if (layer != 0) { acc = 1.0f; }", set()),
+    ("if (layer != 0) if (acc > 0.0f) return;", set()),
     ("float w = (layer == 0) ? 0.5f : 1.0f;", set()),
 ])
 def test_an_axis_whose_index_must_equal_a_constant_has_one_element(
