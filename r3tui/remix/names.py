@@ -34,6 +34,7 @@ import re
 from collections.abc import Iterable
 
 from r3tui.analysis.facts import words
+from r3tui.remix.edits import DIVIDER, REPLACE_MARK
 
 
 def _words(text: str) -> list[str]:
@@ -103,8 +104,8 @@ _LEX = re.compile(
 )
 _TYPE_NAMES = re.compile(r"\b(?:struct|class|union|enum(?:\s+class)?|typename)\s+([A-Za-z_]\w*)"
                          r"|\busing\s+([A-Za-z_]\w*)\s*=|\btypedef\b[^;]*?\b([A-Za-z_]\w*)\s*;")
-_DIVIDER = "=======\n"
-_REPLACE_END = ">>>>>>>"
+_DIVIDER = DIVIDER + "\n"
+_REPLACE_END = REPLACE_MARK.split()[0]  # the end line's marker, before its word
 
 
 def unit_names(source: str) -> frozenset[str]:
