@@ -141,6 +141,11 @@ def without_extra_buffer_types(lib: Any) -> Iterator[None]:
 # Candidates the answer check is asked about when it refused the drawn token: the likeliest
 # ones (top-k keeps 40 of them anyway).
 _CHECKED = 64
+# Where it allows none of those, it goes on down the likeliest in steps of _CHECKED, this deep
+# at most, before it stands aside: a small model whose 64 likeliest are all names the unit
+# does not define still ranks the defined ones somewhere (session 42: SmolLM2-135M's check
+# stood aside 73 times in 24 answers, and 11 of them failed on an undefined identifier).
+_CHECKED_DEEPEST = 2048
 
 # How a grammar constrained the recorded call (``LLMCall.sampling["grammar_check"]``).
 GRAMMAR_CHECKED_AFTER_SAMPLING = "after_sampling"  # GrammarCheckedSampler
@@ -173,6 +178,7 @@ class GrammarCheckedSampler:
         self._check, self._piece = check, piece
         self.check_rejections = 0  # drawn tokens the check refused
         self.check_overruled = 0  # steps where it allowed none of the likeliest: not applied
+        self.check_deeper = 0  # steps where it allowed none of the 64 likeliest but a later one
         self._chain = lib.llama_sampler_chain_init(lib.llama_sampler_chain_default_params())
         self._grammar = None
         for stage in self._stages(sampling):
@@ -258,14 +264,25 @@ class GrammarCheckedSampler:
         return int(chosen.id)
 
     def _only_checked(self, answer: str) -> None:
-        """Of the candidates the grammar left, keep the :data:`_CHECKED` likeliest that the
-        answer check allows (the check is Python: the whole vocabulary would take seconds a
-        token); where it allows none of them, leave the grammar's alone (counted)."""
+        """Of the candidates the grammar left, keep those of the :data:`_CHECKED` likeliest
+        that the answer check allows; where it allows none, those of the next :data:`_CHECKED`,
+        and so on down to :data:`_CHECKED_DEEPEST` (the check is Python: the whole vocabulary
+        would take seconds a token); where it allows none of those either, leave the grammar's
+        alone (counted)."""
         logits = self._columns["logit"]
         finite = np.flatnonzero(np.isfinite(logits))
+        first = finite
         if finite.size > _CHECKED:
-            finite = finite[np.argpartition(-logits[finite], _CHECKED)[:_CHECKED]]
-        allowed = [int(t) for t in finite if self._checked(answer, int(t))]
+            first = finite[np.argpartition(-logits[finite], _CHECKED)[:_CHECKED]]
+        allowed = [int(t) for t in first if self._checked(answer, int(t))]
+        if not allowed and finite.size > _CHECKED:
+            deeper = finite[np.argsort(-logits[finite], kind="stable")][:_CHECKED_DEEPEST]
+            for start in range(_CHECKED, deeper.size, _CHECKED):
+                allowed = [int(t) for t in deeper[start:start + _CHECKED]
+                           if self._checked(answer, int(t))]
+                if allowed:
+                    self.check_deeper += 1
+                    break
         if not allowed:
             self.check_overruled += 1
             return
@@ -302,9 +319,11 @@ class LlamaCppBackend:
         self._grammars_checked: dict[str, str | None] = {}
         # Tokens the grammar rejected in the last generation (GrammarCheckedSampler).
         self.grammar_rejections = 0
-        # Tokens the answer check refused, and steps it was overruled, in the last generation.
+        # Tokens the answer check refused, steps it was overruled and steps it found an allowed
+        # token only below the 64 likeliest, in the last generation.
         self.check_rejections = 0
         self.check_overruled = 0
+        self.check_deeper = 0
         self.sha256 = model_sha256(path)
         # The prompt is evaluated with as many threads as the generation (llama.cpp's own
         # default), not llama-cpp-python's all cores: see the module docstring.
@@ -416,6 +435,7 @@ class LlamaCppBackend:
             self.grammar_rejections = sampler.rejections
             self.check_rejections = sampler.check_rejections
             self.check_overruled = sampler.check_overruled
+            self.check_deeper = sampler.check_deeper
             sampler.close()
         return answer.decode("utf-8", errors="replace"), generated, finish
 
@@ -484,7 +504,9 @@ class LlamaCppBackend:
                 **({"grammar_check": grammar_check} if grammar is not None else {}),
                 **({"answer_check": getattr(check, "name", "check"),
                     "check_rejections": self.check_rejections,
-                    "check_overruled": self.check_overruled} if checked else {}),
+                    "check_overruled": self.check_overruled,
+                    "check_deeper": self.check_deeper,
+                    "check_depth": _CHECKED_DEEPEST} if checked else {}),
             },
             seed=sampling.seed,
             tokens_in=prompt_size,

@@ -121,3 +121,25 @@ def test_a_grammar_llama_cpp_rejects_is_a_backend_error(backend: LlamaCppBackend
             HAIKU, sampling=Sampling(max_tokens=4, seed=1), grammar='root ::= "a" (',
             grammar_name="broken",
         )  # fmt: skip
+
+
+def _dollars(answer: str, piece: str) -> bool:
+    """An answer check few of a haiku's likeliest tokens pass: pieces with a dollar sign
+    (digits would not do: some are among SmolLM2's 64 likeliest here)."""
+    return "$" in piece
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_the_check_goes_below_the_likeliest_before_it_stands_aside(
+    backend: LlamaCppBackend, seed: int
+) -> None:
+    """Where the answer check allows none of the 64 likeliest tokens it looks further down
+    (counted as check_deeper) instead of standing aside: asked for a haiku with only dollar signs
+    allowed, the model writes dollar signs, found below its 64 likeliest."""
+    sampling = Sampling(temperature=0.9, max_tokens=10, seed=seed)
+    completion = backend.complete(HAIKU, sampling=sampling, check=_dollars)
+    call = completion.call.sampling
+    assert call["check_deeper"] > 0 and call["check_overruled"] == 0, call
+    assert call["check_deeper"] <= call["check_rejections"]
+    assert completion.text and all("$" in piece for piece in completion.text.split()), \
+        completion.text
