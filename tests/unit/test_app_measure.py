@@ -281,11 +281,17 @@ def test_when_nothing_is_faster_nothing_ships_and_the_figures_say_of_what(
     tree, rec = _tree(tmp_path)
     _, into, context, bests, result = _applied(tmp_path, tree, rec)
     timer = FakeTimer({SPMV: (0.5, None, 1.0), XPAY: (0.05, None, 1.0)}, spread=0.01)
+    runner, plain_runs = _runner(0.01)
     lines: list[str] = []
     measure_and_ship(bests, tree, into, (sys.executable, "app.py"), result, context, "true",
-                     MeasureOptions(min_runs=3, max_runs=4), say=lines.append, timer=timer)
+                     MeasureOptions(min_runs=3, max_runs=4), say=lines.append, timer=timer,
+                     runner=runner)
     out = "\n".join(lines)
     assert "nothing ships; the figures below are of the tree before reverting" in out
+    # the kernels' timed pairs decided it: the application was never run for its own time
+    assert plain_runs == [] and len(timer.calls) >= 6
+    assert "the application's own time was not measured" in out
+    assert "app_speedup_measured" not in out and "kernel_time_speedup_measured: " in out
     assert not (into / "r3-flags.txt").exists()
     assert (into / "r3-apply.patch").read_text() == ""
     assert (into / "cg.cu").read_text() == (tree / "cg.cu").read_text()
@@ -293,6 +299,42 @@ def test_when_nothing_is_faster_nothing_ships_and_the_figures_say_of_what(
     assert summary["measured"]["tree"].startswith("the tree before reverting")
     assert all(not c["applied"] for c in summary["campaigns"])
     assert summary["predicted_kernel_speedup"] == pytest.approx(1.0)
+
+
+def test_when_every_campaign_ships_the_app_is_timed_after_its_kernels(tmp_path: Path) -> None:
+    tree, rec = _tree(tmp_path)
+    _, into, context, bests, result = _applied(tmp_path, tree, rec)
+    timer = FakeTimer({SPMV: (0.5, "-DCG_BLOCK_SPMV=256", 1.25),
+                       XPAY: (0.05, "--maxrregcount=32", 1.25)}, spread=0.01)
+    events: list[str] = []
+    runner, plain_runs = _runner(0.01)
+
+    def timed(tree: Path, command: Sequence[str]) -> KernelTimes:
+        events.append("timed")
+        return timer(tree, command)
+
+    def plain(tree: Path, command: Sequence[str]) -> AppRun:
+        events.append("plain")
+        return runner(tree, command)
+
+    lines: list[str] = []
+    measure_and_ship(bests, tree, into, (sys.executable, "app.py"), result, context, "true",
+                     MeasureOptions(time_key="solve_time_s", min_runs=3, max_runs=6),
+                     say=lines.append, timer=timed, runner=plain)
+    out = "\n".join(lines)
+    assert "campaign(s)" not in out
+    assert "nothing was reverted; measuring the application's own time" in out
+    # every timed pair first, then the plain ones
+    assert events == ["timed"] * events.count("timed") + ["plain"] * events.count("plain")
+    assert events.count("plain") >= 12 and events.count("timed") >= 12
+    summary = json.loads((into / "r3-apply.json").read_text())
+    measured = summary["measured"]
+    assert measured["tree"] == "the shipped tree" and measured["app_basis"] == "solve_time_s"
+    assert len(measured["original"]) == len(plain_runs) // 2
+    assert len(measured["original_kernel_s"]) == events.count("timed") // 2
+    assert measured["kernel_speedup_ci"][0] > 1 and measured["app_speedup"] is not None
+    assert all(c["shipped"] for c in summary["campaigns"] if c["applied"])
+    assert "app_speedup_measured: " in out and "kernel_time_speedup_measured: " in out
 
 
 def test_a_patched_build_that_launches_its_kernels_differently_ships_nothing(
