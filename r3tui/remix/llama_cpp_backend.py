@@ -176,6 +176,7 @@ class GrammarCheckedSampler:
         self.rejections = 0  # drawn tokens the grammar rejected, each a pass over the vocabulary
         # the answer check (after the grammar) and each token's text for it
         self._check, self._piece = check, piece
+        self._vocab = vocab
         self.check_rejections = 0  # drawn tokens the check refused
         self.check_overruled = 0  # steps where it allowed none of the likeliest: not applied
         self.check_deeper = 0  # steps where it allowed none of the 64 likeliest but a later one
@@ -235,8 +236,17 @@ class GrammarCheckedSampler:
         return bool(one.logit != -math.inf)
 
     def _checked(self, answer: str, token: int) -> bool:
-        return self._check is None or self._piece is None or self._check(
-            answer, self._piece(token))
+        """Whether the answer check allows ``token`` next.  A control token other than the
+        end of generation (no text: a check passes it as nothing) is never allowed: pushed
+        aside by the check, Qwen2.5-Coder took hundreds of them in a row and lost the thread
+        (session 42's nbody: 4 of 12 answers cut off at max_tokens with a third of their
+        text)."""
+        if self._check is None or self._piece is None:
+            return True
+        piece = self._piece(token)
+        if not piece and not self._lib.llama_vocab_is_eog(self._vocab, token):
+            return False
+        return self._check(answer, piece)
 
     def sample(self, ctx: Any, answer: str = "") -> int:
         """The next token for the context's last position (not yet accepted); ``answer``: the

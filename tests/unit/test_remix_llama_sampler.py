@@ -10,7 +10,11 @@ from collections.abc import Iterator
 import pytest
 
 from r3tui.remix.backends import BackendError, BackendSpec, ChatMessage, Sampling, open_backend
-from r3tui.remix.llama_cpp_backend import GRAMMAR_CHECKED_AFTER_SAMPLING, LlamaCppBackend
+from r3tui.remix.llama_cpp_backend import (
+    GRAMMAR_CHECKED_AFTER_SAMPLING,
+    GrammarCheckedSampler,
+    LlamaCppBackend,
+)
 from r3tui.remix.models import bundled_model
 
 llama_cpp = pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (llm)")
@@ -143,3 +147,24 @@ def test_the_check_goes_below_the_likeliest_before_it_stands_aside(
     assert call["check_deeper"] <= call["check_rejections"]
     assert completion.text and all("$" in piece for piece in completion.text.split()), \
         completion.text
+
+
+
+def test_a_checked_answer_takes_no_token_without_text_but_its_end(
+    backend: LlamaCppBackend,
+) -> None:
+    """Under an answer check a control token (no text, not the end of generation) is never
+    allowed, whatever the check says of its empty text: Qwen2.5-Coder's answers pushed aside
+    by the check took hundreds of them and were cut off at max_tokens with a third of their
+    text (session 42's nbody, 4 of 12).  The end of generation stays the check's to allow."""
+    special = {backend.piece(t, special=True): t for t in range(32)}
+    start, end = special[b"<|im_start|>"], special[b"<|im_end|>"]
+    assert backend.piece(start) == backend.piece(end) == b""
+    sampler = GrammarCheckedSampler(
+        backend._lib, backend._vocab, backend._llm.n_vocab(), Sampling(seed=1), None,
+        lambda answer, piece: True, lambda token: backend.piece(token).decode())
+    try:
+        assert not sampler._checked("", start)
+        assert sampler._checked("", end) and sampler._checked("", special[b"!"])
+    finally:
+        sampler.close()
