@@ -10,7 +10,9 @@ identifier, more than on anything else.
 the answer leaves every identifier of the answer's REPLACE sections one that exists:
 
 - a name of the unit being edited (every identifier of its text, host code included: the
-  check errs towards allowing), a C++ or CUDA keyword, type, builtin or math function;
+  check errs towards allowing), a C++ or CUDA keyword, type, builtin or math function, a
+  header's macro (``NAN``, ``FLT_MAX``) only where the unit includes that header; but not a
+  name whose only declaration is in the edit's SEARCH text, which the edit removes;
 - a name the answer declares: the identifier after a type (``float acc2``, ``float4 *v``,
   ``const int n2``), after a comma in a declaration (``int a = 0, b``), a ``#define``'s name
   and parameters; usable from there on;
@@ -32,9 +34,10 @@ import bisect
 import functools
 import re
 from collections.abc import Iterable
+from pathlib import Path
 
 from r3tui.analysis.facts import words
-from r3tui.remix.edits import DIVIDER, REPLACE_MARK
+from r3tui.remix.edits import DIVIDER, REPLACE_MARK, SEARCH_MARK
 
 
 def _words(text: str) -> list[str]:
@@ -74,10 +77,23 @@ exp expf exp2 exp2f exp10f expm1f log logf log2 log2f log10 log10f log1pf pow po
 cos cosf tan tanf sincosf asin asinf acos acosf atan atanf atan2 atan2f sinh sinhf cosh coshf
 tanh tanhf erf erff erfc erfcf floor floorf ceil ceilf round roundf rint rintf trunc truncf
 fmod fmodf copysign copysignf hypot hypotf isnan isinf isfinite signbit
-INFINITY NAN HUGE_VALF FLT_MAX FLT_MIN FLT_EPSILON DBL_MAX DBL_MIN DBL_EPSILON INT_MAX
-INT_MIN UINT_MAX CUDART_INF_F CUDART_PI_F M_PI
-std numeric_limits swap
 """))
+
+# Names a header defines, allowed only where the unit includes one of those headers (or uses
+# the name itself).  NVRTC compiles a unit without them: SmolLM2-135M's answers used NAN in 6
+# of 24 (session 43), each "identifier "NAN" is undefined".  cuda_runtime.h and cuda.h bring
+# math.h with them under nvcc.
+HEADER_NAMES: dict[tuple[str, ...], frozenset[str]] = {
+    ("math.h", "cmath", "cuda_runtime.h", "cuda.h"): frozenset(
+        _words("INFINITY NAN HUGE_VALF HUGE_VAL M_PI")),
+    ("float.h", "cfloat"): frozenset(
+        _words("FLT_MAX FLT_MIN FLT_EPSILON DBL_MAX DBL_MIN DBL_EPSILON")),
+    ("limits.h", "climits"): frozenset(_words("INT_MAX INT_MIN UINT_MAX")),
+    ("math_constants.h",): frozenset(_words("CUDART_INF_F CUDART_PI_F CUDART_NAN_F")),
+    ("limits",): frozenset(_words("std numeric_limits")),
+    ("cmath", "utility", "algorithm"): frozenset(_words("std swap")),
+}
+_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*[<"]([^>"]+)[>"]', re.M)
 
 # words after which an identifier is not being declared (``return x``, ``else y``)
 _NOT_A_TYPE = frozenset(_words("""
@@ -105,6 +121,7 @@ _LEX = re.compile(
 _TYPE_NAMES = re.compile(r"\b(?:struct|class|union|enum(?:\s+class)?|typename)\s+([A-Za-z_]\w*)"
                          r"|\busing\s+([A-Za-z_]\w*)\s*=|\btypedef\b[^;]*?\b([A-Za-z_]\w*)\s*;")
 _DIVIDER = DIVIDER + "\n"
+_SEARCH_START = SEARCH_MARK + "\n"
 _REPLACE_END = REPLACE_MARK.split()[0]  # the end line's marker, before its word
 
 
@@ -120,10 +137,19 @@ def unit_types(source: str) -> frozenset[str]:
                      if name)
 
 
-def replace_sections(answer: str) -> list[str]:
-    """The text of each REPLACE section of a SEARCH/REPLACE answer, the last one possibly
-    unfinished."""
-    sections: list[str] = []
+def header_names(source: str) -> frozenset[str]:
+    """The names of :data:`HEADER_NAMES` that ``source``'s includes bring (by the header's
+    file name, wherever it is included from)."""
+    included = {Path(name).name for name in _INCLUDE.findall(source)}
+    return frozenset(name for headers, names in HEADER_NAMES.items()
+                     if included.intersection(headers) for name in names)
+
+
+def edit_sections(answer: str) -> list[tuple[str, str]]:
+    """``(SEARCH text, REPLACE text)`` of each edit of a SEARCH/REPLACE answer that has
+    reached its divider, the last REPLACE text possibly unfinished (a SEARCH text without
+    its marker line: the answer's text before the divider)."""
+    sections: list[tuple[str, str]] = []
     at = 0
     while True:
         start = answer.find(_DIVIDER, at)
@@ -132,13 +158,21 @@ def replace_sections(answer: str) -> list[str]:
                 return sections
             at = start + len(_DIVIDER)
             continue
+        opened = answer.rfind(_SEARCH_START, at, start)
+        search = answer[opened + len(_SEARCH_START):start] if opened >= 0 else answer[at:start]
         start += len(_DIVIDER)
         end = answer.find("\n" + _REPLACE_END, start - 1)
         if end < 0:
-            sections.append(answer[start:])
+            sections.append((search, answer[start:]))
             return sections
-        sections.append(answer[start:end + 1])
+        sections.append((search, answer[start:end + 1]))
         at = end + 1
+
+
+def replace_sections(answer: str) -> list[str]:
+    """The text of each REPLACE section of a SEARCH/REPLACE answer, the last one possibly
+    unfinished."""
+    return [replace for _, replace in edit_sections(answer)]
 
 
 class IdentifierCheck:
@@ -149,14 +183,15 @@ class IdentifierCheck:
 
     name = "identifiers"  # as the recorded call's sampling names the check
 
-    def __init__(self, known: Iterable[str], types: Iterable[str] = ()) -> None:
+    def __init__(self, known: Iterable[str], types: Iterable[str] = (), unit: str = "") -> None:
         self._known = frozenset(known) | KEYWORDS | BUILTINS
         self._types = _TYPE_WORDS | frozenset(types)
+        self._unit = unit  # the unit's text, for what a SEARCH text's removal takes away
         self.refused = 0  # pieces refused (the sampler's count of what the check changed)
 
     @classmethod
     def for_unit(cls, source: str) -> IdentifierCheck:
-        return cls(unit_names(source), unit_types(source))
+        return cls(unit_names(source) | header_names(source), unit_types(source), source)
 
     def __call__(self, answer: str, piece: str) -> bool:
         if not piece or not self._in_replace(answer + piece):
@@ -180,13 +215,30 @@ class IdentifierCheck:
         an allowed name."""
         declared: set[str] = set()
         count = 0
-        sections = replace_sections(answer)
-        for k, section in enumerate(sections):
+        sections = edit_sections(answer)
+        for k, (search, section) in enumerate(sections):
             # a finished section ends with its newline, so only the last can end in a name
-            count += self._scan(section, declared, unfinished=k == len(sections) - 1)
+            count += self._scan(section, declared, unfinished=k == len(sections) - 1,
+                                removed=self.removed_by(search))
         return count
 
-    def _scan(self, text: str, declared: set[str], unfinished: bool) -> int:
+    @functools.lru_cache(maxsize=16)  # noqa: B019 - one instance per answer, a few entries
+    def removed_by(self, search: str) -> frozenset[str]:
+        """Names the SEARCH text declares and the unit declares nowhere else: replacing that
+        text takes their declarations away, so its REPLACE text may use them only after
+        declaring them again (session 43: SmolLM2's nbody answers used ``ax`` and ``r`` so,
+        and the names check, which knew them as the unit's, let them through).  Empty where
+        the text is not the unit's verbatim."""
+        if not search.strip() or not self._unit or search not in self._unit:
+            return frozenset()
+        inside: set[str] = set()
+        self._scan(search, inside, unfinished=False)
+        elsewhere: set[str] = set()
+        self._scan(self._unit.replace(search, "\n", 1), elsewhere, unfinished=False)
+        return frozenset(inside - elsewhere - KEYWORDS - BUILTINS)
+
+    def _scan(self, text: str, declared: set[str], unfinished: bool,
+              removed: frozenset[str] = frozenset()) -> int:
         count = 0
         previous: tuple[str, str] = ("newline", "\n")  # the last significant token
         before: tuple[str, str] = ("newline", "\n")  # the one before it
@@ -230,7 +282,8 @@ class IdentifierCheck:
                         declared.add(value)
                     if not define_line:
                         declaring_at = depth
-                elif not (member or define_line or value in self._known or value in declared
+                elif not (member or define_line or value in declared
+                          or (value in self._known and value not in removed)
                           or (last and self._starts_a_name(value, declared))):
                     count += 1
             before, previous = previous, (kind, value)

@@ -87,3 +87,33 @@ def test_only_what_the_token_adds_is_refused() -> None:
     assert check.violations(answer) == 1
     assert check(answer, "    acc.y += dx;\n")
     assert not check(answer, "    acc.y += mass2;\n")
+
+
+def test_a_headers_names_pass_only_where_the_unit_includes_it() -> None:
+    """NVRTC compiles the examples without math.h: NAN is undefined there (SmolLM2, session
+    43: 6 of 24 answers), while a unit that includes it may use it."""
+    text = "    acc.x = NAN;\n"
+    assert IdentifierCheck.for_unit(NBODY).violations(OPEN + text) == 1
+    with_math = "#include <math.h>\n" + NBODY
+    assert IdentifierCheck.for_unit(with_math).violations(OPEN + text) == 0
+    assert IdentifierCheck.for_unit("#include <cfloat>\n" + NBODY).violations(
+        OPEN + "    acc.x = FLT_MAX + NAN;\n") == 1  # FLT_MAX: cfloat's; NAN: not
+
+
+def test_a_name_whose_declaration_the_search_text_removes_counts_until_declared_again() -> None:
+    """Replacing ``float ax = 0.0f;`` takes ax's only declaration away: its REPLACE text may
+    use ax only once it declares it again (SmolLM2's nbody answers did not, session 43)."""
+    check = IdentifierCheck.for_unit(NBODY)
+    assert "    float ax = 0.0f;\n" in NBODY
+    search = "<<<<<<< SEARCH\n    float ax = 0.0f;\n    float ay = 0.0f;\n=======\n"
+    assert check.removed_by("    float ax = 0.0f;\n    float ay = 0.0f;\n") == {"ax", "ay"}
+    assert check.violations(search + "    ax += 1.0f;\n") == 1
+    assert check.violations(search + "    float ax = 1.0f;\n    ax += ay;\n") == 1  # ay
+    assert check.violations(search + "    float ax = 0.0f, ay = 0.0f;\n    ax += ay;\n") == 0
+    # a SEARCH text that only uses ax leaves its declaration where it was
+    uses = "<<<<<<< SEARCH\n        ax += dx * s;\n=======\n"
+    assert "        ax += dx * s;\n" in NBODY
+    assert check.violations(uses + "        ax += 2.0f * dx * s;\n") == 0
+    # a text the unit does not hold verbatim removes nothing (the whitespace-tolerant match
+    # is the edit's, not the check's)
+    assert check.removed_by("float ax=0.0f;\n") == frozenset()
