@@ -17,6 +17,7 @@ names: a local declared twice is one name, so whatever is decided for it holds f
 from __future__ import annotations
 
 import re
+from collections.abc import Collection
 from dataclasses import dataclass
 
 import tree_sitter as ts
@@ -136,10 +137,14 @@ def harmless_directive(node: ts.Node, parsed: Parsed) -> bool:
     return False
 
 
-def walk(node: ts.Node) -> list[ts.Node]:
+def walk(node: ts.Node, skip: Collection[int] = ()) -> list[ts.Node]:
+    """``node`` and every node under it, in source order; those whose id is in ``skip`` are
+    left out with everything under them."""
     out, stack = [], [node]
     while stack:
         current = stack.pop()
+        if current.id in skip:
+            continue
         out.append(current)
         stack.extend(reversed(current.children))
     return out
@@ -701,9 +706,10 @@ class IndexDependence:
                     raise Unsupported(f"line {self.line(n)}: a {self.text(n).rstrip(';')} "
                                    "leaves a loop that does not depend on the index")
 
-    def touches_memory(self, node: ts.Node) -> bool:
-        """Whether ``node`` reads or writes memory, or calls what might."""
-        for n in walk(node):
+    def touches_memory(self, node: ts.Node, skip: Collection[int] = ()) -> bool:
+        """Whether ``node`` reads or writes memory, or calls what might (the nodes whose id
+        is in ``skip`` aside, with everything under them)."""
+        for n in walk(node, skip):
             if n.type == "subscript_expression":
                 base = lvalue_base(n)
                 if base is None or not self.local_array(self.text(base)):

@@ -481,6 +481,9 @@ def _rewrite(r: _Reading, loops: tuple[_Loop, _Loop], tiles: list[_Tile]) -> tup
         staged = [(read.start_byte, read.end_byte,
                    f"r3_t{t}[{_access(r, tile, read, loop.counter)}]")
                   for t, tile in enumerate(tiles) for read in loop.reads[(tile.array, tile.key)]]
+        if copy == 1:  # a dead element's sum from the tiles: harmless, and no guard
+            staged += _unguarded(r, loop.body, {read.id for tile in tiles
+                                                for read in loop.reads[(tile.array, tile.key)]})
         # the checked copy runs in the blocks at the work's edge only: not unrolled
         tiled = tile_pass(region, start_at, staged, loop.counted, indent, whole_tiles=copy == 0)
         start, end, op = r.text(loop.start), r.text(loop.end), loop.op
@@ -500,6 +503,11 @@ def _rewrite(r: _Reading, loops: tuple[_Loop, _Loop], tiles: list[_Tile]) -> tup
             f"{indent}}}"])
         edits.append((start_at, node.end_byte, f"#if {MACRO} > 0\n{outer}\n#else\n{region}\n"
                                                "#endif"))
+    # the checked copy's element flags kept from the start of its tiled loop (its sums set
+    # for every element, as the loop now adds to every element's)
+    _, _, checked = r.branch
+    before = [n for n in statements(checked) if n.end_byte <= loops[1].node.start_byte]
+    edits += [e for n in before for e in _unguarded(r, n, set())]
     contiguous = _contiguous_x(r, tiles)
     edits += contiguous
     anchor = next(n for n in r.top if n.type == "declaration" and "r3_all" in r.text(n))
@@ -515,6 +523,33 @@ def _rewrite(r: _Reading, loops: tuple[_Loop, _Loop], tiles: list[_Tile]) -> tup
     return out, (f"the coarsened loop over {loops[0].counter} (both copies) reads {reads} "
                  f"from shared memory, {MACRO} iterations a tile, each in "
                  f"{{{' '.join(str(v) for v in TILES)}}} (0: the original){layout}")
+
+
+def _unguarded(r: _Reading, node: ts.Node, staged: set[int]) -> list[tuple[int, int, str]]:
+    """Edits that take the element flag's guard (``if (r3_live[r3_e]) { ... }``, no else)
+    off each statement of ``node`` that, its ``staged`` reads aside (they become reads of a
+    shared tile, whose places lie within the block's span for a dead element too), touches no
+    memory: what it computes for a dead element is never stored.
+
+    In the checked copy (the threads with an element beyond the work's edge) the guard kept
+    the compiler from sharing each tile read among the elements that read it: sgemm at
+    1290^3 on an H100 (session 43), four by eight outputs with tiles of 32 took 939 us, 3.7
+    times its 250 us at 1280^3, where no block has an edge."""
+    edits: list[tuple[int, int, str]] = []
+    for n in walk(node):
+        if n.type != "if_statement" or n.child_by_field_name("alternative") is not None:
+            continue
+        condition = n.child_by_field_name("condition")
+        consequence = n.child_by_field_name("consequence")
+        if condition is None or consequence is None or \
+                consequence.type != "compound_statement" or \
+                not re.fullmatch(r"\(\s*r3_live\[r3_e\]\s*\)", r.text(condition)):
+            continue
+        if r.reading.touches_memory(consequence, staged) or \
+                r.reading.writes_memory(consequence):
+            continue
+        edits.append((n.start_byte, consequence.start_byte + 1, "{"))
+    return edits
 
 
 def _contiguous_x(r: _Reading, tiles: list[_Tile]) -> list[tuple[int, int, str]]:

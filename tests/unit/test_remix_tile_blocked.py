@@ -279,3 +279,26 @@ def test_the_loader_along_x_steps_its_place_and_iteration_without_dividing() -> 
                 p, q = p + dp, q + dq
                 if p >= n:
                     p, q = p - n, q + 1
+
+
+def test_the_edge_copy_shares_each_tile_read_among_its_elements(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """In the copy for threads with an element beyond the work's edge, the tiled loop adds to
+    every element's sum (a dead one's is never stored), so NVRTC reads each tile value once for
+    the elements that share it, as in the other copy; under the element's flag it read each
+    element's own (sgemm at 1290^3, H100, session 43: 4x8 outputs, tiles of 32, 939 us against
+    250 us at 1280^3, where no block has an edge).  The stores keep their flag."""
+    from r3tui.remix import tile_blocked
+
+    variant, _ = tile_loop(blocked("sgemm", 2), "sgemm", random.Random(0))
+    checked = variant[variant.index("if (r3_all)"):].split("\n    } else {\n", 1)[1]
+    tiled, untiled = checked.split("#if R3_TILE > 0", 1)[1].split("#else", 1)
+    assert "r3_live" not in tiled
+    assert "if (r3_live[r3_e])" in untiled  # R3_TILE 0: the original's reads, flagged
+    assert "if (r3_live[r3_e]) {\n                idx[r3_e]" in checked  # the stores
+    monkeypatch.setattr(tile_blocked, "_unguarded", lambda *args: [])
+    flagged, _ = tile_loop(blocked("sgemm", 2), "sgemm", random.Random(0))
+    assert "r3_live" in flagged[flagged.index("if (r3_all)"):].split("#if R3_TILE > 0")[2]
+    point = {"R3_CF_X": 4, "R3_CF_Y": 8, MACRO: 32}
+    reads = [_ptx(v, point).count("ld.shared") for v in (variant, flagged)]
+    assert reads[0] < reads[1], reads
