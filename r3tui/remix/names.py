@@ -36,7 +36,7 @@ import re
 from collections.abc import Iterable
 from pathlib import Path
 
-from r3tui.analysis.facts import words
+from r3tui.analysis.facts import tokens
 from r3tui.remix.edits import DIVIDER, REPLACE_MARK, SEARCH_MARK
 
 
@@ -121,14 +121,19 @@ _LEX = re.compile(
 _TYPE_NAMES = re.compile(r"\b(?:struct|class|union|enum(?:\s+class)?|typename)\s+([A-Za-z_]\w*)"
                          r"|\busing\s+([A-Za-z_]\w*)\s*=|\btypedef\b[^;]*?\b([A-Za-z_]\w*)\s*;")
 _DIVIDER = DIVIDER + "\n"
+_NAME = re.compile(r"\w+")
 _SEARCH_START = SEARCH_MARK + "\n"
 _REPLACE_END = REPLACE_MARK.split()[0]  # the end line's marker, before its word
 
 
 def unit_names(source: str) -> frozenset[str]:
     """Every identifier of ``source``'s code (not of its comments and literals: a name only a
-    comment mentions would not compile; numbers among them are never asked about)."""
-    return frozenset(words(source))
+    comment mentions would not compile; numbers among them are never asked about), but one
+    that appears only as a member (after ``.`` or ``->``): nbody's ``w`` of ``pj.w`` is no
+    variable, and Qwen2.5-Coder's answers used ``w[k]`` and ``y[i2]`` so (session 43)."""
+    found = tokens(source)
+    return frozenset(t for i, t in enumerate(found)
+                     if _NAME.fullmatch(t) and (i == 0 or found[i - 1] not in (".", "->")))
 
 
 def unit_types(source: str) -> frozenset[str]:
@@ -284,16 +289,23 @@ class IdentifierCheck:
                         declaring_at = depth
                 elif not (member or define_line or value in declared
                           or (value in self._known and value not in removed)
-                          or (last and self._starts_a_name(value, declared))):
+                          or (last and self._starts_a_name(value, declared, removed))):
                     count += 1
             before, previous = previous, (kind, value)
         return count
 
-    def _starts_a_name(self, prefix: str, declared: set[str]) -> bool:
+    def _starts_a_name(self, prefix: str, declared: set[str],
+                       removed: frozenset[str] = frozenset()) -> bool:
+        """Whether ``prefix`` starts a name the answer may use here: a known one that the
+        edit does not remove (else the check would let ``pj`` be written and then refuse
+        every token that ends it: Qwen's answers were left with such names when the check
+        stood aside, session 43), or a declared one."""
         names = self._sorted()
         i = bisect.bisect_left(names, prefix)
-        if i < len(names) and names[i].startswith(prefix):
-            return True
+        while i < len(names) and names[i].startswith(prefix):
+            if names[i] not in removed:
+                return True
+            i += 1
         return any(name.startswith(prefix) for name in declared)
 
     @functools.cache  # noqa: B019 - one instance per answer

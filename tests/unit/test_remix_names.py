@@ -117,3 +117,24 @@ def test_a_name_whose_declaration_the_search_text_removes_counts_until_declared_
     # a text the unit does not hold verbatim removes nothing (the whitespace-tolerant match
     # is the edit's, not the check's)
     assert check.removed_by("float ax=0.0f;\n") == frozenset()
+
+
+def test_a_name_the_unit_has_only_as_a_member_is_not_one_of_its_names() -> None:
+    """nbody reads ``pj.w``: ``w`` is no variable there (Qwen's answers wrote ``w[k]``)."""
+    names = unit_names(NBODY)
+    assert "pj.w" in NBODY.replace(" ", "") and "w" not in names and "x" not in names
+    assert {"pj", "pos", "acc"} <= names
+    assert unit_names("struct P { float w; };\n__global__ void k(P* p) { p->w = 1; }") >= {"w"}
+    check = IdentifierCheck.for_unit(NBODY)
+    assert check.violations(OPEN + "    acc.x += w[0];\n") == 1
+    assert check.violations(OPEN + "    acc.x += pos[0].w;\n") == 0
+
+
+def test_a_removed_name_is_no_prefix_to_write_on() -> None:
+    """While ``pj``'s declaration is being replaced, ``pj`` may not even be started: once
+    written, every token that ends it would be refused, and the check would stand aside."""
+    check = IdentifierCheck.for_unit(NBODY)
+    search = "<<<<<<< SEARCH\n        float4 pj = pos[j];\n=======\n        float s2 = "
+    assert "        float4 pj = pos[j];\n" in NBODY
+    assert not check(search, "pj")
+    assert check(search, "p") and check(search, "pi")  # pi, pos: the unit's, kept
