@@ -478,12 +478,12 @@ def _rewrite(r: _Reading, loops: tuple[_Loop, _Loop], tiles: list[_Tile]) -> tup
         inner = indent + "    "
         start_at = parsed.line_start(node.start_byte)
         region = parsed.data[start_at:node.end_byte].decode()
+        shared = [(t, tile, read) for t, tile in enumerate(tiles)
+                 for read in loop.reads[(tile.array, tile.key)]]
         staged = [(read.start_byte, read.end_byte,
-                   f"r3_t{t}[{_access(r, tile, read, loop.counter)}]")
-                  for t, tile in enumerate(tiles) for read in loop.reads[(tile.array, tile.key)]]
+                   f"r3_t{t}[{_access(r, tile, read, loop.counter)}]") for t, tile, read in shared]
         if copy == 1:  # a dead element's sum from the tiles: harmless, and no guard
-            staged += _unguarded(r, loop.body, {read.id for tile in tiles
-                                                for read in loop.reads[(tile.array, tile.key)]})
+            staged += _unguarded(r, loop.body, {read.id for _, _, read in shared})
         # the checked copy runs in the blocks at the work's edge only: not unrolled
         tiled = tile_pass(region, start_at, staged, loop.counted, indent, whole_tiles=copy == 0)
         start, end, op = r.text(loop.start), r.text(loop.end), loop.op
