@@ -73,7 +73,8 @@ def coarsen(source: str, kernel: str, rng: random.Random,
     drew x, y and x+y a third each, and over session 42's six campaigns (H200) the two seeds
     whose x+y child came early reached 0.34 of cuBLAS, the four others 0.24-0.29.  At the
     campaigns' size (1290^3, H100, session 43, the recorded 16x16, tiles of 32, e3b5971):
-    4x4 outputs 2.12x, 2x4 2.09x, four along y alone 1.47x."""
+    4x4 outputs 2.117x [2.115, 2.123], 2x4 2.094x [2.086, 2.113], four along y alone 1.468x
+    [1.465, 1.472] (bench/results/2026-12-07-gpu-s43-h100.txt, calls 6 and 5)."""
     found = kernel_body(source, kernel)
     if found is None:
         raise Declined(f"no __global__ function {kernel!r} is defined in the source")
