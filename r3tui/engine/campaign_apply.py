@@ -19,12 +19,14 @@ from r3tui.engine.splice import (
     EXACT_GRID,
     EXPORTS_DIR,
     SCALED_GRID,
+    SHAPED_GRID,
     bake_define,
     block_macro,
     definition_span,
     find_unit,
     grid_launches,
     inject_maxnreg,
+    reshape_reason,
     scale_launch_grids,
     splice_definition,
 )
@@ -103,8 +105,10 @@ def apply_campaign(
     # `launcher`: the recorded unit, where the launches are, when that is another file
     hint, defining = None, best.original
     launcher: tuple[str, str | None] | None = None
+    recorded_block: tuple[int, int, int] | None = None
     try:
         bundle = Bundle.open(best.bundle_path)
+        recorded_block = bundle.manifest.launch.block.as_tuple()
         sources = bundle.manifest.kernel.sources
         hint = sources[0].name if sources else None
         seed = seed_unit(bundle)
@@ -123,34 +127,43 @@ def apply_campaign(
     outcome.file = str(unit.relative_to(tree))
     text = unit.read_text()
     block_flag = None
+    # a block the host code does not take from a macro: its launches rewritten to it
+    reshape: tuple[int, int, int] | None = None
     if best.block is not None:
         found = block_macro(text, best.kernel) or _launching_macro(best.kernel, tree, launcher)
         x, y, z = best.block
-        if found is None or y != 1 or z != 1:
-            outcome.not_applied.append(
-                f"nothing: its winner runs with block {x}x{y}x{z}, and the host code does not "
-                "take this kernel's block size from a #ifndef macro"
-                + ("" if found is None else " (and it is not 1-D)")
-                + "; the rest of its configuration was measured only with that block")
-            return outcome
-        block_flag = (found[0], x)
-        max_threads = x  # every launch of the kernel takes its block from that macro
+        if found is not None and y == 1 and z == 1:
+            block_flag = (found[0], x)
+        elif best.block != recorded_block:
+            reshape = best.block
+        max_threads = x * y * z  # every launch of the kernel takes that block
     from r3tui.engine.inner_loop import exact_axes
     from r3tui.search.source import grid_scaling
 
     divisors, multipliers = grid_scaling(best.source, best.tunables)
-    # the launches to rescale, when the winner's threads cover other than one element each:
-    # in the defining file itself, or in the recorded unit that launches a header's kernel
+    # the launches to rewrite, when the winner's threads cover other than one element each
+    # or it runs with a block the host code does not take from a macro: in the defining file
+    # itself, or in the recorded unit that launches a header's kernel
     launches: Path | None = None
     launching: str | None = None
-    if max(*divisors, *multipliers) > 1:
+    if max(*divisors, *multipliers) > 1 or reshape is not None:
         launches = (_launching_unit(tree, launcher, units) if launcher is not None
                     else unit)
         # the launching unit's text when it is another file (read once: only ``text``, the
         # defining file's, changes below)
         launching = launches.read_text() if launches not in (None, unit) else None
-        reason = (grid_launches(launching if launching is not None else text, best.kernel)[1]
-                  if launches is not None else "the unit that launches it is not in the tree")
+        host = launching if launching is not None else text
+        reason = ("the unit that launches it is not in the tree" if launches is None
+                  else reshape_reason(host, best.kernel) if reshape is not None
+                  else grid_launches(host, best.kernel)[1])
+        if reason is not None and reshape is not None:
+            x, y, z = reshape
+            outcome.not_applied.append(
+                f"nothing: its winner runs with block {x}x{y}x{z}, the host code does not "
+                "take this kernel's block size from a #ifndef macro, and its launches cannot "
+                f"be rewritten: {reason}; the rest of its configuration was measured only "
+                "with that block")
+            return outcome
         if reason is not None:
             per_thread = divisors[0] * divisors[1] * divisors[2]
             what = (f"covers {per_thread} elements a thread with a grid {per_thread} times "
@@ -224,19 +237,31 @@ def apply_campaign(
     if launches is not None:
         exact = exact_axes(best.source, best.kernel)
         scaled = scale_launch_grids(launching if launching is not None else text, best.kernel,
-                                    multipliers, divisors, exact)
+                                    multipliers, divisors, exact, block=reshape)
         assert scaled is not None, "grid_launches found every launch rewritable"
         if launches == unit:
             text = scaled[0]
         else:
             launches.write_text(scaled[0])
         where = str(launches.relative_to(tree))
-        outcome.applied.append(
-            f"grid of its {scaled[1]} launch(es) in {where} scaled by "
-            f"{'x'.join(map(str, multipliers))} / {'x'.join(map(str, divisors))} "
-            f"({SCALED_GRID} at the top of {where}"
-            + (f"; {EXACT_GRID}: a grid that does not divide along {', '.join(exact)}, where the "
-               "kernel never bounds its index, stops the program" if exact else "") + ")")
+        if reshape is not None:
+            outcome.applied.append(
+                f"block {'x'.join(map(str, reshape))} at its {scaled[1]} launch(es) in "
+                f"{where}, with the grid that covers the same threads"
+                + ("" if max(*divisors, *multipliers) == 1 else
+                   f" scaled by {'x'.join(map(str, multipliers))} / "
+                   f"{'x'.join(map(str, divisors))}")
+                + f" ({SHAPED_GRID} at the top of {where}"
+                + (f"; a grid that does not divide along {', '.join(exact)}, where the kernel "
+                   "never bounds its index, stops the program" if exact else "") + ")")
+        else:
+            outcome.applied.append(
+                f"grid of its {scaled[1]} launch(es) in {where} scaled by "
+                f"{'x'.join(map(str, multipliers))} / {'x'.join(map(str, divisors))} "
+                f"({SCALED_GRID} at the top of {where}"
+                + (f"; {EXACT_GRID}: a grid that does not divide along {', '.join(exact)}, "
+                   "where the kernel never bounds its index, stops the program"
+                   if exact else "") + ")")
     unit.write_text(text)
     if block_flag is not None:
         _add_flag(flags, option_owner, f"-D{block_flag[0]}=", str(block_flag[1]), best, outcome,

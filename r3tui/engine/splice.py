@@ -187,6 +187,43 @@ static inline __host__ __device__ dim3 {EXACT_GRID}(
 #endif
 """
 
+SHAPED_GRID = "r3_shaped_grid"
+# the launches of a kernel tuned with another block shape than the host code's: that block,
+# and the grid that covers the threads the application's own grid and block launched (scaled
+# where a thread of the tuned kernel covers several elements or shares one), as replay derives
+# it from the recorded work; along an axis where the kernel never bounds its index the grid
+# must cover that work exactly, or the program stops with one line
+_SHAPED_GRID_HELPER = f"""#ifndef R3_SHAPED_GRID
+#define R3_SHAPED_GRID
+#include <cstdio>
+#include <cstdlib>
+// r3 apply: the grid for a launch that takes the tuned block nb instead of the application's
+// block b: it covers the threads g * b did, times m / d along each axis (docs/app-apply.md)
+static inline __host__ __device__ dim3 {SHAPED_GRID}(
+    dim3 g, dim3 b, dim3 nb, unsigned mx, unsigned my, unsigned mz, unsigned dx, unsigned dy,
+    unsigned dz, unsigned ex, unsigned ey, unsigned ez) {{
+  unsigned long long wx = (unsigned long long)g.x * b.x * mx;
+  unsigned long long wy = (unsigned long long)g.y * b.y * my;
+  unsigned long long wz = (unsigned long long)g.z * b.z * mz;
+  unsigned long long tx = (wx + dx - 1) / dx, ty = (wy + dy - 1) / dy, tz = (wz + dz - 1) / dz;
+  if ((ex && (wx % dx || tx % nb.x)) || (ey && (wy % dy || ty % nb.y)) ||
+      (ez && (wz % dz || tz % nb.z))) {{
+#ifdef __CUDA_ARCH__
+    __trap();
+#else
+    fprintf(stderr, "r3 apply: a launch of (%u, %u, %u) blocks of (%u, %u, %u) threads does not "
+            "divide into blocks of (%u, %u, %u) threads covering (%u, %u, %u) elements each; "
+            "the tuned kernel would run past its arrays, so the program stops "
+            "(docs/app-apply.md)\\n", g.x, g.y, g.z, b.x, b.y, b.z, nb.x, nb.y, nb.z, dx, dy, dz);
+    abort();
+#endif
+  }}
+  return dim3((unsigned)((tx + nb.x - 1) / nb.x), (unsigned)((ty + nb.y - 1) / nb.y),
+              (unsigned)((tz + nb.z - 1) / nb.z));
+}}
+#endif
+"""
+
 _OTHER_LAUNCHES = ("cudaLaunchKernel", "cudaLaunchCooperativeKernel", "cudaLaunchKernelEx",
                    "cuLaunchKernel", "cudaGraphAddKernelNode")
 
@@ -219,16 +256,48 @@ def grid_launches(text: str, kernel: str) -> tuple[int, str | None]:
     return count, None
 
 
+def reshape_reason(text: str, kernel: str) -> str | None:
+    """Why ``r3 apply`` could not give ``kernel``'s launches in ``text`` another block shape
+    (:func:`scale_launch_grids` with ``block``); None where it can: every launch is a
+    ``<<<grid, block>>>`` it can rewrite (:func:`grid_launches`) with no dynamic shared
+    memory, whose size the host code may compute from the block it launches."""
+    from r3tui.analysis.text import mask
+
+    reason = grid_launches(text, kernel)[1]
+    if reason is not None:
+        return reason
+    masked = mask(text)
+    for start, end in _launches(masked, _kernel_parts(kernel)[1]):
+        arguments = split_top_level(masked[start:end])
+        line = text.count("\n", 0, start) + 1
+        if len(arguments) < 2:
+            return f"its launch at line {line} names no block"
+        shared = arguments[2].strip() if len(arguments) > 2 else "0"
+        if not re.fullmatch(r"0[uUlL]*", shared):
+            return (f"its launch at line {line} passes {' '.join(shared.split())} bytes of "
+                    "dynamic shared memory, which may follow the block it launches")
+    return None
+
+
 def scale_launch_grids(text: str, kernel: str, multipliers: tuple[int, int, int],
-                       divisors: tuple[int, int, int], exact: tuple[str, ...] = ()
+                       divisors: tuple[int, int, int], exact: tuple[str, ...] = (),
+                       block: tuple[int, int, int] | None = None
                        ) -> tuple[str, int] | None:
     """``text`` with the grid of every ``kernel<<<grid, ...>>>`` launch multiplied by
     ``multipliers`` and divided (rounding up) by ``divisors`` per axis, through a helper put
     at the top of the file, and how many launches changed; None where :func:`grid_launches`
     finds a launch it cannot rewrite, or none.  ``exact``: axes the kernel never bounds its
-    index along; there the helper stops the program where a grid does not divide."""
+    index along; there the helper stops the program where a grid does not divide.
+
+    ``block``: the tuned block shape, launched instead of the host code's (None where
+    :func:`reshape_reason` says it cannot be); the grid then covers the threads the host
+    code's grid and block did, scaled alike (:data:`SHAPED_GRID`)."""
     from r3tui.analysis.text import mask
 
+    if block is not None:
+        if reshape_reason(text, kernel) is not None:
+            return None
+        return _reshape_launches(text, kernel, multipliers, divisors, exact, block)
     if grid_launches(text, kernel)[1] is not None:
         return None
     _, name = _kernel_parts(kernel)
@@ -248,4 +317,28 @@ def scale_launch_grids(text: str, kernel: str, multipliers: tuple[int, int, int]
         text = _EXACT_GRID_HELPER + text
     if "#define R3_SCALED_GRID\n" not in text:  # the helper, once a file
         text = _SCALED_GRID_HELPER + text
+    return text, len(spans)
+
+
+def _reshape_launches(text: str, kernel: str, multipliers: tuple[int, int, int],
+                      divisors: tuple[int, int, int], exact: tuple[str, ...],
+                      block: tuple[int, int, int]) -> tuple[str, int]:
+    """:func:`scale_launch_grids` with a tuned ``block``: each launch's grid and block
+    replaced by :data:`SHAPED_GRID` of them and ``block`` itself."""
+    from r3tui.analysis.text import mask
+
+    factors = ", ".join(str(int(f)) for f in (*multipliers, *divisors))
+    factors += ", " + ", ".join("1" if a in exact else "0" for a in "xyz")
+    shape = "dim3({}, {}, {})".format(*(int(v) for v in block))
+    masked = mask(text)
+    spans = _launches(masked, _kernel_parts(kernel)[1])
+    for start, end in reversed(spans):  # later spans first: earlier offsets stay valid
+        arguments = split_top_level(masked[start:end])
+        cut = start + len(arguments[0]) + 1 + len(arguments[1])
+        grid = text[start:start + len(arguments[0])].strip()
+        launched = text[start + len(arguments[0]) + 1:cut].strip()
+        text = (text[:start] + f"{SHAPED_GRID}(dim3({grid}), dim3({launched}), {shape}, "
+                f"{factors}), {shape}" + text[cut:])
+    if "#define R3_SHAPED_GRID\n" not in text:  # the helper, once a file
+        text = _SHAPED_GRID_HELPER + text
     return text, len(spans)

@@ -103,23 +103,31 @@ def seed_unit(bundle: Bundle) -> SeedUnit:
 def searched_launch(bundle: Bundle, seed: SeedUnit) -> tuple[LaunchInfo, str | None]:
     """The launch a campaign on ``bundle`` searches, and why its block stays as recorded.
 
-    In an application the host code chooses the block; ``r3 apply`` can ship another shape
-    only through the ``#ifndef``-guarded macro its launches take it from
-    (:func:`r3tui.engine.splice.block_macro`).  Where there is none, a searched shape could
-    never ship (and its tuned launch bounds would not fit the launches that do), so the
-    block is kept."""
-    from r3tui.engine.splice import block_macro
+    In an application the host code chooses the block; ``r3 apply`` ships another shape
+    through the ``#ifndef``-guarded macro its launches take it from
+    (:func:`r3tui.engine.splice.block_macro`), else by rewriting each ``<<<grid, block>>>``
+    launch to the tuned block and the grid that covers the same threads
+    (:func:`r3tui.engine.splice.reshape_reason`).  Where it can do neither (a launch through
+    ``cudaLaunchKernel``, dynamic shared memory the host may size from the block), a
+    searched shape could never ship (and its tuned launch bounds would not fit the launches
+    that do), so the block is kept."""
+    from r3tui.engine.splice import block_macro, reshape_reason
 
     launch = bundle.manifest.launch
     recorder = (bundle.manifest.provenance or {}).get("recorder")
     if not launch.block_tunable or recorder != "app interposer":
         return launch, None
-    if block_macro(seed.recorded_text, bundle.manifest.kernel.name) is not None:
+    kernel = bundle.manifest.kernel.name
+    if block_macro(seed.recorded_text, kernel) is not None:
+        return launch, None
+    reason = reshape_reason(seed.recorded_text, kernel)
+    if reason is None:
         return launch, None
     x, y, z = launch.block.as_tuple()
     return replace(launch, block_tunable=False), (
         f"block {x}x{y}x{z} kept: the application's launches of this kernel do not take their "
-        "block size from an #ifndef-guarded macro, so r3 apply could not ship another shape")
+        f"block size from an #ifndef-guarded macro, and r3 apply could not rewrite them: "
+        f"{reason}")
 
 
 def defining_file(bundle: Bundle, seed: SeedUnit) -> tuple[str, str] | None:

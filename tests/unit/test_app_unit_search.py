@@ -189,18 +189,23 @@ def test_a_winner_that_cannot_ship_whole_ships_nothing(tmp_path: Path) -> None:
     the host code launches 512 threads from a plain #define, so only the bounds and the
     options were applied, every launch of the kernel failed and bfs ran on with a wrong
     answer.  A configuration is applied whole or not at all."""
-    bundle = app_bundle(tmp_path / "b")
+    # a block shape the host code takes neither from a #ifndef macro nor at launches r3
+    # apply can rewrite (the host passes dynamic shared memory, which may follow the block)
+    sized = MAIN_CU.replace("<<<grid, block>>>", "<<<grid, block, block.x * 4>>>")
+    bundle = app_bundle(tmp_path / "b", sized)
     original = seed_unit(bundle).source.text
     tuned = original.replace(LOOP, "  #pragma unroll\n" + LOOP)
     tree = app_tree(tmp_path / "tree")
+    (tree / "src/main.cu").write_text(sized)
     flags: dict[str, str] = {}
-    # a block shape the host code does not take from a #ifndef macro
     reshaped = _Best(7, KERNEL, original, tuned, ("--use_fast_math",), (128, 1, 1), (128, 8),
                      {}, "nvrtc", 1.2, bundle.path)
     outcome = apply_campaign(reshaped, tree, flags, {}, 0.5, {})
     assert outcome.applied == [] and not flags, outcome
     assert outcome.not_applied[0].startswith("nothing: its winner runs with block 128x1x1")
+    assert "passes block.x * 4 bytes of dynamic shared memory" in outcome.not_applied[0]
     assert (tree / "src/kernels.cuh").read_text() == HEADERS["src/kernels.cuh"]
+    assert (tree / "src/main.cu").read_text() == sized
     # bounds below the threads per block the application launched the kernel with
     bounded = _Best(8, KERNEL, original, tuned, ("--use_fast_math",), None, (128, 8), {},
                     "nvrtc", 1.2, bundle.path)
@@ -215,9 +220,11 @@ def test_a_winner_that_cannot_ship_whole_ships_nothing(tmp_path: Path) -> None:
 
 def test_an_applications_block_is_searched_only_where_r3_apply_could_ship_it(
         tmp_path: Path) -> None:
-    """main.cu launches app::stencil with a dim3 built from TILE (no #ifndef macro): the
-    block stays as recorded and the campaign says why; through an #ifndef-guarded macro
-    of the launch it is searched."""
+    """main.cu launches app::stencil with a dim3 built from TILE (no #ifndef macro): its
+    block is searched, since r3 apply can rewrite that `<<<grid, block>>>`; where the host
+    also passes dynamic shared memory sized from the block, or launches through
+    cudaLaunchKernel, the block stays as recorded and the campaign says why; through an
+    #ifndef-guarded macro of the launch it is searched."""
     from r3tui.engine.unit_source import searched_launch
 
     recorded = LaunchInfo(Dim3(16, 1), Dim3(256, 1), 0, Dim3(4096, 1), True)
@@ -225,10 +232,24 @@ def test_an_applications_block_is_searched_only_where_r3_apply_could_ship_it(
     def bundle_of(main_cu: str, path: Path, recorder: str = "app interposer") -> Bundle:
         return app_bundle(path, main_cu, recorded, recorder)
 
-    fixed = bundle_of(MAIN_CU, tmp_path / "fixed")
+    rewritable = bundle_of(MAIN_CU, tmp_path / "rewritable")
+    launch, kept = searched_launch(rewritable, seed_unit(rewritable))
+    assert launch.block_tunable and kept is None
+    sized = MAIN_CU.replace("<<<grid, block>>>", "<<<grid, block, block.x * 4>>>")
+    fixed = bundle_of(sized, tmp_path / "fixed")
     launch, kept = searched_launch(fixed, seed_unit(fixed))
     assert not launch.block_tunable and kept is not None
-    assert kept.startswith("block 256x1x1 kept: the application's launches")
+    assert kept.startswith("block 256x1x1 kept: the application's launches"), kept
+    assert kept.endswith("bytes of dynamic shared memory, which may follow the block it "
+                         "launches"), kept
+    api = MAIN_CU.replace(
+        "app::stencil<float, 2><<<grid, block>>>(d_in, d_out, g, h.size());",
+        "{ size_t n = h.size(); void* args[] = {&d_in, &d_out, &g, &n};\n"
+        "    cudaLaunchKernel((void*)app::stencil<float, 2>, grid, block, args, 0, 0); }")
+    assert api != MAIN_CU
+    through_api = bundle_of(api, tmp_path / "api")
+    launch, kept = searched_launch(through_api, seed_unit(through_api))
+    assert not launch.block_tunable and kept is not None and "cudaLaunchKernel" in kept, kept
     guarded = MAIN_CU.replace(
         "<<<grid, block>>>", "<<<grid, STENCIL_BLOCK>>>").replace(
         "int main", "#ifndef STENCIL_BLOCK\n#define STENCIL_BLOCK 256\n#endif\nint main", 1)
