@@ -337,6 +337,22 @@ CATALOGUE: tuple[Transformation, ...] = (
         ),
     ),
     Transformation(
+        "swap_xy",
+        "parallelism",
+        "Exchange the x and y thread axes in the kernel (`threadIdx.x` with `threadIdx.y`, and "
+        "so for `blockIdx`, `blockDim` and `gridDim`) where the row of an array comes from x, "
+        "so that consecutive threads of a warp access consecutive addresses.",
+        rule="swap_xy",
+        example=(
+            "    int r = blockIdx.x * blockDim.x + threadIdx.x;\n"
+            "    int c = blockIdx.y * blockDim.y + threadIdx.y;\n"
+            "    if (r < m && c < n) out[r * n + c] = a * in[r * n + c];",
+            "    int r = blockIdx.y * blockDim.y + threadIdx.y;\n"
+            "    int c = blockIdx.x * blockDim.x + threadIdx.x;\n"
+            "    if (r < m && c < n) out[r * n + c] = a * in[r * n + c];",
+        ),
+    ),
+    Transformation(
         "expose_tunable",
         "tuning",
         "Turn one fixed block, tile or unroll size into `#define NAME value` with the line "

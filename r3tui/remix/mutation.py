@@ -50,7 +50,7 @@ from r3tui.remix.edits import (
 )
 from r3tui.remix.names import IdentifierCheck
 from r3tui.remix.prompt import EDIT_FORMATS, MutationContext, build_messages
-from r3tui.remix.rules import LAUNCH_RULES, SHARED_MEMORY_RULES, apply_rule
+from r3tui.remix.rules import LAUNCH_RULES, SHARED_MEMORY_RULES, SQUARE_WORK_RULES, apply_rule
 
 # The grammar that forces each answer format (grammars/<name>.gbnf).
 GRAMMAR_FOR_FORMAT = {"search_replace": "search_replace", "whole": "fenced_cuda"}
@@ -351,6 +351,10 @@ class Mutator:
                 reasons.append(f"{transformation.rule}: an application's host code sets the "
                                "launch (its grid, its shared memory), which r3 apply cannot "
                                "change")
+                continue
+            if transformation.rule in SQUARE_WORK_RULES and not ctx.square_work:
+                reasons.append(f"{transformation.rule}: the recorded work is not as wide along x "
+                               "as along y, so exchanging the axes would not cover it")
                 continue
             if ctx.confined and transformation.rule in SHARED_MEMORY_RULES:
                 reasons.append(f"{transformation.rule}: an application's host code sets the "

@@ -65,6 +65,10 @@ class MutationContext:
     # kernel launched other than by `<<<grid, ...>>>`): no rule whose variant needs another
     # grid is offered
     grid_fixed: bool = False
+    # the recorded work is as wide along x as along y: a rule whose variant computes what the
+    # original computes at the transposed launch (SQUARE_WORK_RULES: swap_xy) covers it only
+    # then, so it is offered only then (the engine sets it from the recording's work)
+    square_work: bool = False
     view_chars: int = 8000
     # The parent is the model's own change, which failed as this says (the compiler's first
     # error, or the verification's mismatch): the model is asked to fix it (a repair turn).

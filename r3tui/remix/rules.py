@@ -14,8 +14,8 @@ passed to a call, code the parser could not read) counts as a write.
 This module holds the small operators and the registry (:data:`RULES`); those that restructure
 a kernel have modules of their own: :mod:`~r3tui.remix.stride` (grid-stride loops, strided
 accumulation), :mod:`~r3tui.remix.vector`, :mod:`~r3tui.remix.coarsen`,
-:mod:`~r3tui.remix.split`, :mod:`~r3tui.remix.tile` and :mod:`~r3tui.remix.stream`, on
-:mod:`~r3tui.remix.rule_base`.
+:mod:`~r3tui.remix.split`, :mod:`~r3tui.remix.tile`, :mod:`~r3tui.remix.stream` and
+:mod:`~r3tui.remix.swap`, on :mod:`~r3tui.remix.rule_base`.
 """
 
 from __future__ import annotations
@@ -46,6 +46,7 @@ from r3tui.remix.rule_base import (
 from r3tui.remix.split import split_loop as split_kernel_loop
 from r3tui.remix.stream import stream as stream_kernel
 from r3tui.remix.stride import grid_stride, strided_accumulate
+from r3tui.remix.swap import swap_axes
 from r3tui.remix.tile import tile_loop
 from r3tui.remix.vector import vector_access
 
@@ -432,6 +433,12 @@ def stream_axis(source: str, kernel_name: str, rng: random.Random) -> RuleResult
     return restructured(stream_kernel, source, kernel_name, rng)
 
 
+def swap_xy(source: str, kernel_name: str, rng: random.Random) -> RuleResult:
+    """The x and y axes of the thread grid exchanged in the kernel's body, so that the lanes of
+    a warp walk the other index (:mod:`r3tui.remix.swap`)."""
+    return restructured(swap_axes, source, kernel_name, rng)
+
+
 # rules whose variants need a launch the search sets (another grid, or dynamic shared memory):
 # not offered for an application's kernel whose host code sets a grid r3 apply cannot rescale
 # (MutationContext.grid_fixed)
@@ -445,6 +452,11 @@ SHARED_MEMORY_RULES = frozenset({"tile_shared"})
 
 # rules that read the kernel's grid index from its declaration
 INDEX_RULES = frozenset({"grid_stride", "coarsen", "split_loop", "tile_shared", "stream_axis"})
+
+# rules whose variant is correct only where the recorded work is as wide along x as along y:
+# it computes what the original computes at the transposed launch, which covers the work only
+# then (MutationContext.square_work)
+SQUARE_WORK_RULES = frozenset({"swap_xy"})
 
 
 RULES: dict[str, Rule] = {
@@ -460,6 +472,7 @@ RULES: dict[str, Rule] = {
     "split_loop": split_loop,
     "tile_shared": tile_shared,
     "stream_axis": stream_axis,
+    "swap_xy": swap_xy,
 }
 
 

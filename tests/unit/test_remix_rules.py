@@ -65,6 +65,8 @@ def test_rules_apply_to_the_kernels_they_are_for() -> None:
     assert {e for r, e in applies if r == "vector_access"} == {"softmax"}
     assert {e for r, e in applies if r == "coarsen"} == {
         "nbody", "ptr_struct", "sgemm", "spmv_csr", "stencil7"}  # not the block reductions
+    # the 2-D grids; not the 1-D kernels nor the reductions that flatten their block
+    assert {e for r, e in applies if r == "swap_xy"} == {"ptr_struct", "sgemm", "stencil7"}
 
 
 def test_read_only_analysis_on_real_kernels() -> None:
