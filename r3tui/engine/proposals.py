@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from r3tui.domain import MeasurementStatus, Variant, VariantOrigin, VariantStatus
+from r3tui.domain import Dim3, MeasurementStatus, Variant, VariantOrigin, VariantStatus
 from r3tui.engine.lineage import ArchiveState, fitness_of
 from r3tui.engine.novelty import compiled_code
 from r3tui.search.strategy import derive_seed
@@ -50,6 +50,15 @@ class ProposalRequest:
         format example (since session 33: its names cannot be copied into the kernel)."""
         return cls(index, failed.island, failed, None, (), (), failure,
                    repair_example="generic")
+
+
+def square_work(launch: LaunchInfo) -> bool:
+    """Whether the recorded launch's work (its threads where no work size was recorded) is as
+    wide along x as along y, and more than one wide: a variant with the thread axes exchanged
+    (:data:`r3tui.remix.rules.SQUARE_WORK_RULES`) then still covers it."""
+    work = launch.work or Dim3(launch.grid.x * launch.block.x, launch.grid.y * launch.block.y,
+                               launch.grid.z * launch.block.z)
+    return work.x == work.y > 1
 
 
 class ProposalSide:
@@ -207,6 +216,7 @@ class ProposalSide:
             is_known=self.has_source,
             confined=self.seed_source.confined,
             grid_fixed=self.settings.inner.grid_fixed,
+            square_work=square_work(self.launch),
             repair=request.repair,
             repair_example=request.repair_example or "worked",
             example_names=request.example_names,

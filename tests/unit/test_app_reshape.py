@@ -124,3 +124,15 @@ def test_the_host_codes_shaped_grid_is_the_one_replay_measured(
         assert ran.returncode == 0, ran.stderr
         assert ran.stdout == (f"grid {grid.x} {grid.y} {grid.z} block {launched.x} "
                               f"{launched.y} {launched.z}\n"), (n, ran.stdout)
+
+
+def test_the_axes_are_exchanged_only_where_the_recorded_work_is_square() -> None:
+    """The campaign offers swap_xy (SQUARE_WORK_RULES) only where the recorded work is as wide
+    along x as along y: the swapped kernel's x index then runs over the y extent."""
+    from r3tui.engine.proposals import square_work
+
+    assert square_work(LaunchInfo(Dim3(256, 256), Dim3(4, 4), 0, Dim3(1024, 1024), True))
+    assert square_work(LaunchInfo(Dim3(32, 128), Dim3(32, 8), 0, None, True))  # its threads
+    assert not square_work(LaunchInfo(Dim3(256, 128), Dim3(4, 4), 0, Dim3(1024, 512), True))
+    assert not square_work(LaunchInfo(Dim3(4096), Dim3(256), 0, Dim3(1 << 20), True))
+    assert not square_work(LaunchInfo(Dim3(1), Dim3(1), 0, Dim3(1), True))
