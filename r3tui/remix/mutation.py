@@ -297,9 +297,16 @@ def _kernel_text(ctx: MutationContext) -> str:
     return ctx.parent_source if span is None else parent[span.start : span.body_end] + "\n"
 
 
-def _preferred(order: tuple[str, ...] | None) -> Transformation | None:
-    """The first catalogue entry in ``order`` (the campaign's bandit), if any."""
-    names = {t.name: t for t in CATALOGUE}
+def _offered(ctx: MutationContext) -> tuple[Transformation, ...]:
+    """The catalogue less the changes the recorded launch rules out: exchanging the thread
+    axes (:data:`~r3tui.remix.rules.SQUARE_WORK_RULES`) where the work is not square."""
+    return tuple(t for t in CATALOGUE if ctx.square_work or t.rule not in SQUARE_WORK_RULES)
+
+
+def _preferred(order: tuple[str, ...] | None,
+               offered: tuple[Transformation, ...] = CATALOGUE) -> Transformation | None:
+    """The first entry of ``offered`` in ``order`` (the campaign's bandit), if any."""
+    names = {t.name: t for t in offered}
     return next((names[n] for n in order or () if n in names), None)
 
 
@@ -378,7 +385,9 @@ class Mutator:
         """Ask the model for ``ctx.transformation`` (or one drawn from the catalogue)."""
         if self.backend is None:
             raise ConfigError("an LLM proposal needs a model", hint="pass --model or use rules")
-        transformation = ctx.transformation or _preferred(ctx.preference) or rng.choice(CATALOGUE)
+        offered = _offered(ctx)
+        transformation = (ctx.transformation or _preferred(ctx.preference, offered)
+                          or rng.choice(offered))
         origin = VariantOrigin.REPAIR if ctx.repair is not None else VariantOrigin.LLM
         settings = self.settings
         sampling = settings.sampling

@@ -265,3 +265,18 @@ def test_the_mutator_offers_it_only_where_the_work_is_square() -> None:
         MutationContext(kernel_name="eliminate", parent_source=ELIMINATE, transformation=wanted,
                         square_work=True), random.Random(0))
     assert square.ok and square.source == SWAPPED
+
+
+def test_the_model_is_not_asked_to_exchange_the_axes_of_work_that_is_not_square() -> None:
+    """The model's transformation is drawn from the catalogue less swap_xy where the work is
+    not square, also when the campaign's bandit prefers it."""
+    from r3tui.remix.catalogue import CATALOGUE
+    from r3tui.remix.mutation import _offered, _preferred
+
+    wide = MutationContext(kernel_name="eliminate", parent_source=ELIMINATE)
+    square = MutationContext(kernel_name="eliminate", parent_source=ELIMINATE, square_work=True)
+    assert "swap_xy" not in {t.name for t in _offered(wide)}
+    assert _offered(square) == CATALOGUE
+    order = ("swap_xy", "register_blocking")
+    assert _preferred(order, _offered(wide)).name == "register_blocking"  # type: ignore[union-attr]
+    assert _preferred(order, _offered(square)).name == "swap_xy"  # type: ignore[union-attr]
