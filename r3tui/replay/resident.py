@@ -584,10 +584,18 @@ class ResidentBundle:
         declared from, against the baseline among them.
         """
         launchers: list[tuple[_Loaded, Callable[[], None]]] = []
-        for c in candidates:
-            loaded = self._load(c)
-            grid, block, shm, args = c.resolve(self.manifest)
+        resolved = [(self._load(c), c.resolve(self.manifest)) for c in candidates]
+        # candidates of one binary at several sizes of dynamic shared memory (a tiled variant's
+        # points) share its function, whose limit is one attribute: the largest of them, or
+        # each launch above the limit another one set would fail (sgemm, session 44: the
+        # campaign stopped with CUDA_ERROR_INVALID_VALUE in re-timing)
+        most: dict[int, tuple[_Loaded, int]] = {}
+        for loaded, (_, _, shm, _) in resolved:
+            before = most.get(id(loaded), (loaded, 0))[1]
+            most[id(loaded)] = (loaded, max(before, shm))
+        for loaded, shm in most.values():
             cu.allow_dynamic_shared(loaded.function, shm)
+        for loaded, (grid, block, shm, args) in resolved:
             params = cu.KernelParams(args, loaded.layout)
 
             def launch(f: Any = loaded.function, g: Dim3 = grid, b: Dim3 = block,

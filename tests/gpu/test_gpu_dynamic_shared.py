@@ -72,3 +72,14 @@ def test_tile_sizes_replay_with_their_own_dynamic_shared_memory(tmp_path: Path) 
         (trapped,) = evaluator.evaluate([too_small])
         assert trapped.status in (MeasurementStatus.CRASHED, MeasurementStatus.LAUNCH_ERROR), (
             trapped.status, trapped.error_text)
+
+        # one binary at two sizes above the default, re-timed together: the function's limit
+        # is one attribute, which must be the larger size (session 44: the smaller one, set
+        # last, failed the larger launch and stopped an sgemm campaign)
+        import dataclasses
+
+        (job,) = [j for j in evaluator.jobs.values() if j.candidate.shared_mem_bytes == 65536]
+        larger = dataclasses.replace(job.candidate, shared_mem_bytes=98304)
+    with ReplayWorker(bundle_dir, timeout_s=30) as worker:
+        samples = worker.interleaved([larger, job.candidate], 3)
+    assert [len(s) for s in samples] == [3, 3] and all(t > 0 for s in samples for t in s)
