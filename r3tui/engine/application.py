@@ -295,6 +295,22 @@ def _check_units(recording: AppRecording, result: AppTuneResult, checker: Checke
             continue
         transfer.store_unit(db, outcome.campaign_id, checks)
         why = transfer.failure(checks)
+        if why is not None and kernel.target is not None and kernel.target.bundle is not None:
+            # whole-unit options that break another kernel: the winner without them, where
+            # that is still faster beyond the noise (gaussian on the H100, session 44: the
+            # block shape gave 9.3x, --prec-div=false changed Fan1's results by one ulp)
+            campaign_id = outcome.campaign_id
+            bare = checker.without_options(campaign_id, kernel.target.bundle)
+            if bare is not None:
+                outcome = replace(
+                    outcome, speedup=bare[0], ci=bare[1], kernel_speedup=None,
+                    kernel_basis=None, checks=(), unsafe=None, neighbours=(),
+                    status=f"tuned without its options: {why}")
+                configs = others(kernel, kernel.target, max_checks)
+                if configs:
+                    outcome = _checked(outcome, checker.configs(campaign_id, configs), db)
+                result.kernels[i] = outcome
+                continue
         result.kernels[i] = replace(
             outcome, neighbours=tuple(asdict(c) for c in checks),
             unsafe=outcome.unsafe or why,

@@ -96,6 +96,13 @@ class Checker(Protocol):
         winner has none)."""
         ...
 
+    def without_options(self, campaign_id: int, bundle: Path
+                        ) -> tuple[float, tuple[float, float]] | None:
+        """The winner without its compiler options, re-timed on ``bundle`` (its tuned
+        configuration) and stored as the campaign's verdict where it is faster beyond the
+        noise: (speedup, interval); None where it has no options or is not."""
+        ...
+
 
 def others(kernel: KernelShare, tuned: RecordedConfig, max_checks: int = MAX_CHECKS
            ) -> list[RecordedConfig]:
@@ -180,6 +187,23 @@ def store_unit(db: Path, campaign_id: int, checks: Sequence[UnitCheck]) -> None:
                {"checks": [asdict(c) for c in checks], "failed": why})
 
 
+def store_without_options(db: Path, campaign_id: int, variant_id: int, config: TrialConfig,
+                          dropped: Sequence[str], speedup: float,
+                          ci: tuple[float, float]) -> None:
+    """The campaign's verdict is now its winner without ``dropped`` (its compiler options,
+    which made another kernel of the unit fail): a ``final`` event, the last of which
+    ``r3 apply`` ships (:func:`r3tui.engine.campaign_winner.campaign_decision`)."""
+    _add_event(db, campaign_id, "final",
+               f"the winner without its options ({' '.join(dropped)}), which made another "
+               f"kernel of its unit fail: {speedup:.3f}x [{ci[0]:.3f}, {ci[1]:.3f}]",
+               {"variant_id": variant_id, "config": config.to_json(), "speedup": speedup,
+                "ci": list(ci), "dropped_options": list(dropped)})
+    # without options it reaches no other kernel: the unit's check that failed is moot
+    _add_event(db, campaign_id, UNIT_EVENT,
+               "no options: the unit's other kernels are built as before",
+               {"checks": [], "failed": None})
+
+
 def stored(s: Any, campaign_id: int) -> tuple[dict[str, Any], dict[str, Any]]:
     """The data of the campaign's last ``configs`` and last ``unit`` events ({} for one it
     does not have), from one read of its events."""
@@ -202,6 +226,12 @@ def unit_parts(data: dict[str, Any] | None) -> list[tuple[str, float, float]]:
 # -- on the GPU ------------------------------------------------------------------------------
 def winner_of(db: Path, campaign_id: int) -> tuple[str, TrialConfig] | None:
     """The source and configuration ``r3 apply`` would ship for the campaign (None: none)."""
+    found = decision_of(db, campaign_id)
+    return None if found is None else (found[1], found[2])
+
+
+def decision_of(db: Path, campaign_id: int) -> tuple[int, str, TrialConfig] | None:
+    """The variant id, source and configuration of the campaign's verdict (None: none)."""
     from db import repository as repo
     from db.session import open_database
     from r3tui.engine.campaign_winner import campaign_decision
@@ -216,7 +246,9 @@ def winner_of(db: Path, campaign_id: int) -> tuple[str, TrialConfig] | None:
         if decision is None:
             return None
         variant = repo.get_variant(s, decision.variant_id)
-        return (variant.source, decision.config) if variant is not None else None
+        if variant is None:
+            return None
+        return decision.variant_id, variant.source, decision.config
 
 
 def retime(bundle_path: Path, text: str | None, config: TrialConfig, *, rounds: int = ROUNDS,
@@ -313,3 +345,20 @@ class GpuChecker:
             out.append(UnitCheck(k.name, k.entry_point, where, k.share, options, speedup, ci,
                                  failed, skipped))
         return out
+
+    def without_options(self, campaign_id: int, bundle: Path
+                        ) -> tuple[float, tuple[float, float]] | None:
+        from r3tui.search.winner import beyond_noise
+
+        found = decision_of(self.db, campaign_id)
+        if found is None or not found[2].options:
+            return None
+        variant_id, text, config = found
+        bare = replace(config, options=())
+        speedup, ci, failed, _ = retime(bundle, text, bare, rounds=self.rounds,
+                                        timeout_s=self.timeout_s)
+        if speedup is None or ci is None or failed is not None or not beyond_noise(ci):
+            return None
+        store_without_options(self.db, campaign_id, variant_id, bare, config.options,
+                              speedup, ci)
+        return speedup, ci

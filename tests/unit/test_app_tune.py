@@ -4,6 +4,7 @@ application's tree."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -559,6 +560,9 @@ def test_the_winner_is_checked_on_the_kernels_other_configurations(tmp_path: Pat
             return [UnitCheck(k.name, k.entry_point, "bundles/xpay-0", k.share, ("-x",), 1.1,
                               (1.05, 1.15)) for k in kernels]
 
+        def without_options(self, campaign_id: int, bundle: Path) -> None:
+            raise AssertionError("asked only where the options make another kernel fail")
+
     tuners = {"cg::spmv_csr": (ids[0], 1.25), "cg::update_xr": (ids[2], 2.0)}
     result = tune_app(recording, db_path, "10", 3,
                       lambda bundle, name: (*tuners[name], (1.1, 1.4)), FakeChecker())
@@ -605,10 +609,12 @@ def test_a_winner_wrong_on_another_configuration_is_not_shipped(tmp_path: Path) 
 
     class FakeChecker:
         """Stands in for the GPU re-timing: the winner fails verification on spmv-1 (or,
-        with ``unit_fails``, its options make xpay fail)."""
+        with ``unit_fails``, its options make xpay fail); the winner without its options is
+        no faster beyond the noise."""
 
         def __init__(self, config_fails: bool) -> None:
             self.config_fails = config_fails
+            self.bare: list[int] = []
 
         def configs(self, campaign_id: int, configs) -> list[ConfigCheck]:
             return [ConfigCheck(str(c.bundle.relative_to(rec)), c.grid, c.block, c.share,
@@ -619,11 +625,18 @@ def test_a_winner_wrong_on_another_configuration_is_not_shipped(tmp_path: Path) 
             return [UnitCheck(k.name, k.entry_point, "bundles/xpay-0", k.share, ("--ftz=true",),
                               failed=wrong) for k in kernels]
 
+        def without_options(self, campaign_id: int, bundle: Path) -> None:
+            self.bare.append(campaign_id)
+            return None
+
     for config_fails, says in ((True, "the winner fails on another configuration"),
                                (False, "its options (--ftz=true) make another kernel")):
+        checker = FakeChecker(config_fails)
         result = tune_app(load_recording(rec), db_path, "10", 1,
-                          lambda bundle, name: (ids[0], 1.25, (1.1, 1.4)),
-                          FakeChecker(config_fails))
+                          lambda bundle, name: (ids[0], 1.25, (1.1, 1.4)), checker)
+        # the winner without its options is tried where they broke another kernel (a winner
+        # wrong on another configuration of its own kernel is not checked further)
+        assert checker.bare == ([] if config_fails else [ids[0]])
         (spmv,) = result.kernels
         assert not spmv.significant and spmv.status.startswith(f"not shippable: {says}")
         assert wrong in spmv.unsafe and result.kernel_time_speedup == 1.0
@@ -698,3 +711,65 @@ def test_apply_does_not_ship_a_winner_that_needs_its_own_shared_memory(tmp_path:
     assert campaign["applied"] == []
     assert "4096 bytes of dynamic shared memory" in campaign["not_applied"][0]
     assert (out / "cg.cu").read_text() == original
+
+
+def test_a_winner_whose_options_break_another_kernel_ships_without_them(tmp_path: Path) -> None:
+    """Rodinia gaussian on the H100 (session 44): Fan2's winner, 9.3x from its block shape,
+    carried --prec-div=false, which changed Fan1's results by one ulp, so nothing shipped.
+    Where the winner without its options is still faster beyond the noise, that is the
+    campaign's verdict (a ``final`` event) and what r3 apply ships, its checks redone."""
+    from r3tui.engine.transfer import (
+        ConfigCheck,
+        UnitCheck,
+        decision_of,
+        store_without_options,
+    )
+
+    tree = tmp_path / "app"
+    shutil.copytree(CG, tree, ignore=shutil.ignore_patterns("cg", "cg-shared", "*.o", "*.json"))
+    rec = write_recording(tmp_path / "rec", tree)
+    db_path, ids = _apply_db(tmp_path, tree, rec)
+    wrong = "wrong_result: buffer y differs at element 7"
+    asked: list[tuple[str, tuple[str, ...]]] = []
+
+    class FakeChecker:
+        """Stands in for the GPU re-timing: spmv's options make xpay fail; without them the
+        winner is 1.2x [1.15, 1.25] and still right on spmv's other configuration."""
+
+        def configs(self, campaign_id: int, configs) -> list[ConfigCheck]:
+            found = decision_of(db_path, campaign_id)
+            assert found is not None
+            asked.append(("configs", tuple(found[2].options)))
+            return [ConfigCheck(str(c.bundle.relative_to(rec)), c.grid, c.block, c.share,
+                                1.2, (1.1, 1.3)) for c in configs]
+
+        def unit(self, campaign_id: int, kernels) -> list[UnitCheck]:
+            return [UnitCheck(k.name, k.entry_point, "bundles/xpay-0", k.share,
+                              ("--ptxas-options=-dlcm=cg",), failed=wrong) for k in kernels]
+
+        def without_options(self, campaign_id: int, bundle: Path
+                            ) -> tuple[float, tuple[float, float]]:
+            found = decision_of(db_path, campaign_id)
+            assert found is not None and bundle.name == "spmv-0"
+            variant_id, _, config = found
+            bare = dataclasses.replace(config, options=())
+            store_without_options(db_path, campaign_id, variant_id, bare, config.options, 1.2,
+                                  (1.15, 1.25))
+            return 1.2, (1.15, 1.25)
+
+    result = tune_app(load_recording(rec), db_path, "10", 1,
+                      lambda bundle, name: (ids[0], 1.25, (1.1, 1.4)), FakeChecker())
+    (spmv,) = result.kernels
+    assert spmv.significant and spmv.unsafe is None and spmv.speedup == 1.2
+    assert spmv.status.startswith("tuned without its options: its options "
+                                  "(--ptxas-options=-dlcm=cg) make another kernel")
+    # the kernel's other configuration checked again, with the verdict that now ships
+    assert asked == [("configs", ("--ptxas-options=-dlcm=cg",)), ("configs", ())]
+    assert spmv.checks and spmv.checks[0]["speedup"] == 1.2
+    out = tmp_path / "patched"
+    run = r3("apply", str(ids[0]), "--into", str(out), "--no-run", "--db", str(db_path),
+             cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    (campaign,) = json.loads((out / "r3-apply.json").read_text())["campaigns"]
+    assert campaign["not_applied"] == [], campaign
+    assert (out / "r3-flags.txt").read_text().split() == ["-DCG_BLOCK_SPMV=256"]
