@@ -33,6 +33,7 @@ from r3tui.engine.ledger import ProposalLedger
 from r3tui.engine.lineage import (
     CLIMB_SLACK,
     EVALUATED_OK,
+    SWAP_OPERATOR,
     ArchiveState,
     Climb,
     adds_tile,
@@ -46,6 +47,7 @@ from r3tui.engine.lineage import (
     fitness_of,
     rebuild_archive,
     store_elites,
+    transposed,
 )
 from r3tui.engine.novelty import Novelty
 from r3tui.engine.options import option
@@ -331,6 +333,8 @@ class CampaignRun(ProposalSide):
             stored = [(t.config, t.measurement) for t in repo.trials_of_variant(s, variant.id)]
             if variant.parent_id is not None:
                 parents = best_configs(s, variant.parent_id, max(1, self.settings.warm_start))
+                if variant.operator == SWAP_OPERATOR:  # its parent's blocks, transposed
+                    parents = [transposed(c, self.launch.block) for c in parents]
                 parent = repo.get_variant(s, variant.parent_id)
                 inherited = ({t.name for t in parse_tunables(parent.source)}
                              if parent is not None else set())
@@ -342,7 +346,8 @@ class CampaignRun(ProposalSide):
                                              inherited, first))
                 search.warm_start(parents[: self.settings.warm_start])
                 if self.settings.transfer > 0:
-                    search.set_prior(ancestor_trials(s, variant, self.settings.transfer))
+                    search.set_prior(ancestor_trials(s, variant, self.settings.transfer,
+                                                     self.launch.block))
         search.warm_start([space.baseline_config()])
         search.resume(stored)
         trials = self.settings.seed_trials if is_seed else self.settings.inner_trials

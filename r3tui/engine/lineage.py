@@ -388,19 +388,40 @@ def _order(value: object) -> tuple[int, float, str]:
     return (0, float(value), "")
 
 
-def ancestor_trials(s: Session, variant: Variant, generations: int) -> list[list[Any]]:
+# the operator whose variant launched at (G, B) computes what its parent does at the launch
+# with x and y exchanged (r3tui.remix.swap): its parent's configurations, transposed, are its
+# own (what the parent ran along x it runs along y)
+SWAP_OPERATOR = "swap_xy"
+
+
+def transposed(config: TrialConfig, recorded: Dim3) -> TrialConfig:
+    """``config`` with the x and y of its block exchanged (of the ``recorded`` block where it
+    sets none): the same launch for a variant across a :data:`SWAP_OPERATOR` change."""
+    block = config.block or recorded
+    if block.x == block.y:
+        return config
+    return replace(config, block=Dim3(block.y, block.x, block.z))
+
+
+def ancestor_trials(s: Session, variant: Variant, generations: int,
+                    recorded: Dim3 | None = None) -> list[list[Any]]:
     """Trials of ``variant``'s parent, grandparent, ... (at most ``generations``), nearest first,
-    as :class:`~r3tui.search.strategy.TrialRecord`: a child's prior."""
+    as :class:`~r3tui.search.strategy.TrialRecord`: a child's prior.  With the ``recorded``
+    block, the trials of an ancestor across an odd number of :data:`SWAP_OPERATOR` changes
+    are transposed into the variant's orientation."""
     from db import repository as repo
     from r3tui.search.strategy import TrialRecord
 
     groups: list[list[Any]] = []
-    parent_id = variant.parent_id
-    while parent_id is not None and len(groups) < generations:
-        groups.append([TrialRecord.of(t.config, t.measurement)
-                       for t in repo.trials_of_variant(s, parent_id)])
-        parent = repo.get_variant(s, parent_id)
-        parent_id = parent.parent_id if parent is not None else None
+    child: Variant | None = variant
+    flipped = False
+    while child is not None and child.parent_id is not None and len(groups) < generations:
+        flipped ^= recorded is not None and child.operator == SWAP_OPERATOR
+        groups.append([
+            TrialRecord.of(transposed(t.config, recorded) if flipped and recorded else t.config,
+                           t.measurement)
+            for t in repo.trials_of_variant(s, child.parent_id)])
+        child = repo.get_variant(s, child.parent_id)
     return groups
 
 

@@ -136,3 +136,39 @@ def test_the_axes_are_exchanged_only_where_the_recorded_work_is_square() -> None
     assert not square_work(LaunchInfo(Dim3(256, 128), Dim3(4, 4), 0, Dim3(1024, 512), True))
     assert not square_work(LaunchInfo(Dim3(4096), Dim3(256), 0, Dim3(1 << 20), True))
     assert not square_work(LaunchInfo(Dim3(1), Dim3(1), 0, Dim3(1), True))
+
+
+def test_a_swapped_variant_starts_from_its_parents_blocks_transposed(tmp_path: Path) -> None:
+    """What the parent ran along x a swap_xy child runs along y: its warm start and its prior
+    are the parent's configurations with the block's x and y exchanged; a grandchild by
+    another change keeps its parent's (already swapped) orientation and transposes its
+    grandparent's."""
+    from db import repository as repo
+    from db.session import open_database
+    from r3tui.domain import TrialConfig, Variant, VariantOrigin
+    from r3tui.engine.lineage import ancestor_trials, transposed
+    from tests.db.factories import ok, seed_campaign
+
+    recorded = Dim3(4, 4)
+    assert transposed(TrialConfig(block=Dim3(2, 128)), recorded).block == Dim3(128, 2)
+    unset = TrialConfig(options=("-O3",))
+    assert transposed(unset, recorded) == unset  # the recorded square block
+    assert transposed(unset, Dim3(32, 8)).block == Dim3(8, 32)
+    with open_database(tmp_path / "r3.sqlite", create=True, upgrade=True) as database, \
+            database.session_scope() as s:
+        _, cid, seed = seed_campaign(s)
+        swap = repo.add_variant(s, Variant(campaign_id=cid, source="a", parent_id=seed,
+                                           origin=VariantOrigin.RULE, operator="swap_xy"))
+        child = repo.add_variant(s, Variant(campaign_id=cid, source="b", parent_id=swap,
+                                            origin=VariantOrigin.RULE, operator="coarsen"))
+        repo.insert_trial(s, cid, seed, TrialConfig(block=Dim3(2, 128)), ok(1e-4))
+        repo.insert_trial(s, cid, swap, TrialConfig(block=Dim3(64, 4)), ok(5e-5))
+        variants = {v.id: v for v in repo.campaign_variants(s, cid)}
+        (of_swap,) = ancestor_trials(s, variants[swap], 3, recorded)
+        assert [r.config.block for r in of_swap] == [Dim3(128, 2)]
+        near, far = ancestor_trials(s, variants[child], 3, recorded)
+        assert [r.config.block for r in near] == [Dim3(64, 4)]
+        assert [r.config.block for r in far] == [Dim3(128, 2)]
+        # without the recorded block, as before: every ancestor as it ran
+        (as_ran,) = ancestor_trials(s, variants[swap], 3)
+        assert [r.config.block for r in as_ran] == [Dim3(2, 128)]
