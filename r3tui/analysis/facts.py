@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import bisect
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -163,6 +163,24 @@ class TranslationUnit:
     @property
     def error_lines(self) -> tuple[int, ...]:
         return tuple(e.line for e in self.parse_errors)
+
+
+def device_callees(kernels: Sequence[Item], functions: Sequence[Item]) -> list[Item]:
+    """The device functions of ``functions`` that ``kernels`` call, transitively (by name),
+    the kernels themselves left out: what runs on the device on their behalf."""
+    by_name: dict[str, list[Item]] = {}
+    for f in functions:
+        if f.space is not None and f.space.on_device and f.name and f not in kernels:
+            by_name.setdefault(f.name, []).append(f)
+    seen: list[Item] = []
+    todo = list(kernels)
+    while todo:
+        for call in todo.pop().calls:
+            for callee in by_name.get(call.name, ()):
+                if callee not in seen:
+                    seen.append(callee)
+                    todo.append(callee)
+    return seen
 
 
 # Comments match outside the group and come back empty; a comment marker inside a string

@@ -43,7 +43,8 @@ import re
 
 import tree_sitter as ts
 
-from r3tui.analysis import ExecutionSpace, Item, parse_translation_unit
+from r3tui.analysis import ExecutionSpace, parse_translation_unit
+from r3tui.analysis.facts import device_callees
 from r3tui.analysis.kernels import Parsed, base_name
 from r3tui.analysis.per_thread import Unsupported, walk
 from r3tui.analysis.text import mask
@@ -109,7 +110,7 @@ def _check_reached(source: str, kernel: str) -> None:
                if f.name == name and f.space is ExecutionSpace.GLOBAL]
     if not kernels:  # the parse the rule edits by found it; this one must too
         raise Declined(f"the unit's parse does not find the definition of {name}")
-    callees = _callees(kernels, unit.functions)
+    callees = device_callees(kernels, unit.functions)
     named: set[str] = set()
     for item in kernels + callees:
         where = "the kernel" if item in kernels else f"{item.name}, which the kernel calls,"
@@ -128,23 +129,6 @@ def _check_reached(source: str, kernel: str) -> None:
         if macro.name in named and _COORDINATES & set(macro.body.split(" ")):
             raise Declined(f"the kernel names the macro {macro.name}, which reads the grid's "
                            "coordinates, and only the kernel is rewritten")
-
-
-def _callees(kernels: list[Item], functions: tuple[Item, ...]) -> list[Item]:
-    """The device functions the kernels call, transitively (by name)."""
-    by_name: dict[str, list[Item]] = {}
-    for f in functions:
-        if f.name and f.space is not None and f.space.on_device and f not in kernels:
-            by_name.setdefault(f.name, []).append(f)
-    seen: list[Item] = []
-    todo = list(kernels)
-    while todo:
-        for call in todo.pop().calls:
-            for callee in by_name.get(call.name, ()):
-                if callee not in seen:
-                    seen.append(callee)
-                    todo.append(callee)
-    return seen
 
 
 def _flattening(body: ts.Node, parsed: Parsed) -> str | None:

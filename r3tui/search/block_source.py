@@ -24,6 +24,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
+from r3tui.analysis.facts import device_callees
 from r3tui.analysis.kernels import base_name
 from r3tui.domain import Dim3
 from r3tui.search.block import AXES, BlockFacts, BlockTie
@@ -55,7 +56,7 @@ def block_facts(source: str, kernel: str, block: Dim3,
         why = f"the definition of {name} is not in the recorded source, so its use of the " \
               "block is unknown"
         return BlockFacts(fixed=tuple((a, why) for a in range(3)))
-    body = _tokens(_reachable(kernels, unit.functions))
+    body = _tokens([*kernels, *device_callees(kernels, unit.functions)])
     overrides = dict(defines.items() if isinstance(defines, Mapping) else defines)
     values: dict[str, int] = {}
     for macro in unit.macros:
@@ -109,23 +110,6 @@ def block_facts(source: str, kernel: str, block: Dim3,
 def _tokens(items: Iterable[Item]) -> list[str]:
     # item texts are normalised: one space between tokens
     return [t for item in items for t in item.text.split(" ") if t]
-
-
-def _reachable(kernels: Sequence[Item], functions: Sequence[Item]) -> list[Item]:
-    """The kernels and the device functions they call, transitively (by name)."""
-    by_name: dict[str, list[Item]] = {}
-    for f in functions:
-        if f.space is not None and f.space.on_device and f.name:
-            by_name.setdefault(f.name, []).append(f)
-    seen: list[Item] = list(kernels)
-    todo = list(kernels)
-    while todo:
-        for call in todo.pop().calls:
-            for callee in by_name.get(call.name, ()):
-                if callee not in seen:
-                    seen.append(callee)
-                    todo.append(callee)
-    return seen
 
 
 def _reads(body: Sequence[str], extents: tuple[int, int, int]) -> set[tuple[str, str]]:
