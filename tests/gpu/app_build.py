@@ -38,3 +38,13 @@ def replays_exactly(path: Path) -> tuple[bool, str]:
                                  timed=False)
     ok = bool(result.status is MeasurementStatus.OK and result.verified and not result.max_error)
     return ok, f"{result.status}: {result.error_text} (max error {result.max_error})"
+
+
+def require_app_tools() -> None:
+    """Skip an application round trip where nvcc or the application interposer is missing."""
+    if shutil.which("nvcc") is None:
+        pytest.skip("nvcc not installed")
+    try:
+        import r3tui.record.app_recorder  # noqa: F401
+    except ImportError:
+        pytest.skip("the application interposer (r3 record --) is not in this checkout")

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.gpu.app_build import require_app_tools
+
 pytestmark = pytest.mark.gpu
 
 REPO = Path(__file__).resolve().parents[2]
@@ -37,12 +39,7 @@ def r3(*args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProce
 
 
 def test_record_tune_apply_and_the_patched_app_converges(tmp_path: Path) -> None:
-    if shutil.which("nvcc") is None:
-        pytest.skip("nvcc not installed")
-    try:
-        import r3tui.record.app_recorder  # noqa: F401
-    except ImportError:
-        pytest.skip("the application interposer (r3 record --) is not in this checkout")
+    require_app_tools()
     app = tmp_path / "app"
     shutil.copytree(CG, app, ignore=shutil.ignore_patterns("cg", "cg-shared", "*.o", "*.json"))
     built = subprocess.run(["make"], cwd=app, capture_output=True, text=True, timeout=300)

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.gpu.app_build import require_app_tools
 from tests.gpu.test_gpu_app_search import r3
 
 pytestmark = pytest.mark.gpu
@@ -44,12 +45,7 @@ def _build(app: Path) -> None:
 
 def test_a_block_built_in_a_variable_is_searched_shipped_and_the_app_agrees(
         tmp_path: Path) -> None:
-    if shutil.which("nvcc") is None:
-        pytest.skip("nvcc not installed")
-    try:
-        import r3tui.record.app_recorder  # noqa: F401
-    except ImportError:
-        pytest.skip("the application interposer (r3 record --) is not in this checkout")
+    require_app_tools()
     from r3tui.engine.splice import scale_launch_grids, splice_definition
     from r3tui.remix.rules import apply_rule
 

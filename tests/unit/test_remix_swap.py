@@ -43,23 +43,19 @@ extern "C" __global__ void eliminate(const float* mult, float* mat, float* rhs, 
 """
 
 # The same kernel as the rule writes it: only the coordinates of the code change.
-SWAPPED = r"""
-// threadIdx.x walks the rows below the pivot here
-extern "C" __global__ void eliminate(const float* mult, float* mat, float* rhs, int n, int piv)
-{
-    if (threadIdx.y + blockIdx.y * blockDim.y >= n - 1 - piv) return;
-    if (threadIdx . x + blockIdx.x * blockDim.x >= n - piv) return;
-    int row = blockIdx.y * blockDim.y + threadIdx.y;  /* from threadIdx.x */
-    int col = blockIdx.x * blockDim.x + threadIdx.x;
-    const char* note = "blockIdx.x, gridDim.y";
-    (void)note;
-    mat[n * (row + 1 + piv) + (col + piv)] -=
-        mult[n * (row + 1 + piv) + piv] * mat[n * piv + (col + piv)];
-    if (col == 0) {
-        rhs[row + 1 + piv] -= mult[n * (row + 1 + piv) + piv] * rhs[piv];
-    }
-}
-"""
+SWAPPED = ELIMINATE
+for before, after in (
+    ("    if (threadIdx.x + blockIdx.x * blockDim.x >= n - 1 - piv) return;\n",
+     "    if (threadIdx.y + blockIdx.y * blockDim.y >= n - 1 - piv) return;\n"),
+    ("    if (threadIdx . y + blockIdx.y * blockDim.y >= n - piv) return;\n",
+     "    if (threadIdx . x + blockIdx.x * blockDim.x >= n - piv) return;\n"),
+    ("    int row = blockIdx.x * blockDim.x + threadIdx.x;  /* from threadIdx.x */\n",
+     "    int row = blockIdx.y * blockDim.y + threadIdx.y;  /* from threadIdx.x */\n"),
+    ("    int col = blockIdx.y * blockDim.y + threadIdx.y;\n",
+     "    int col = blockIdx.x * blockDim.x + threadIdx.x;\n"),
+):
+    assert SWAPPED.count(before) == 1
+    SWAPPED = SWAPPED.replace(before, after)
 
 # Written here: a device function with a warp shuffle that the kernel does not call, and a
 # second kernel, both reading the coordinates; neither changes nor stops the rule.
