@@ -98,5 +98,10 @@ class GpuUnavailable(R3Error):
     """The command needs a CUDA GPU and none is usable here."""
 
 
+class RetimeFailed(GpuUnavailable):
+    """Re-timing stopped on an error a candidate's launch raised in a worker that still runs
+    (not a lost or hung GPU): the caller may find which candidate and go on without it."""
+
+
 class ModelError(R3Error):
     """No language model file was found, or it cannot be loaded."""

@@ -16,6 +16,7 @@ from functools import partial
 from typing import TYPE_CHECKING, cast
 
 from r3tui.domain import Measurement, MeasurementStatus, TrialConfig
+from r3tui.errors import RetimeFailed
 
 if TYPE_CHECKING:
     from r3tui.compile.base import CompiledKernel, CompileRequest
@@ -219,7 +220,21 @@ class ReplayEvaluator:
                 if config_key(config) not in self.jobs:
                     raise NotRetimed(config, measured)
         jobs = [self.jobs[config_key(c)] for c in configs]
-        per_job = self.runner.interleaved(jobs, rounds)
+        try:
+            per_job = self.runner.interleaved(jobs, rounds)
+        except RetimeFailed:
+            # a launch that fails in re-timing although it measured (a candidate the worker
+            # cannot launch again as it did): the one that fails alone is not re-timed, and
+            # the caller goes on without it (sgemm, session 44: one such finalist stopped its
+            # whole campaign); where none fails alone the error is the set's, and stands
+            for config, job in zip(configs, jobs, strict=True):
+                try:
+                    self.runner.interleaved([job], 1)
+                except RetimeFailed as alone:
+                    raise NotRetimed(config, Measurement(
+                        MeasurementStatus.LAUNCH_ERROR, error_text=alone.one_line(),
+                        binary_sha256=job.candidate.binary_sha256)) from None
+            raise
         return [[per_job[i][r] for i in range(len(configs))] for r in range(rounds)]
 
 

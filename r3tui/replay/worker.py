@@ -19,7 +19,7 @@ from types import TracebackType
 from typing import Any
 
 from r3tui.domain import Measurement, MeasurementStatus
-from r3tui.errors import ArenaUnavailable, GpuUnavailable, RecordingError
+from r3tui.errors import ArenaUnavailable, GpuUnavailable, RecordingError, RetimeFailed
 from r3tui.replay.candidate import Candidate
 from r3tui.replay.timing import TimingPolicy
 from r3tui.replay.verify import CheckPolicy
@@ -241,7 +241,7 @@ class ReplayWorker:
             self._reap()
             raise GpuUnavailable("the replay worker died while re-timing") from None
         if error is not None:
-            raise GpuUnavailable(f"re-timing failed in the replay worker: {error}")
+            raise RetimeFailed(f"re-timing failed in the replay worker: {error}")
         return list(samples)
 
     def stats(self) -> dict[str, int]:

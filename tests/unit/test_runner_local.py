@@ -200,3 +200,50 @@ def test_a_recorded_configuration_that_does_not_replay_ends_the_search_without_a
     assert len(done) == 1
     assert done[0].message.startswith("8 trials; the recorded configuration did not measure "
                                       "to re-time: crashed: simulated replay: no recorded")
+
+
+def test_a_finalist_that_fails_to_launch_in_re_timing_is_left_out_not_the_campaign(
+        tmp_path: Path, space_file: SpaceFile) -> None:
+    """A finalist whose launch fails when re-timed (it measured before: sgemm on the H100,
+    session 44, a tiled variant's dynamic shared memory limit) is found by re-timing each
+    alone and left out; the winner comes from the rest, and the search is not stopped.  The
+    replayer is the simulated one (a named fake) with that failure added."""
+    from db.session import open_database
+    from r3tui.engine import InnerSettings, make_strategy, run_inner
+    from r3tui.errors import RetimeFailed
+    from r3tui.search import Budget
+    from tests.db import factories as f
+
+    failing: set[str] = set()
+
+    class FailsOne(SimulatedReplayer):
+        def interleaved(self, jobs: list[ReplayJob], rounds: int) -> list[list[float]]:
+            if any(j.key in failing for j in jobs):
+                raise RetimeFailed("re-timing failed in the replay worker: CudaError: "
+                                   "cuLaunchKernel failed: CUDA_ERROR_INVALID_VALUE")
+            return super().interleaved(jobs, rounds)
+
+    database = open_database(tmp_path / "r3.sqlite", create=True, upgrade=True)
+    with database.session_scope() as s:
+        _, cid, vid = f.seed_campaign(s)
+    settings = InnerSettings(batch=4, rounds=2, seed=1, launch_bounds=False)
+    source = KernelSource((REPO / "examples" / "stencil7" / "kernel.cu").read_text(), "stencil7")
+    search = make_strategy(space_file.space, settings)
+
+    class FailsBest(FailsOne):
+        def interleaved(self, jobs: list[ReplayJob], rounds: int) -> list[list[float]]:
+            if not failing:  # the search's best so far: the finalist re-timing ranks first
+                best = search.best()
+                assert best is not None
+                failing.add(config_key(best[0]))
+            return super().interleaved(jobs, rounds)
+
+    with LocalRunner([FailsBest(space_file.table)], CompilePool(workers=2)) as runner:
+        result = run_inner(database, cid, vid, search, ReplayEvaluator(source, runner),
+                           Budget(max_trials=12), settings)
+    database.close()
+    (left_out,) = failing
+    assert result.winner is not None and result.best is not None
+    assert config_key(result.best) == left_out  # the search's best, which re-timing lost
+    assert config_key(result.winner.config) != left_out
+    assert left_out not in {config_key(f.config) for f in result.winner.ranking}
