@@ -205,8 +205,11 @@ def report_lines() -> list[str]:
            "program); best: re-timed winner over the recorded configuration [95% CI] and the "
            "level it came from; wall CI: r3 apply's order-statistic interval of its "
            "interleaved pairs",
+           "# r3/bo: what the full campaign would ship over what BO alone would (each arm's "
+           "best re-timed speedup where its interval is above 1, else 1)",
            f"{'program':<15} {'wall s':>6} {'rec':>3} {'replay':>6} {'lvl':>3}  {'yield':<22} "
-           f"{'best kernel speedup':<30} {'kernel pred/meas':<24} {'wall pred/meas':<30} note"]
+           f"{'best kernel speedup':<30} {'r3/bo':>6} {'kernel pred/meas':<24} "
+           f"{'wall pred/meas':<30} note"]
     if any(r["wall_pred"] == "n/a" for r in rows):
         out.append("# wall pred n/a: tune-app.json has no predicted_wall_speedup yet")
     if any(r["kernel_meas"] == "n/a" for r in rows):
@@ -217,8 +220,9 @@ def report_lines() -> list[str]:
         plain_wall = f"{r['wall']:6.2f}" if r.get("wall") else f"{'-':>6}"
         out.append(f"{r['name']:<15} {plain_wall} {'yes' if r['recorded'] else 'no':>3} "
                    f"{r.get('replayable') or '-':>6} {r['levels'] or '-':>3}  "
-                   f"{r['yield'] or '-':<22} {r.get('best') or '-':<30} {kernel:<24} {wall:<30} "
-                   f"{r.get('note', '')}")
+                   f"{r['yield'] or '-':<22} {r.get('best') or '-':<30} "
+                   f"{_fmt(r['r3_over_bo']) if r['r3_over_bo'] else '-':>6} {kernel:<24} "
+                   f"{wall:<30} {r.get('note', '')}")
     n = len(RECIPES)
     out.append(f"corpus_code_versions: {code_versions(states) or 'n/a (nothing run yet)'} "
                "(programs by the commit their steps ran)")
@@ -253,12 +257,22 @@ def report_lines() -> list[str]:
                    f"(median over {len(ratios)} programs of what each arm would ship: its "
                    "best kernel's re-timed speedup where its interval is above 1, else 1; "
                    "95% bootstrap interval over programs)")
+        out.append(f"corpus_r3_over_bo_only_programs: {arm_counts(ratios)}")
         raw = [r["r3_over_bo_raw"] for r in rows if r["r3_over_bo_raw"]]
         out.append(f"corpus_r3_over_bo_only_point_estimates: {statistics.median(raw):.3f} "
                    "(the same median over the winners' point estimates, noise included)")
     else:
         out.append("corpus_r3_over_bo_only: n/a (run --stage tune-bo as well)")
     return out
+
+
+def arm_counts(ratios: list[float]) -> str:
+    """How many programs the full campaign would ship more for, as much, and less than BO
+    alone: the median is above 1 only where more than half are ahead."""
+    ahead = sum(r > 1 for r in ratios)
+    behind = sum(r < 1 for r in ratios)
+    return (f"{ahead} ahead, {len(ratios) - ahead - behind} tied, {behind} behind "
+            f"(the median passes 1 with {len(ratios) // 2 + 1} ahead)")
 
 
 def _shipped_speedup(plan: dict[str, Any]) -> float | None:

@@ -103,3 +103,10 @@ def test_kept_states_import_into_a_new_checkout(monkeypatch: pytest.MonkeyPatch,
     monkeypatch.setattr(corpus, "STATE", tmp_path / "empty")
     monkeypatch.setattr(corpus_recipes, "STATE", tmp_path / "empty")
     assert corpus.main(["keep", "--into", str(tmp_path / "none")]) == 2
+
+
+def test_the_report_counts_the_programs_each_arm_ships_more_for() -> None:
+    from corpus_report import arm_counts
+
+    ratios = [1.0] * 6 + [1.02, 1.3, 0.99, 1.0, 0.97]
+    assert arm_counts(ratios) == "2 ahead, 7 tied, 2 behind (the median passes 1 with 6 ahead)"
