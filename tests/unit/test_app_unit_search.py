@@ -301,3 +301,36 @@ def test_a_configuration_check_that_cannot_run_is_skipped_with_the_reason(
     assert skipped and "\n" not in skipped
     # no bundle there: skipped with the reason, not raised
     assert retime(tmp_path / "missing", MAIN_CU, TrialConfig())[3]
+
+
+def test_a_tuned_block_ships_at_the_launches_of_a_header_kernel_built_in_a_variable(
+        tmp_path: Path) -> None:
+    """app::stencil is defined in src/kernels.cuh and launched from src/main.cu with
+    `dim3 block(TILE, TILE)`: the winner's source goes into the header, and its block into
+    the launch in main.cu with the grid that covers the same threads (r3_shaped_grid)."""
+    from r3tui.engine.splice import SHAPED_GRID
+
+    bundle = app_bundle(tmp_path / "b")
+    original = seed_unit(bundle).source.text
+    tuned = original.replace(LOOP, "  #pragma unroll\n" + LOOP)
+    tree = app_tree(tmp_path / "tree")
+    flags: dict[str, str] = {}
+    best = _Best(9, KERNEL, original, tuned, (), (64, 4, 1), (256, 4), {}, "nvrtc", 1.3,
+                 bundle.path)
+    outcome = apply_campaign(best, tree, flags, {}, 0.5, {}, max_threads=256)
+    assert outcome.file == "src/kernels.cuh" and not outcome.not_applied, outcome
+    assert "block 64x4x1 at its 1 launch(es) in src/main.cu, with the grid that covers the " \
+           "same threads (r3_shaped_grid at the top of src/main.cu)" in outcome.applied
+    assert "#pragma unroll" in (tree / "src/kernels.cuh").read_text()
+    main = (tree / "src/main.cu").read_text()
+    launch = (f"app::stencil<float, 2><<<{SHAPED_GRID}(dim3(grid), dim3(block), "
+              "dim3(64, 4, 1), 1, 1, 1, 1, 1, 1, 0, 0, 0), dim3(64, 4, 1)>>>")
+    assert main.count(launch) == 1 and "<<<grid, block>>>" not in main
+    assert not flags  # nothing for the build's flags: the block is in the launch
+    # the recorded block itself is not rewritten (nothing to ship for it)
+    same = _Best(10, KERNEL, original, tuned, (), (16, 16, 1), None, {}, "nvrtc", 1.3,
+                 bundle.path)
+    tree2 = app_tree(tmp_path / "tree2")
+    outcome = apply_campaign(same, tree2, {}, {}, 0.5, {})
+    assert not any(a.startswith("block ") for a in outcome.applied), outcome
+    assert (tree2 / "src/main.cu").read_text() == MAIN_CU
