@@ -249,6 +249,69 @@ def declared_at_assignment(source: str, kernel: str) -> str:
     return "".join(out)
 
 
+def index_named(source: str, kernel: str) -> str:
+    """``source`` with each grid index that ``kernel`` declares at the top of its body (``int
+    xidx = blockIdx.x * blockDim.x + threadIdx.x;``) but spells out in statements before its
+    declaration (Rodinia gaussian's Fan2: ``if (threadIdx.x + blockIdx.x * blockDim.x >= ...)
+    return;`` first) declared at the top of the body instead, and those spellings replaced by
+    its name, so the rules that read an index and its bound checks find them; ``source``
+    itself where there is none.  Only where the statements before it name nothing of that
+    name (no use, no shadowing declaration); the name is an ``int``-like type where the sum
+    is ``unsigned``, which differs only for a bound below zero, where the original's
+    comparison lets every thread through (replay verifies the variant either way)."""
+    from r3tui.analysis.body import kernel_body
+
+    found = kernel_body(source, kernel)
+    if found is None:
+        return source
+    body, parsed = found
+    top = statements(body)
+    edits: list[tuple[int, int, str]] = []
+    for index in grid_indices(body, parsed):
+        k = top.index(index.node)
+        before = top[:k]
+        forms = {form.format(a=index.axis) for form in _INDEX_FORMS}
+        spelled = [n for statement in before for n in walk(statement)
+                   if n.type in ("binary_expression", "parenthesized_expression")
+                   and _compact(parsed.text(n)) in forms]
+        # the outermost spellings only (a parenthesized sum holds the sum)
+        spelled = [n for n in spelled if not any(
+            o is not n and o.start_byte <= n.start_byte and n.end_byte <= o.end_byte
+            for o in spelled)]
+        if not spelled or any(_names(n, parsed, index.name) for n in before):
+            continue
+        line_start = parsed.line_start(index.node.start_byte)
+        indent = parsed.data[line_start:index.node.start_byte].decode()
+        declaration = parsed.text(index.node)
+        first = parsed.line_start(top[0].start_byte)
+        start, end = line_start, index.node.end_byte  # its own line (grid_indices: one name)
+        after = parsed.data.find(b"\n", end)
+        if after != -1 and not parsed.data[end:after].strip():
+            end = after + 1
+        if parsed.data[start:index.node.start_byte].strip():
+            start = index.node.start_byte
+        edits.append((start, end, ""))
+        edits.append((first, first, f"{indent}{declaration}\n"))
+        edits.extend((n.start_byte, n.end_byte, index.name) for n in spelled)
+    if not edits:
+        return source
+    data = parsed.data
+    out, cursor = [], 0
+    for start, end, text in sorted(edits, key=lambda e: (e[0], e[1])):
+        out.append(data[cursor:start].decode("utf-8", "replace"))
+        out.append(text)
+        cursor = end
+    out.append(data[cursor:].decode("utf-8", "replace"))
+    return "".join(out)
+
+
+def _compact(text: str) -> str:
+    compact = re.sub(r"\s+", "", text)
+    while compact.startswith("(") and compact.endswith(")"):
+        compact = compact[1:-1]
+    return compact
+
+
 _RELATIONAL = frozenset({"<", "<=", ">", ">="})
 
 

@@ -30,7 +30,7 @@ from r3tui.analysis.body import (
     pointer_uses,
     scalar_aliases,
 )
-from r3tui.analysis.per_thread import declared_at_assignment
+from r3tui.analysis.per_thread import declared_at_assignment, index_named
 from r3tui.analysis.text import mask
 from r3tui.errors import ConfigError
 from r3tui.remix.coarsen import coarsen as coarsen_kernel
@@ -482,8 +482,9 @@ def apply_rule(name: str, source: str, kernel_name: str, rng: random.Random) -> 
         rule = RULES[name]
     except KeyError:
         raise ConfigError(f"unknown rule {name!r}", hint=f"known: {', '.join(RULES)}") from None
-    if name in INDEX_RULES:  # `int i; ... i = blockIdx.x * ...;` read as a declaration
-        source = declared_at_assignment(source, kernel_name)
+    if name in INDEX_RULES:  # `int i; ... i = blockIdx.x * ...;` read as a declaration,
+        # and an index spelled out in bound checks before it is declared, declared first
+        source = index_named(declared_at_assignment(source, kernel_name), kernel_name)
     try:
         return rule(source, kernel_name, rng)
     except (ValueError, IndexError) as exc:  # text the analysis does not expect

@@ -417,3 +417,61 @@ def test_an_axis_with_one_element_of_work_is_not_coarsened() -> None:
     assert axes("stencil7") == {"XY", "XZ", "YZ"}
     # one axis where no two can be: nbody's one index
     assert axes("nbody") == {"X"}
+
+
+# Written here in the shape of Rodinia gaussian's Fan2: the bound checks spell the grid indices
+# out before the kernel declares them.
+CHECKED_FIRST = r"""
+__global__ void step(const float *mult, float *mat, float *rhs, int n, int piv) {
+    if (threadIdx.x + blockIdx.x * blockDim.x >= n - 1 - piv) return;
+    if ((threadIdx.y + blockIdx.y * blockDim.y) >= n - piv) return;
+    int r = blockIdx.x * blockDim.x + threadIdx.x;
+    int c = blockIdx.y * blockDim.y + threadIdx.y;
+    mat[n * (r + 1 + piv) + (c + piv)] -= mult[n * (r + 1 + piv) + piv] * mat[n * piv + (c + piv)];
+    if (c == 0) rhs[r + 1 + piv] -= mult[n * (r + 1 + piv) + piv] * rhs[piv];
+}
+"""
+CHECKED_FIRST_DRIVER = _DIVISORS + r"""
+int main() {
+    const int n = 23, piv = 2;
+    std::vector<float> mult(n * n), mat(n * n), rhs(n);
+    for (int i = 0; i < n * n; ++i) mult[i] = (float)((i * 7) % 11) * 0.25f - 1.0f;
+    for (int i = 0; i < n * n; ++i) mat[i] = (float)((i * 5) % 13) * 0.125f - 0.5f;
+    for (int i = 0; i < n; ++i) rhs[i] = (float)(i % 17) * 0.5f;
+    dim3 block(BX, BY, BZ);
+    dim3 grid(r3_cover(n, DX, BX), r3_cover(n, DY, BY), 1);
+    launch(grid, block, [&] { step(mult.data(), mat.data(), rhs.data(), n, piv); });
+    for (float v : mat) printf("%a\n", v);
+    for (float v : rhs) printf("%a\n", v);
+}
+"""
+
+
+def test_an_index_its_checks_spell_out_before_it_is_declared_is_coarsened(
+        tmp_path: Path) -> None:
+    """The checks read `threadIdx.x + blockIdx.x * blockDim.x` before `int r = ...;`: the
+    index is declared first and the checks read it (analysis.per_thread.index_named), so the
+    rule finds the index and its bound, and every factor computes what the original does."""
+    from r3tui.analysis.per_thread import index_named
+    from r3tui.remix.rules import apply_rule
+
+    named = index_named(CHECKED_FIRST, "step")
+    body = named[named.index("{"):]
+    assert body.index("int r = ") < body.index("int c = ") < body.index("if (r >= n - 1 - piv)")
+    assert "if (c >= n - piv) return;" in body and "threadIdx.x +" not in body
+    assert index_named(named, "step") == named  # nothing left to name
+    made = apply_rule("coarsen", CHECKED_FIRST, "step", random.Random(0))
+    assert made.ok and made.source is not None, made.reason
+    cpu_grid.compiler()
+    expected = cpu_grid.run(CHECKED_FIRST, CHECKED_FIRST_DRIVER, tmp_path,
+                            {"BX": 4, "BY": 4, "BZ": 1}, "original")
+    assert len(expected.splitlines()) == 23 * 23 + 23
+    names = parse_work_per_thread(made.source)
+    for factors in ((2, 4), (8, 1), (4, 2)):
+        setting = dict(zip(sorted(names), factors, strict=False))
+        defines = {"BX": 4, "BY": 4, "BZ": 1,
+                   **{f"D{a.upper()}": f for a, f in setting.items()},
+                   **{names[a]: f for a, f in setting.items()}}
+        got = cpu_grid.run(made.source, CHECKED_FIRST_DRIVER, tmp_path, defines,
+                           "f" + "".join(map(str, factors)))
+        assert got == expected, f"{factors}:\n{made.source}"
