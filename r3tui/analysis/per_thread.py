@@ -197,6 +197,32 @@ def grid_indices(body: ts.Node, parsed: Parsed) -> list[GridIndex]:
     return out
 
 
+def _kernel_statements(source: str, kernel: str
+                       ) -> tuple[ts.Node, Parsed, list[ts.Node]] | None:
+    """The kernel's body, its parse and the body's top-level statements (None: no such
+    kernel)."""
+    from r3tui.analysis.body import kernel_body
+
+    found = kernel_body(source, kernel)
+    if found is None:
+        return None
+    body, parsed = found
+    return body, parsed, statements(body)
+
+
+def _edited(parsed: Parsed, edits: list[tuple[int, int, str]]) -> str:
+    """The parsed text with ``edits`` (start, end, text: byte spans that do not overlap; an
+    insertion has start == end) made, in order of place."""
+    data = parsed.data
+    out, cursor = [], 0
+    for start, end, text in sorted(edits, key=lambda e: (e[0], e[1])):
+        out.append(data[cursor:start].decode("utf-8", "replace"))
+        out.append(text)
+        cursor = end
+    out.append(data[cursor:].decode("utf-8", "replace"))
+    return "".join(out)
+
+
 def declared_at_assignment(source: str, kernel: str) -> str:
     """``source`` with each grid index that ``kernel`` declares first and assigns later, in the
     older C style (``int i, j; ... i = blockDim.x * blockIdx.x + threadIdx.x;``), declared
@@ -205,13 +231,10 @@ def declared_at_assignment(source: str, kernel: str) -> str:
     assignment is a statement at the top of the body, the index is an integer declared at the
     top of the body before it without an initializer and named nowhere in between, and
     nothing else assigns it or takes its address."""
-    from r3tui.analysis.body import kernel_body
-
-    found = kernel_body(source, kernel)
+    found = _kernel_statements(source, kernel)
     if found is None:
         return source
-    body, parsed = found
-    top = statements(body)
+    body, parsed, top = found
     edits: list[tuple[int, int, str]] = []
     for k, node in enumerate(top):
         assigned = _index_assignment(node, parsed)
@@ -237,16 +260,7 @@ def declared_at_assignment(source: str, kernel: str) -> str:
             continue
         edits.append(_drop_declarator(declaration, parsed, name))
         edits.append((node.start_byte, node.end_byte, f"{kind} {name} = {value};"))
-    if not edits:
-        return source
-    data = parsed.data
-    out, cursor = [], 0
-    for start, end, text in sorted(edits):
-        out.append(data[cursor:start].decode("utf-8", "replace"))
-        out.append(text)
-        cursor = end
-    out.append(data[cursor:].decode("utf-8", "replace"))
-    return "".join(out)
+    return _edited(parsed, edits) if edits else source
 
 
 def index_named(source: str, kernel: str) -> str:
@@ -259,13 +273,10 @@ def index_named(source: str, kernel: str) -> str:
     name (no use, no shadowing declaration); the name is an ``int``-like type where the sum
     is ``unsigned``, which differs only for a bound below zero, where the original's
     comparison lets every thread through (replay verifies the variant either way)."""
-    from r3tui.analysis.body import kernel_body
-
-    found = kernel_body(source, kernel)
+    found = _kernel_statements(source, kernel)
     if found is None:
         return source
-    body, parsed = found
-    top = statements(body)
+    body, parsed, top = found
     edits: list[tuple[int, int, str]] = []
     for index in grid_indices(body, parsed):
         k = top.index(index.node)
@@ -293,16 +304,7 @@ def index_named(source: str, kernel: str) -> str:
         edits.append((start, end, ""))
         edits.append((first, first, f"{indent}{declaration}\n"))
         edits.extend((n.start_byte, n.end_byte, index.name) for n in spelled)
-    if not edits:
-        return source
-    data = parsed.data
-    out, cursor = [], 0
-    for start, end, text in sorted(edits, key=lambda e: (e[0], e[1])):
-        out.append(data[cursor:start].decode("utf-8", "replace"))
-        out.append(text)
-        cursor = end
-    out.append(data[cursor:].decode("utf-8", "replace"))
-    return "".join(out)
+    return _edited(parsed, edits) if edits else source
 
 
 def _compact(text: str) -> str:
