@@ -184,9 +184,7 @@ def grid_indices(body: ts.Node, parsed: Parsed) -> list[GridIndex]:
         if init is None:
             continue
         name_node, value = init
-        compact = re.sub(r"\s+", "", parsed.text(value))
-        while compact.startswith("(") and compact.endswith(")"):
-            compact = compact[1:-1]
+        compact = _compact(parsed.text(value))
         kind = parsed.text(node)[:name_node.start_byte - node.start_byte].strip()
         kind = re.sub(r"^const\s+|\s+const$", "", kind)
         if not _INTEGER_TYPE.match(kind):
@@ -295,19 +293,14 @@ def index_named(source: str, kernel: str) -> str:
         indent = parsed.data[line_start:index.node.start_byte].decode()
         declaration = parsed.text(index.node)
         first = parsed.line_start(top[0].start_byte)
-        start, end = line_start, index.node.end_byte  # its own line (grid_indices: one name)
-        after = parsed.data.find(b"\n", end)
-        if after != -1 and not parsed.data[end:after].strip():
-            end = after + 1
-        if parsed.data[start:index.node.start_byte].strip():
-            start = index.node.start_byte
-        edits.append((start, end, ""))
+        edits.append((*_own_line(index.node, parsed), ""))  # grid_indices: one name
         edits.append((first, first, f"{indent}{declaration}\n"))
         edits.extend((n.start_byte, n.end_byte, index.name) for n in spelled)
     return _edited(parsed, edits) if edits else source
 
 
 def _compact(text: str) -> str:
+    """``text`` without white space or the parentheses around the whole of it."""
     compact = re.sub(r"\s+", "", text)
     while compact.startswith("(") and compact.endswith(")"):
         compact = compact[1:-1]
@@ -438,9 +431,7 @@ def _index_assignment(node: ts.Node, parsed: Parsed) -> tuple[str, str] | None:
     if left is None or right is None or left.type != "identifier" or (
             op is not None and parsed.text(op) != "="):
         return None
-    compact = re.sub(r"\s+", "", parsed.text(right))
-    while compact.startswith("(") and compact.endswith(")"):
-        compact = compact[1:-1]
+    compact = _compact(parsed.text(right))
     if not any(compact == form.format(a=a) for form in _INDEX_FORMS for a in "xyz"):
         return None
     return parsed.text(left), parsed.text(right)
@@ -456,6 +447,18 @@ def _names(node: ts.Node, parsed: Parsed, name: str) -> bool:
     return any(n.type == "identifier" and parsed.text(n) == name for n in walk(node))
 
 
+def _own_line(node: ts.Node, parsed: Parsed) -> tuple[int, int]:
+    """The span that removes ``node``: its whole line where nothing else is on it, else the
+    node alone."""
+    start, end = parsed.line_start(node.start_byte), node.end_byte
+    after = parsed.data.find(b"\n", end)
+    if after != -1 and not parsed.data[end:after].strip():
+        end = after + 1
+    if parsed.data[start:node.start_byte].strip():
+        start = node.start_byte
+    return start, end
+
+
 def _drop_declarator(declaration: ts.Node, parsed: Parsed, name: str
                      ) -> tuple[int, int, str]:
     """The edit that removes ``name`` from a declaration (the whole line where it is the only
@@ -463,14 +466,7 @@ def _drop_declarator(declaration: ts.Node, parsed: Parsed, name: str
     declarators = declaration.children_by_field_name("declarator")
     at = next(k for k, d in enumerate(declarators) if parsed.text(d) == name)
     if len(declarators) == 1:
-        start = parsed.line_start(declaration.start_byte)
-        end = declaration.end_byte
-        after = parsed.data.find(b"\n", end)
-        if after != -1 and not parsed.data[end:after].strip():
-            end = after + 1
-        if parsed.data[start:declaration.start_byte].strip():
-            start = declaration.start_byte
-        return start, end, ""
+        return (*_own_line(declaration, parsed), "")
     if at == 0:
         return declarators[0].start_byte, declarators[1].start_byte, ""
     return declarators[at - 1].end_byte, declarators[at].end_byte, ""
