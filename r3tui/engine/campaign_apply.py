@@ -244,24 +244,21 @@ def apply_campaign(
         else:
             launches.write_text(scaled[0])
         where = str(launches.relative_to(tree))
+        scaling = f"{'x'.join(map(str, multipliers))} / {'x'.join(map(str, divisors))}"
+        stops = (f"a grid that does not divide along {', '.join(exact)}, where the kernel "
+                 "never bounds its index, stops the program")
         if reshape is not None:
             outcome.applied.append(
                 f"block {'x'.join(map(str, reshape))} at its {scaled[1]} launch(es) in "
                 f"{where}, with the grid that covers the same threads"
-                + ("" if max(*divisors, *multipliers) == 1 else
-                   f" scaled by {'x'.join(map(str, multipliers))} / "
-                   f"{'x'.join(map(str, divisors))}")
+                + ("" if max(*divisors, *multipliers) == 1 else f" scaled by {scaling}")
                 + f" ({SHAPED_GRID} at the top of {where}"
-                + (f"; a grid that does not divide along {', '.join(exact)}, where the kernel "
-                   "never bounds its index, stops the program" if exact else "") + ")")
+                + (f"; {stops}" if exact else "") + ")")
         else:
             outcome.applied.append(
-                f"grid of its {scaled[1]} launch(es) in {where} scaled by "
-                f"{'x'.join(map(str, multipliers))} / {'x'.join(map(str, divisors))} "
+                f"grid of its {scaled[1]} launch(es) in {where} scaled by {scaling} "
                 f"({SCALED_GRID} at the top of {where}"
-                + (f"; {EXACT_GRID}: a grid that does not divide along {', '.join(exact)}, "
-                   "where the kernel never bounds its index, stops the program"
-                   if exact else "") + ")")
+                + (f"; {EXACT_GRID}: {stops}" if exact else "") + ")")
     unit.write_text(text)
     if block_flag is not None:
         _add_flag(flags, option_owner, f"-D{block_flag[0]}=", str(block_flag[1]), best, outcome,

@@ -294,51 +294,35 @@ def scale_launch_grids(text: str, kernel: str, multipliers: tuple[int, int, int]
     code's grid and block did, scaled alike (:data:`SHAPED_GRID`)."""
     from r3tui.analysis.text import mask
 
-    if block is not None:
-        if reshape_reason(text, kernel) is not None:
-            return None
-        return _reshape_launches(text, kernel, multipliers, divisors, exact, block)
-    if grid_launches(text, kernel)[1] is not None:
+    reason = (reshape_reason(text, kernel) if block is not None
+              else grid_launches(text, kernel)[1])
+    if reason is not None:
         return None
-    _, name = _kernel_parts(kernel)
     factors = ", ".join(str(int(f)) for f in (*multipliers, *divisors))
-    helper = SCALED_GRID
-    if exact:
-        helper = EXACT_GRID
-        factors += ", " + ", ".join("1" if a in exact else "0" for a in "xyz")
-    masked = mask(text)
-    spans = _launches(masked, name)
-    for start, end in reversed(spans):  # later spans first: earlier offsets stay valid
-        # the grid is the first argument; masking keeps offsets, so the cut holds in ``text``
-        cut = start + len(split_top_level(masked[start:end])[0])
-        grid = text[start:cut].strip()
-        text = text[:start] + f"{helper}(dim3({grid}), {factors})" + text[cut:]
-    if exact and "#define R3_EXACT_GRID\n" not in text:
-        text = _EXACT_GRID_HELPER + text
-    if "#define R3_SCALED_GRID\n" not in text:  # the helper, once a file
-        text = _SCALED_GRID_HELPER + text
-    return text, len(spans)
-
-
-def _reshape_launches(text: str, kernel: str, multipliers: tuple[int, int, int],
-                      divisors: tuple[int, int, int], exact: tuple[str, ...],
-                      block: tuple[int, int, int]) -> tuple[str, int]:
-    """:func:`scale_launch_grids` with a tuned ``block``: each launch's grid and block
-    replaced by :data:`SHAPED_GRID` of them and ``block`` itself."""
-    from r3tui.analysis.text import mask
-
-    factors = ", ".join(str(int(f)) for f in (*multipliers, *divisors))
-    factors += ", " + ", ".join("1" if a in exact else "0" for a in "xyz")
-    shape = "dim3({}, {}, {})".format(*(int(v) for v in block))
+    flags = ", ".join("1" if a in exact else "0" for a in "xyz")
+    shape = None if block is None else "dim3({}, {}, {})".format(*(int(v) for v in block))
     masked = mask(text)
     spans = _launches(masked, _kernel_parts(kernel)[1])
     for start, end in reversed(spans):  # later spans first: earlier offsets stay valid
+        # masking keeps offsets, so the arguments' cuts hold in ``text``
         arguments = split_top_level(masked[start:end])
-        cut = start + len(arguments[0]) + 1 + len(arguments[1])
-        grid = text[start:start + len(arguments[0])].strip()
-        launched = text[start + len(arguments[0]) + 1:cut].strip()
-        text = (text[:start] + f"{SHAPED_GRID}(dim3({grid}), dim3({launched}), {shape}, "
-                f"{factors}), {shape}" + text[cut:])
-    if "#define R3_SHAPED_GRID\n" not in text:  # the helper, once a file
-        text = _SHAPED_GRID_HELPER + text
+        cut = start + len(arguments[0])
+        grid = text[start:cut].strip()
+        if shape is None:  # the grid alone
+            new = (f"{EXACT_GRID}(dim3({grid}), {factors}, {flags})" if exact
+                   else f"{SCALED_GRID}(dim3({grid}), {factors})")
+        else:  # the grid and the block
+            launched = text[cut + 1:cut + 1 + len(arguments[1])].strip()
+            cut += 1 + len(arguments[1])
+            new = (f"{SHAPED_GRID}(dim3({grid}), dim3({launched}), {shape}, {factors}, "
+                   f"{flags}), {shape}")
+        text = text[:start] + new + text[cut:]
+    # each helper once a file, the shaped one for a block, the exact one over the scaled one
+    if shape is not None:
+        return (text if "#define R3_SHAPED_GRID\n" in text else _SHAPED_GRID_HELPER + text,
+                len(spans))
+    if exact and "#define R3_EXACT_GRID\n" not in text:
+        text = _EXACT_GRID_HELPER + text
+    if "#define R3_SCALED_GRID\n" not in text:
+        text = _SCALED_GRID_HELPER + text
     return text, len(spans)
