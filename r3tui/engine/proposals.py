@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from r3tui.domain import Dim3, MeasurementStatus, Variant, VariantOrigin, VariantStatus
+from r3tui.domain import MeasurementStatus, Variant, VariantOrigin, VariantStatus
 from r3tui.engine.lineage import ArchiveState, fitness_of
 from r3tui.engine.novelty import compiled_code
 from r3tui.search.strategy import derive_seed
@@ -56,8 +56,9 @@ def square_work(launch: LaunchInfo) -> bool:
     """Whether the recorded launch's work (its threads where no work size was recorded) is as
     wide along x as along y, and more than one wide: a variant with the thread axes exchanged
     (:data:`r3tui.remix.rules.SQUARE_WORK_RULES`) then still covers it."""
-    work = launch.work or Dim3(launch.grid.x * launch.block.x, launch.grid.y * launch.block.y,
-                               launch.grid.z * launch.block.z)
+    from r3tui.record.app_bundle import launched_threads
+
+    work = launch.work or launched_threads(launch.grid, launch.block)
     return work.x == work.y > 1
 
 
