@@ -44,6 +44,7 @@ from r3tui.engine.lineage import (
     family_of,
     features_for,
     filling,
+    first_lines,
     fitness_of,
     rebuild_archive,
     store_elites,
@@ -340,6 +341,9 @@ class CampaignRun(ProposalSide):
                              if parent is not None else set())
                 added = frozenset(t.name for t in space.tunables if t.name not in inherited)
                 new_tile = adds_tile(parent.source if parent else None, variant.source)
+                # the child's change's own first lines (a descendant keeps its ancestors')
+                earlier = first_lines(parent.source) if parent is not None else {}
+                named_first = {n: v for n, v in named_first.items() if earlier.get(n) != v}
                 first = {**(filling(space, variant.source, parents[0]) if parents else {}),
                          **named_first}  # what the rule says wins
                 search.warm_start(exercising(space, parents[:1], self.settings.exercise,

@@ -125,7 +125,11 @@ def exercising(space: SearchSpace, parents: list[TrialConfig], k: int,
     so these are where the change can show within a child's few trials.  ``first`` (the
     child's ``// r3: first`` lines, :func:`~r3tui.search.source.parse_first`) puts a
     tunable's named values before the others, or keeps it at its default where that alone is
-    named: shared-memory tiles of 4 or 8 iterations paid
+    named.  A tunable the parent already had that ``first`` names (the caller passes only the
+    lines the child's change wrote) is set to the named values alone in these steps: a tile
+    along both axes of a coarsened matrix product pays with more outputs a thread than its
+    parent's factors, tuned without it, have (:data:`r3tui.remix.tile_blocked.BLOCK_FIRST`).
+    Shared-memory tiles of 4 or 8 iterations paid
     least (sgemm on an H100, session 38: the 15 tile children of five campaigns spent two to
     four of their five trials on tiles of 4 and 8, 0.8-3.4 ms against their parents'
     533-727 µs, where two by four outputs a thread with a tile of 64 gave 1.32x at the
@@ -157,12 +161,15 @@ def exercising(space: SearchSpace, parents: list[TrialConfig], k: int,
              if t.name not in base.tunables and t.name not in inherited]
     choices = {t.name: _others(t) for t in added}
     defaults = {t.name: t.default for t in added}
+    declared = {t.name for t in space.tunables}
     for name, values in (first or {}).items():
         if name in choices and tuple(values) == (defaults[name],):
             del choices[name]  # the rule's word: left at its default, as the parent has it
         elif name in choices:
             named = [v for v in values if v in choices[name]]
             choices[name] = named + [v for v in choices[name] if v not in named]
+        elif name in declared:  # a factor the parent's change declared: the named values alone
+            choices[name] = list(values)
     # a value that no configuration of the parent's can take alone is not tried: a relation
     # of the child's may hold at the default only (sgemm coarsened along x and z: its one
     # layer makes `// r3: exact z` allow R3_CF_Z 1 alone, and every step setting R3_CF_Z
@@ -182,6 +189,18 @@ def exercising(space: SearchSpace, parents: list[TrialConfig], k: int,
             if config not in out:
                 out.append(config)
     return out
+
+
+def first_lines(source: str) -> dict[str, tuple[TunableValue, ...]]:
+    """``source``'s ``// r3: first`` lines (:func:`~r3tui.search.source.parse_first`), none
+    where they do not parse: what a parent's lines were, to leave out of its child's own."""
+    from r3tui.errors import R3Error
+    from r3tui.search.source import parse_first
+
+    try:
+        return parse_first(source)
+    except (R3Error, ValueError):
+        return {}
 
 
 def neighbours(space: SearchSpace, config: TrialConfig) -> list[TrialConfig]:

@@ -559,12 +559,13 @@ def staging_loop(indent: str, var: str, extent: str, along_axis: bool, counter: 
             f"{indent}}}"]
 
 
-def tile_header(indent: str, shared: str) -> list[str]:
-    """What both tile rules put before their tiles: the tunable, the tiles it tries first,
-    the dynamic shared memory ``shared`` (a ``// r3: shared`` expression), the guarded default
-    (0: the original), the barrier and the shared array."""
+def tile_header(indent: str, shared: str,
+                first: tuple[int, ...] = FIRST_TILES) -> list[str]:
+    """What both tile rules put before their tiles: the tunable, the tiles it tries first
+    (``first``), the dynamic shared memory ``shared`` (a ``// r3: shared`` expression), the
+    guarded default (0: the original), the barrier and the shared array."""
     return [f"{indent}// r3: tune {MACRO} {' '.join(str(v) for v in TILES)}",
-            f"{indent}// r3: first {MACRO} {' '.join(str(v) for v in FIRST_TILES)}",
+            f"{indent}// r3: first {MACRO} {' '.join(str(v) for v in first)}",
             f"{indent}// r3: shared {shared}",
             f"#ifndef {MACRO}", f"#define {MACRO} 0", "#endif", f"#if {MACRO} > 0",
             f"#ifndef {BARRIER}", f"#define {BARRIER}() {BARRIER_ASM}", "#endif",

@@ -60,6 +60,7 @@ from r3tui.remix.tile import (
     _LIVE_OPS,
     _UNCONDITIONAL,
     BARRIER,
+    FIRST_TILES,
     K0,
     MACRO,
     MAX_TILES,
@@ -76,6 +77,17 @@ from r3tui.remix.tile import (
 )
 
 Declined = Unsupported
+
+# where the tiles lie along two axes of coarsened outputs (a matrix product), a child's first
+# steps set the coarsening factors the tiles pay with, although its parent's change declared
+# them (`// r3: first R3_CF_X 4 2`, the first axis's values; every other axis keeps 4), and try
+# a tile of 32 iterations first.  sgemm at 1290^3, recorded 16x16, two stages, on an H100
+# (session 43, bench/rule_gains.py): 4x4 outputs with a tile of 32 ran 2.117x [2.115, 2.123]
+# (356 us), 2x4 2.094x, 4x8 1.843x, 2x8 1.535x; 4x8 at 2048^3 on an H200 4.105x (session 42).
+# Their parents' factors had been tuned without a tile: the campaigns' coarsened children kept
+# one axis (R3_CF_Y 2 or 4, 494-530 us), and their tile children started there (session 43).
+BLOCK_FIRST = ((4, 2), (4,))
+BLOCK_FIRST_TILES = (32, 64)
 
 # 1: each thread's outputs along x are neighbours (0: the coarsening's, blockDim.x apart)
 CONTIGUOUS = "R3_X_CONTIGUOUS"
@@ -594,7 +606,15 @@ def _declarations(r: _Reading, loop: _Loop, tiles: list[_Tile], indent: str) -> 
     """The tunable, the tiles, each position's block range and the lambda that loads."""
     one = " + ".join(
         f"{t.position.shared + ' * ' if t.position else ''}{MACRO} * {t.size}" for t in tiles)
-    lines = tile_header(indent, f"({one}) * {STAGES}")
+    # tiles along two axes of coarsened outputs: a matrix product's register block
+    factors = sorted({t.position.factor for t in tiles
+                      if t.position is not None and t.position.factor is not None})
+    block = len({t.position.axis for t in tiles if t.position is not None}) > 1
+    lines = tile_header(indent, f"({one}) * {STAGES}",
+                        BLOCK_FIRST_TILES if block and factors else FIRST_TILES)
+    if block:
+        lines += [f"{indent}// r3: first {f} {' '.join(map(str, BLOCK_FIRST[i > 0]))}"
+                  for i, f in enumerate(factors)]
     lines += [f"{indent}// r3: tune {STAGES} 1 2", f"#ifndef {STAGES}", f"#define {STAGES} 1",
               "#endif", *_ASYNC]
     for position in sorted(set(r.positions.values()), key=lambda p: p.axis):

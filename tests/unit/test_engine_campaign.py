@@ -355,10 +355,40 @@ def test_a_tile_of_a_coarsened_child_first_keeps_the_interleaved_layout() -> Non
     assert first["R3_X_CONTIGUOUS"] == (0,)
     steps = exercising(space, [parent], 2, inherited, first)
     assert [{k: v for k, v in c.tunables.items() if k not in inherited} for c in steps] == [
-        {"R3_TILE": 64, "R3_STAGES": 2}, {"R3_TILE": 32, "R3_STAGES": 2}]
+        {"R3_TILE": 32, "R3_STAGES": 2}, {"R3_TILE": 64, "R3_STAGES": 2}]
     without = exercising(space, [parent], 2, inherited,
                          {k: v for k, v in first.items() if k != "R3_X_CONTIGUOUS"})
     assert all(c.tunables.get("R3_X_CONTIGUOUS") == 1 for c in without)
+
+
+def test_a_tile_along_both_axes_of_a_coarsened_child_first_sets_the_register_block() -> None:
+    """sgemm coarsened along x and y, then tiled along both: the tile rule names the factors
+    the tiles paid with (4x4 outputs, then 4 rows by 2 columns) although the parent declared
+    them, so the child's first steps leave the parent's one-axis factors (session 43's
+    campaigns: R3_CF_Y 2, tuned without a tile) for the register block; the parent's best
+    follows them in the warm start.  A grandchild whose source keeps the line is given only its
+    own change's lines (the campaign leaves out its parent's), so it keeps its parent's."""
+    from r3tui.domain import TrialConfig
+    from r3tui.engine.lineage import exercising, first_lines
+    from r3tui.search import parse_first
+
+    space, source = _coarse_tiled_sgemm()
+    first = parse_first(source)
+    assert first["R3_CF_X"] == (4, 2) and first["R3_CF_Y"] == (4,)
+    assert first["R3_TILE"] == (32, 64)
+    parent = TrialConfig(tunables={"R3_CF_Y": 2})
+    inherited = {"R3_CF_X", "R3_CF_Y"}
+    steps = exercising(space, [parent], 2, inherited, first)
+    assert [(c.tunables["R3_CF_X"], c.tunables["R3_CF_Y"], c.tunables["R3_TILE"])
+            for c in steps] == [(4, 4, 32), (2, 4, 64)]
+    assert all(space.from_config(c) is not None for c in steps)
+    # the campaign's filter: the lines a parent already had are not its child's
+    own = {n: v for n, v in first.items() if first_lines(source).get(n) != v}
+    assert own == {}
+    grandchild = exercising(space, [replace(steps[0], tunables={
+        **steps[0].tunables, "R3_CF_X": 2})], 2, set(first) | inherited, own)
+    assert grandchild == []
+    assert first_lines("// r3: first R3_NOPE 4\n") == {}  # a parent whose lines do not parse
 
 
 @pytest.mark.parametrize(("bodies", "sm_count", "fill"), [
