@@ -87,6 +87,14 @@ Declined = Unsupported
 # Their parents' factors had been tuned without a tile: the campaigns' coarsened children kept
 # one axis (R3_CF_Y 2 or 4, 494-530 us), and their tile children started there (session 43).
 BLOCK_FIRST = ((4, 2), (4,))
+# whole tiles, unrolled, in the copy of the blocks at the work's edge too (1; 0: every tile
+# there runs the loop with both tests).  Those blocks set the kernel's time where they run
+# longest: sgemm's 4x4 outputs with a tile of 32 took 356 us at 1290^3, with edge blocks,
+# against 250 us at 1280^3, with none, for 0.8 % fewer outputs (H100, session 43).  Unrolled,
+# that copy raises the kernel's registers (ptxas for sm_90, 4x4 and a tile of 32: 64 to 80;
+# 4x8: 128 to 163), which can cost a block a multiprocessor everywhere: which pays is the
+# search's to measure, and a child first keeps 0, the code measured until now
+EDGE_TILES = "R3_EDGE_TILES"
 BLOCK_FIRST_TILES = (32, 64)
 
 # 1: each thread's outputs along x are neighbours (0: the coarsening's, blockDim.x apart)
@@ -496,8 +504,10 @@ def _rewrite(r: _Reading, loops: tuple[_Loop, _Loop], tiles: list[_Tile]) -> tup
                    f"r3_t{t}[{_access(r, tile, read, loop.counter)}]") for t, tile, read in shared]
         if copy == 1:  # a dead element's sum from the tiles: harmless, and no guard
             staged += _unguarded(r, loop.body, {read.id for _, _, read in shared})
-        # the checked copy runs in the blocks at the work's edge only: not unrolled
-        tiled = tile_pass(region, start_at, staged, loop.counted, indent, whole_tiles=copy == 0)
+        # the checked copy runs in the blocks at the work's edge only; unrolled where
+        # EDGE_TILES says (a tunable: see its declaration)
+        tiled = tile_pass(region, start_at, staged, loop.counted, indent,
+                          whole_tiles=True if copy == 0 else EDGE_TILES)
         start, end, op = r.text(loop.start), r.text(loop.end), loop.op
         outer = "\n".join([
             f"#if {STAGES} > 1", f"{indent}{STAGE}({start}, 0u);", f"{indent}R3_COMMIT();",
@@ -616,7 +626,9 @@ def _declarations(r: _Reading, loop: _Loop, tiles: list[_Tile], indent: str) -> 
         lines += [f"{indent}// r3: first {f} {' '.join(map(str, BLOCK_FIRST[i > 0]))}"
                   for i, f in enumerate(factors)]
     lines += [f"{indent}// r3: tune {STAGES} 1 2", f"#ifndef {STAGES}", f"#define {STAGES} 1",
-              "#endif", *_ASYNC]
+              "#endif", *_ASYNC,
+              f"{indent}// r3: tune {EDGE_TILES} 0 1", f"{indent}// r3: first {EDGE_TILES} 0",
+              f"#ifndef {EDGE_TILES}", f"#define {EDGE_TILES} 0", "#endif"]
     for position in sorted(set(r.positions.values()), key=lambda p: p.axis):
         lines += position.declarations(indent, any(t.position == position for t in tiles))
     offset = "0"

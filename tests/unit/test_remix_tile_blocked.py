@@ -17,7 +17,7 @@ from r3tui.domain import Dim3
 from r3tui.remix.coarsen import coarsen
 from r3tui.remix.rules import apply_rule
 from r3tui.remix.tile import MACRO, Declined, tile_loop
-from r3tui.remix.tile_blocked import CONTIGUOUS, STAGES, coarsened
+from r3tui.remix.tile_blocked import CONTIGUOUS, EDGE_TILES, STAGES, coarsened
 from r3tui.search.source import shared_bytes_at
 from tests.unit import cpu_grid
 from tests.unit.test_remix_split import DRIVERS, example
@@ -71,9 +71,9 @@ SOURCES = {"sgemm": example("sgemm"), "nbody": example("nbody"), "rowdot": ROWDO
 # run time
 POINTS: dict[str, list[tuple[int, ...]]] = {
     "sgemm": [(2, 2, 4), (4, 2, 16), (1, 4, 64), (2, 1, 0), (4, 2, 8, 1, 1), (2, 2, 0, 1, 1),
-              (2, 2, 8, 2), (4, 1, 4, 2, 1)],
-    "nbody": [(2, 1, 8), (4, 1, 64), (2, 1, 16, 2)],
-    "rowdot": [(2, 1, 4), (8, 1, 16), (4, 1, 8, 1, 1), (2, 1, 4, 2, 1)],
+              (2, 2, 8, 2), (4, 1, 4, 2, 1), (2, 2, 8, 1, 0, 1), (4, 2, 4, 2, 1, 1)],
+    "nbody": [(2, 1, 8), (4, 1, 64), (2, 1, 16, 2), (2, 1, 8, 2, 0, 1)],
+    "rowdot": [(2, 1, 4), (8, 1, 16), (4, 1, 8, 1, 1), (2, 1, 4, 2, 1), (4, 1, 8, 1, 1, 1)],
 }
 BLOCKS = {
     "sgemm": [(4, 4, 1), (8, 2, 2), (3, 5, 1)],
@@ -104,8 +104,10 @@ def test_tiles_on_a_coarsened_kernel_compute_what_the_original_does(
     variant, detail = tile_loop(coarse, kernel, random.Random(0))
     assert "coarsened loop" in detail and "both copies" in detail
     assert variant.count("R3_BARRIER();") == 4  # two barriers in each copy
-    # a whole tile's loop unrolled in the copy of the blocks within the work, not at its edge
-    assert variant.count("// a whole tile") == 1 and variant.count("#pragma unroll 8") == 1
+    # a whole tile's loop unrolled in the copy of the blocks within the work, and at its edge
+    # where the tunable says so (its default: not)
+    assert variant.count("// a whole tile") == 2 and variant.count("#pragma unroll 8") == 2
+    assert f"#if {EDGE_TILES}\n" in variant and f"#define {EDGE_TILES} 0\n" in variant
     driver = BLOCKED_DRIVERS[kernel]
     expected_exe = cpu_grid.build(SOURCES[kernel], driver, tmp_path, _AT_RUN, "original", True)
     for fx, fy, tile, *more in POINTS[kernel]:
@@ -115,8 +117,10 @@ def test_tiles_on_a_coarsened_kernel_compute_what_the_original_does(
         if more:  # two tiles in flight: the next loaded while this one is read
             defines[STAGES] = more[0]
         if more[1:]:  # each thread's outputs along x neighbours (the kernel tiles along x)
-            assert CONTIGUOUS in variant
+            assert CONTIGUOUS in variant or not more[1]
             defines[CONTIGUOUS] = more[1]
+        if more[2:]:  # whole tiles, unrolled, in the edge blocks' copy too
+            defines[EDGE_TILES] = more[2]
         exe = cpu_grid.build(variant, driver, tmp_path, defines,
                              f"v{fx}{fy}{tile}{''.join(map(str, more))}", True)
         for bx, by, bz in BLOCKS[kernel]:
