@@ -50,7 +50,7 @@ def _cmd_apply(args: argparse.Namespace) -> int:
 
         for line in prediction_lines(result.predicted_kernel_speedup,
                                      result.predicted_wall_speedup, context.kernel_time_s,
-                                     context.wall_s):
+                                     context.wall_s, result.prediction_other_work):
             print(line)
     if args.no_run:
         print("not measured (--no-run): every applied change is in the patch, unmeasured")

@@ -61,7 +61,7 @@ def _cmd_tune_app(args: argparse.Namespace) -> int:
         for line in outcome_lines(k):
             print(line)
     for line in prediction_lines(result.kernel_time_speedup, result.app_wall_speedup,
-                                 result.kernel_time_s, result.wall_s):
+                                 result.kernel_time_s, result.wall_s, result.other_work):
         print(line)
     print(f"campaigns written to {recording.path / PLAN_FILE}")
     return 0

@@ -29,6 +29,9 @@ RECORDING_FILE = "recording.json"
 # snapshot's synchronization.  One such sample is no mean to set a replay against; the mean
 # over every launch, which differs from it only in scalar values, is the better figure.
 MIN_SAME_ARGS_TIMED = 2
+# how far (a fraction) the other launches' mean device time may be from the replayed
+# launch's before a prediction says they do other work (RecordedConfig.other_work)
+OTHER_WORK_SPREAD = 0.10
 
 
 @dataclass(frozen=True)
@@ -58,6 +61,30 @@ class RecordedConfig:
         if same is not None and same.mean_s is not None and same.timed >= MIN_SAME_ARGS_TIMED:
             return same.mean_s, "same args"
         return self.device_time_s / max(1, self.count), "all"
+
+    def other_work(self, name: str) -> str | None:
+        """Why a speedup replayed on this configuration may not hold for its launches: where
+        the launches whose arguments differ from the replayed launch's took, on average,
+        more than :data:`OTHER_WORK_SPREAD` more or less device time than it, they do other
+        work (sizes, offsets or steps the arguments set), and a change can gain there what
+        it does not gain on the replayed launch.  None where they took about as long (pointer
+        arguments that swap, as in a double-buffered loop), or the recording cannot say.
+
+        gaussian's Fan2 (H100, session 45): one configuration, 4095 launches, each with the
+        elimination step as an argument; the replayed first launch does the most work, and
+        the winner's 10.9x there became 20.0x over all launches, where most threads of the
+        later steps do nothing and the launch's shape decides."""
+        same = self.same_args
+        if same is None or same.mean_s is None or self.count <= same.count:
+            return None
+        others = (self.device_time_s - same.time_s) / (self.count - same.count)
+        if others <= 0 or abs(others / same.mean_s - 1) <= OTHER_WORK_SPREAD:
+            return None
+        return (f"{name}: the replayed launch's arguments recur in {same.count} of the "
+                f"{self.count} launches of its configuration, and the others took "
+                f"{others * 1e6:.1f} us a launch against its {same.mean_s * 1e6:.1f} us: they "
+                "do other work, which the prediction takes to gain what the replayed launch "
+                "gains, so it may be far off")
 
 
 @dataclass(frozen=True)
@@ -263,6 +290,9 @@ class RecordingContext:
     # the most threads per block the application launched each campaign's kernel with (over
     # all its recorded configurations): a __launch_bounds__ below it would fail those launches
     max_threads: dict[int, int] = field(default_factory=dict)
+    # where a campaign's configuration's other launches do other work than the replayed one
+    # (RecordedConfig.other_work): why its prediction may be far off
+    other_work: dict[int, str] = field(default_factory=dict)
 
 
 # -- shares and the default tree, from the recording the campaigns came from ----------------
@@ -274,6 +304,7 @@ def recording_context(s: Session, campaign_ids: list[int]) -> RecordingContext:
     shares: dict[int, float] = {}
     entries: dict[int, str] = {}
     threads: dict[int, int] = {}
+    other: dict[int, str] = {}
     app = None
     for campaign_id in campaign_ids:
         campaign = repo.get_campaign(s, campaign_id)
@@ -293,7 +324,10 @@ def recording_context(s: Session, campaign_ids: list[int]) -> RecordingContext:
                     shares[campaign_id] = kernel.share  # every launch of it (KernelOutcome)
                     entries[campaign_id] = kernel.entry_point
                     threads[campaign_id] = kernel.most_threads
+                    caveat = config.other_work(kernel.name)
+                    if caveat:
+                        other[campaign_id] = caveat
     if app is None:
         return RecordingContext()
     return RecordingContext(shares, entries, app.cwd, app.command, app.kernel_time_s, app.wall_s,
-                            threads)
+                            threads, other)

@@ -557,7 +557,7 @@ def measure_and_ship(
 
         for line in prediction_lines(result.predicted_kernel_speedup,
                                      result.predicted_wall_speedup, context.kernel_time_s,
-                                     context.wall_s):
+                                     context.wall_s, result.prediction_other_work):
             say(line)
     extra: dict[str, Any] = {"measured": {**final.to_json(), **final.flat(), "tree": basis}}
     if before is not None:

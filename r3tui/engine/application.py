@@ -116,6 +116,9 @@ class KernelOutcome:
     unsafe: str | None = None
     # the winner's options on the unit's other kernels (engine.transfer.UnitCheck as dicts)
     neighbours: tuple[dict[str, Any], ...] = ()
+    # why the prediction may be far off: the tuned configuration's other launches do other
+    # work than the replayed one (RecordedConfig.other_work); None where they do not
+    other_work: str | None = None
 
     @property
     def significant(self) -> bool:
@@ -162,6 +165,14 @@ class AppTuneResult:
     def kernel_time_speedup(self) -> float:
         """Predicted speedup of all kernels' device time."""
         return amdahl(self._parts())
+
+    @property
+    def other_work(self) -> list[str]:
+        """Why the prediction may be far off: for each counted kernel whose replayed launch
+        does other work than its other launches (:attr:`KernelOutcome.other_work`, which
+        tune-app prints with the kernel), a line that points there."""
+        return [f"{k.name}'s replayed launch does other work than its other launches (above)"
+                for k in self.kernels if k.significant and k.other_work]
 
     @property
     def kernel_fraction(self) -> float | None:
@@ -247,6 +258,7 @@ def tune_app(
             ci,
             "tuned" if speedup is not None else "no-winner",
             target.share,
+            other_work=target.other_work(kernel.name),
         )
         configs = others(kernel, target, max_checks)
         if checker is not None and configs and outcome.significant and speedup is not None:
@@ -441,6 +453,8 @@ def outcome_lines(k: KernelOutcome) -> list[str]:
                      + (f"{n['speedup']:.3f}x" if n.get("speedup") is not None else
                         f"FAILS: {n['failed']}" if n.get("failed") else
                         f"not measured: {n.get('skipped')}"))
+    if k.other_work:
+        lines.append(f"  {k.other_work}")
     if k.unsafe:
         lines.append(f"  not shipped: {k.unsafe}")
     elif k.kernel_speedup is not None:

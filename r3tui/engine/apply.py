@@ -41,7 +41,7 @@ import difflib
 import json
 import shutil
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -101,6 +101,9 @@ class ApplyResult:
     predicted_kernel_speedup: float | None
     predicted_wall_speedup: float | None = None
     kernel_fraction_of_wall: float | None = None
+    # why the prediction may be far off: a shipped kernel's replayed launch does other work
+    # than its other launches (RecordedConfig.other_work)
+    prediction_other_work: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -267,6 +270,8 @@ def write_tree(
         amdahl(parts) if known else None,
         app_wall_amdahl(parts, fraction) if known else None,
         fraction,
+        [context.other_work[o.campaign_id] for o in outcomes
+         if o.complete and o.campaign_id in context.other_work],
     )
     write_summary(into, result)
     return result

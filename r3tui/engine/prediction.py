@@ -43,10 +43,13 @@ def amdahl(parts: Sequence[tuple[float, float]]) -> float:
 
 
 def prediction_lines(kernel_speedup: float, wall_speedup: float | None, kernel_time_s: float,
-                     wall_s: float) -> list[str]:
-    """The two predicted figures, each with what it is over (tune-app and apply print them)."""
+                     wall_s: float, other_work: Sequence[str] = ()) -> list[str]:
+    """The two predicted figures, each with what it is over (tune-app and apply print them),
+    and, for each kernel in ``other_work``, why the figure may be far off
+    (:meth:`~r3tui.engine.app_recording.RecordedConfig.other_work`)."""
     lines = [f"kernel_time_speedup_predicted: {kernel_speedup:.4f}",
              "  (Amdahl over shares of all kernels' device time in the recorded run)"]
+    lines += [f"  uncertain: {why}" for why in other_work]
     if wall_speedup is None:
         lines += ["app_wall_speedup_predicted: -",
                   "  (the recording has no wall time to set the kernels' time against)"]

@@ -773,3 +773,82 @@ def test_a_winner_whose_options_break_another_kernel_ships_without_them(tmp_path
     (campaign,) = json.loads((out / "r3-apply.json").read_text())["campaigns"]
     assert campaign["not_applied"] == [], campaign
     assert (out / "r3-flags.txt").read_text().split() == ["-DCG_BLOCK_SPMV=256"]
+
+
+def _spmv_varies(rec: Path) -> None:
+    """spmv's tuned configuration (100 launches, 0.5 s) with its arguments changing every
+    launch, and the first (replayed) launch four times the others' mean: a step of an
+    elimination whose later launches have less left to do (gaussian's Fan2)."""
+    data = json.loads((rec / "recording.json").read_text())
+    spmv = next(k for k in data["kernels"] if k["name"] == "cg::spmv_csr")
+    spmv["configs"][1]["same_args"] = {"count": 1, "time_s": 0.02, "timed": 1}
+    (rec / "recording.json").write_text(json.dumps(data))
+
+
+def test_a_replayed_launch_doing_other_work_than_the_rest_is_said_to_make_the_prediction_uncertain(
+        tmp_path: Path) -> None:
+    """gaussian (H100, session 45): its Fan2 ran 4095 launches of one configuration, each
+    with another elimination step; tune-app replayed the first (the most work), predicted
+    10.2x and r3 apply measured 17.8x [17.7, 17.8]. Launches with other arguments but the
+    same time (double-buffered pointers) leave the prediction as it was."""
+    from r3tui.engine.application import outcome_lines
+    from r3tui.engine.prediction import prediction_lines
+
+    rec = write_recording(tmp_path / "rec", CG)
+    _spmv_varies(rec)
+    spmv = next(k for k in load_recording(rec).kernels if k.name == "cg::spmv_csr")
+    assert spmv.target is not None
+    why = spmv.target.other_work("cg::spmv_csr")
+    assert why is not None and "recur in 1 of the 100 launches" in why
+    assert "took 4848.5 us a launch against its 20000.0 us" in why
+    # swapped pointers: the other launches take as long as the replayed one
+    same_time = dataclasses.replace(spmv.target, same_args=LaunchTimes(50, 0.26, 50))
+    assert same_time.other_work("k") is None
+    # every launch had the replayed arguments, or the recording cannot say
+    assert dataclasses.replace(spmv.target, same_args=LaunchTimes(100, 0.5, 100)
+                               ).other_work("k") is None
+    assert dataclasses.replace(spmv.target, same_args=None).other_work("k") is None
+
+    result = tune_app(load_recording(rec), tmp_path / "r3.sqlite", "10", 3,
+                      lambda bundle, name: (1, 1.25 if "spmv" in name else 0.99, (1.1, 1.3)))
+    (outcome,) = [k for k in result.kernels if k.name == "cg::spmv_csr"]
+    assert outcome.other_work == why
+    assert f"  {why}" in outcome_lines(outcome)
+    assert result.other_work == [
+        "cg::spmv_csr's replayed launch does other work than its other launches (above)"]
+    lines = prediction_lines(result.kernel_time_speedup, result.app_wall_speedup,
+                             result.kernel_time_s, result.wall_s, result.other_work)
+    assert lines[2] == f"  uncertain: {result.other_work[0]}"
+    plan = json.loads((rec / "tune-app.json").read_text())
+    assert plan["kernels"][0]["other_work"] == why
+
+
+def test_apply_says_its_prediction_is_uncertain_where_a_shipped_kernels_launches_differ(
+        tmp_path: Path) -> None:
+    tree = tmp_path / "app"
+    shutil.copytree(CG, tree, ignore=shutil.ignore_patterns("cg", "cg-shared", "*.o", "*.json"))
+    rec = write_recording(tmp_path / "rec", tree)
+    _spmv_varies(rec)
+    db_path, ids = _apply_db(tmp_path, tree, rec)
+    out = tmp_path / "patched"
+    run = r3("apply", *map(str, ids), "--into", str(out), "--no-run", "--db", str(db_path),
+             cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    summary = json.loads((out / "r3-apply.json").read_text())
+    (why,) = summary["prediction_other_work"]
+    assert why.startswith("cg::spmv_csr: the replayed launch's arguments recur in 1 of the 100")
+    assert f"  uncertain: {why}" in run.stdout.splitlines()
+    # the same campaigns from a recording whose launches all do the replayed launch's work
+    _spmv_varies(rec)
+    data = json.loads((rec / "recording.json").read_text())
+    for k in data["kernels"]:
+        for c in k["configs"]:
+            c["same_args"] = {"count": c["count"], "time_s": c["device_time_s"],
+                              "timed": c["count"]}
+    (rec / "recording.json").write_text(json.dumps(data))
+    again = r3("apply", *map(str, ids), "--into", str(tmp_path / "p2"), "--no-run", "--db",
+               str(db_path), cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert "uncertain" not in again.stdout
+    assert json.loads((tmp_path / "p2" / "r3-apply.json").read_text()
+                      )["prediction_other_work"] == []
