@@ -110,3 +110,23 @@ def test_the_report_counts_the_programs_each_arm_ships_more_for() -> None:
 
     ratios = [1.0] * 6 + [1.02, 1.3, 0.99, 1.0, 0.97]
     assert arm_counts(ratios) == "2 ahead, 7 tied, 2 behind (the median passes 1 with 6 ahead)"
+
+
+def test_the_prediction_error_names_its_program_and_what_its_prediction_said() -> None:
+    """The worst shipped program is named; where its prediction said it was uncertain (its
+    replayed launch did other work than its other launches: gaussian's Fan2, 10.2x predicted
+    and 17.8x measured), the worst of the other programs is given beside it."""
+    from corpus_report import prediction_error_lines
+
+    hot = {"name": "hotspot3D", "kernel_pred": 1.18, "kernel_meas": 1.116}
+    gauss = {"name": "gaussian", "kernel_pred": 10.205, "kernel_meas": 17.756,
+             "other_work": ["Fan2: the replayed launch's arguments recur in 1 of 4095"]}
+    unmeasured = {"name": "lud", "kernel_pred": 1.04, "kernel_meas": "n/a"}
+    lines = prediction_error_lines([hot, gauss, unmeasured])
+    assert lines[0].startswith("corpus_prediction_error_pct: 74.0  (gaussian: predicted 10.205, "
+                               "measured 17.756; its prediction said it was uncertain: Fan2")
+    assert lines[1].startswith("corpus_prediction_error_pct_without_uncertain: 5.4  (hotspot3D;")
+    assert prediction_error_lines([hot]) == [
+        "corpus_prediction_error_pct: 5.4  (hotspot3D: predicted 1.180, measured 1.116)"]
+    assert prediction_error_lines([unmeasured])[0].endswith("has a measured kernel time)")
+    assert prediction_error_lines([])[0].endswith("(nothing shipped yet)")
