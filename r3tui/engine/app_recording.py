@@ -51,6 +51,9 @@ class RecordedConfig:
     # the launches whose arguments equal the recorded (replayed) launch's; None in recordings
     # made before the interposer counted them, or where it kept no argument bytes
     same_args: LaunchTimes | None = None
+    # a later stratum of its grid and block (r3 record --strata): the launch number, among
+    # that grid and block's launches, it began at; 1 for the first (and every older recording)
+    from_launch: int = 1
 
     def in_app_time(self) -> tuple[float, str]:
         """Device time per launch in the application, to set a replay against, and which mean
@@ -217,6 +220,7 @@ def load_recording(directory: Path) -> AppRecording:
                     bool(c.get("replayable", False)),
                     tuple(str(r) for r in c.get("reasons", ())),
                     same_args=_launch_times(c.get("same_args")),
+                    from_launch=int(c.get("from_launch") or 1),
                 )
                 for c in _field(k, "configs", where)
             ]

@@ -57,6 +57,9 @@ class AppRecordRequest:
     keep_raw: bool = False
     guard_bytes: int = GUARD_BYTES  # free, mapped, zeroed bytes around each allocation
     max_configs: int = MAX_CONFIGS  # configurations snapshotted per kernel
+    # later launches of a configuration snapshotted as strata of their own where their
+    # arguments differ (the interposer's R3_RECORD_STRATA): at most this many a configuration
+    strata: int = 0
     max_snapshot_bytes: int | None = None  # None: snapshot_budget()'s default
     timeout_s: float | None = None  # kill the application after this long (None: never)
 
@@ -254,6 +257,7 @@ def record_app(req: AppRecordRequest,
     env["R3_RECORD_CHECKS"] = "1" if req.checks else "0"
     env["R3_GUARD_BYTES"] = str(req.guard_bytes)
     env["R3_RECORD_MAX_CONFIGS"] = str(req.max_configs)
+    env["R3_RECORD_STRATA"] = str(req.strata)
     env["R3_RECORD_MAX_BYTES"] = str(max_bytes)
     if req.kernels:
         env["R3_RECORD_KERNELS"] = ",".join(req.kernels)

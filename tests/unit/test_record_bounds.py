@@ -90,6 +90,13 @@ static void launch(CUfunction f, unsigned grid) {
     w_launch(f, grid, 1, 1, 128, 1, 1, 0, NULL, params, NULL);
 }
 
+/* a launch whose one argument points at arena block `which` (0 or 1) */
+static void launch_at(CUfunction f, unsigned grid, int which) {
+    CUdeviceptr out = R3_ARENA_BASE + 65536 + (uint64_t)which * 2 * 65536;
+    void *params[] = {&out};
+    w_launch(f, grid, 1, 1, 128, 1, 1, 0, NULL, params, NULL);
+}
+
 int main(int argc, char **argv) {
     const char *scenario = argc > 1 ? argv[1] : "";
     d_sync = fake_sync;
@@ -117,6 +124,14 @@ int main(int argc, char **argv) {
         char link[4400];
         snprintf(link, sizeof link, "%s/data/c1-a0.pro", dir_);
         if (symlink("/dev/full", link) != 0) return 3;
+    }
+    if (!strcmp(scenario, "strata")) {
+        /* one configuration, 40 launches: the first 9 on block 0, then on block 1 from the
+         * 10th to the 20th, then on block 0 again */
+        for (int i = 1; i <= 40; i++) launch_at(ONE, 7, i >= 10 && i <= 20);
+        printf("strata configs=%zu bytes=%llu budget_spent=%d\n", nconfigs_,
+               (unsigned long long)snap_bytes_, budget_spent_);
+        return 0;
     }
     for (int i = 0; i < 3; i++) launch(ONE, 7);
     for (unsigned g = 1; g <= 40; g++) launch(MANY, g);
@@ -382,3 +397,39 @@ def test_record_on_a_full_disk_is_one_line_and_exit_1(
     data = json.loads((out / "recording.json").read_text())
     assert data["write_error"]["bundles_written"] == 1
     assert not (out / "raw").exists()  # removed before recording.json: room for it
+
+
+def test_later_launches_with_other_arguments_are_snapshotted_as_strata(
+        bounds_program: Path, tmp_path: Path) -> None:
+    """gaussian's Fan2 runs 4095 launches of one configuration, each with another elimination
+    step, and a replay of the first alone mispredicted the whole 10.2x against 17.8x (H100,
+    session 45).  With R3_RECORD_STRATA=N, once a configuration's launches have doubled since
+    its newest stratum began, the next launch whose arguments differ from that stratum's first
+    is snapshotted as a stratum (a configuration of the same grid and block), with its check
+    launch; later launches count toward it."""
+    said = _run(bounds_program, "strata", tmp_path / "off")
+    assert said["configs"] == "1"  # the default: none
+    said = _run(bounds_program, "strata", tmp_path / "raw", R3_RECORD_STRATA="2")
+    # the first at launch 1; launch 4 has the first's arguments: the first launch after it
+    # that differs (10) begins a stratum; 20 launches would be due, and 21 (block 0 again)
+    # differs from that stratum's: a second; the limit of 2 ends them
+    assert said["configs"] == "3" and said["budget_spent"] == "0"
+    assert int(said["bytes"]) == 3 * 2 * SNAPSHOT + 64  # each with its check launch
+    data = _convert(tmp_path)
+    (one,) = [k for k in data["kernels"] if k["name"] == "one(float*)"]
+    assert [(c["from_launch"], c["count"]) for c in one["configs"]] == [(1, 9), (10, 11), (21, 20)]
+    assert [c["device_time_s"] for c in one["configs"]] == pytest.approx([9e-3, 11e-3, 20e-3])
+    assert all(c["replayable"] and c["check_launch"] for c in one["configs"])
+    assert one["launches"] == 40 and len({c["bundle"] for c in one["configs"]}) == 3
+    # each stratum's reference: the launches with its first launch's arguments
+    assert [c["same_args"]["count"] for c in one["configs"]] == [9, 11, 20]
+    (tmp_path / "out" / "recording.json").write_text(json.dumps(data))
+    strata = load_recording(tmp_path / "out")
+    (kernel,) = [k for k in strata.kernels if k.name == "one(float*)"]
+    assert [c.from_launch for c in kernel.configs] == [21, 10, 1]  # by device time
+    assert kernel.target is not None and kernel.target.from_launch == 21
+    bundle = Bundle.open(tmp_path / "out" / one["configs"][1]["bundle"], verify=True)
+    assert bundle.manifest.launch.grid.x == 7
+    # the limit of one: the second is not taken
+    said = _run(bounds_program, "strata", tmp_path / "one", R3_RECORD_STRATA="1")
+    assert said["configs"] == "2"

@@ -28,6 +28,14 @@
  * others are counted and timed like any launch, and their "config" event says why not.  A
  * file that cannot be written (a full disk) is reported once ("write_error") and ends all
  * snapshots.
+ * Later launches that do other work (R3_RECORD_STRATA=N, default 0: none): a configuration's
+ * launches can pass other arguments (an elimination step, an offset), and a replay of its first
+ * launch reproduces that launch's work only.  With N > 0, once a configuration's launches
+ * number twice those before its newest stratum began (and at least 4), the next launch whose
+ * arguments differ from that stratum's first is snapshotted as a stratum of its own (a
+ * configuration with the same grid and block, "from" its launch number, "of" the first): up to
+ * N a configuration, within the byte budget and apart from R3_RECORD_MAX_CONFIGS.  Launches
+ * count and time toward the newest stratum, so each stratum's device time is its share.
  * Stream capture and CUDA graphs: a launch into a capturing stream becomes a graph node, not
  * work, and an event or a synchronization there would break the capture, so it passes
  * through untouched (counted); graph launches are counted and timed as a whole, with the
@@ -86,6 +94,10 @@ typedef struct {
      * a layout nor an argument buffer), so no same-args figures. */
     int ref_known, layout_known; unsigned char *ref; size_t nref, nparams, *ref_offs, *ref_sizes;
     unsigned long long same_count; double same_time_s; unsigned long long same_timed;
+    /* strata (R3_RECORD_STRATA): root, the id of the key's first configuration (its own);
+     * from, the key's launch number this one began at (1: the first); on the root, the key's
+     * launches over all its strata and the strata made */
+    int root; unsigned long long from, key_launches; unsigned long long strata;
 } config_t;
 /* graph: 0 for a kernel configuration's launch, else index + 1 into graphs_; same: the
  * launch's arguments equal its configuration's reference; nth: the kernel's (or the
@@ -130,7 +142,7 @@ static CUresult capture_error_;
  * kernel, half the device time, was never snapshotted).  budget_spent_: some snapshot did
  * not fit (budget_need_ its size, budget_reserve_ the room kept then); write_errno_: a file
  * could not be written (reported once), so no snapshot is taken any more. */
-static unsigned long long max_configs_ = R3_DEFAULT_MAX_CONFIGS;
+static unsigned long long max_configs_ = R3_DEFAULT_MAX_CONFIGS, strata_;
 static uint64_t max_bytes_ = R3_DEFAULT_MAX_BYTES, snap_bytes_, budget_need_, budget_reserve_;
 static uint64_t largest_first_;
 static int budget_spent_, write_errno_;
@@ -271,9 +283,10 @@ static void open_index(void) {
     only_ = k && *k ? strdup(k) : NULL;
     max_configs_ = env_count("R3_RECORD_MAX_CONFIGS", R3_DEFAULT_MAX_CONFIGS);
     max_bytes_ = env_count("R3_RECORD_MAX_BYTES", R3_DEFAULT_MAX_BYTES);
+    strata_ = env_count("R3_RECORD_STRATA", 0);
     fprintf(index_, "{\"ev\":\"start\",\"pid\":%d,\"reachable\":%d,\"max_configs\":%llu,"
-            "\"max_bytes\":%llu}\n", (int)index_pid_, reachable_, max_configs_,
-            (unsigned long long)max_bytes_);
+            "\"max_bytes\":%llu,\"strata\":%llu}\n", (int)index_pid_, reachable_, max_configs_,
+            (unsigned long long)max_bytes_, strata_);
     fflush(index_);
 }
 
@@ -1334,8 +1347,8 @@ static CUresult snapshot_launch(const call_t *c, config_t *cfg, func_t *fi, cons
         FILE *f = index_;
         int cache, carveout;
         settings_of(fi, &cache, &carveout);
-        fprintf(f, "{\"ev\":\"%s\",\"id\":%d,\"recorded\":1,\"name\":",
-                check ? "check" : "config", cfg->id);
+        fprintf(f, "{\"ev\":\"%s\",\"id\":%d,\"recorded\":1,\"of\":%d,\"from\":%llu,"
+                "\"name\":", check ? "check" : "config", cfg->id, cfg->root, cfg->from);
         emit_string(f, name);
         fprintf(f, ",\"cache\":%d,\"carveout\":%d,\"coop\":%d", cache, carveout, c->coop);
         fprintf(f, ",\"image\":%d,\"grid\":[%u,%u,%u],\"block\":[%u,%u,%u],\"shm\":%u,"
@@ -1413,6 +1426,55 @@ static int settle(void) {
     CUresult rc = d_sync();
     if (is_fault(rc)) fault_pending(rc, "cuCtxSynchronize before a snapshot");
     return !faulted_;
+}
+
+/* Whether the launch `c`, the key's `key_nth`, begins a stratum (R3_RECORD_STRATA): the key
+ * has room for one more, its newest stratum `cfg` was snapshotted and checked, the key's
+ * launches have doubled since that stratum began, and the arguments differ from its first
+ * launch's (a launch with the same arguments does the same work). */
+static int stratum_due(const config_t *root, const config_t *cfg, unsigned long long key_nth,
+                       const call_t *c) {
+    if (root->strata >= strata_ || !cfg->recorded || !cfg->ref_known || write_errno_ || !d_sync)
+        return 0;
+    if (checks_ && !cfg->checked) return 0;
+    unsigned long long at = 2 * cfg->from;
+    if (key_nth < (at < 4 ? 4 : at)) return 0;
+    return !same_args(cfg, c);
+}
+
+/* Snapshot the launch `c` as a new stratum of *cfg's key (its first launch, as a new
+ * configuration's is): 1 with the launch's result in *rc, and *cfg the stratum; 0 where the
+ * snapshot was declined (the budget), and the key makes no more strata; -1 where the queued
+ * work faulted before it (the launch must pass through).  Launches count toward the newest
+ * matching configuration from here on. */
+static int take_stratum(const call_t *c, config_t **cfg, unsigned long long key_nth,
+                        unsigned long long nth, CUresult *rc) {
+    int root_id = (*cfg)->root, old_id = (*cfg)->id;
+    func_t *fi = func_lookup(c->f);
+    if (!settle()) return -1;
+    GROW(configs_, nconfigs_, capconfigs_);
+    config_t *old = &configs_[old_id], *s = &configs_[nconfigs_];
+    memset(s, 0, sizeof *s);
+    s->func = old->func; s->shm = old->shm; s->fidx = old->fidx;
+    memcpy(s->g, old->g, sizeof s->g); memcpy(s->b, old->b, sizeof s->b);
+    s->id = (int)nconfigs_++; s->root = root_id; s->from = key_nth; s->count = 1;
+    /* the launch was counted toward the stratum it ended: it is this one's */
+    old->count--;
+    const char *name = config_name(old);
+    int declined = 0;
+    *rc = snapshot_launch(c, s, fi, name ? name : "unknown_kernel", 0, 0, nth, &declined);
+    config_t *root = &configs_[root_id];
+    if (declined) {
+        nconfigs_--;
+        configs_[old_id].count++;
+        root->strata = strata_;  /* no more tries: the budget would decline them too */
+        *cfg = &configs_[old_id];
+        return 0;
+    }
+    s->recorded = 1;
+    root->strata++;
+    *cfg = s;
+    return 1;
 }
 
 /* A launch after a fault passes through untouched, counted: the application gets the
@@ -1499,6 +1561,7 @@ static CUresult on_launch(const call_t *c) {
         cfg = &configs_[nconfigs_];
         memset(cfg, 0, sizeof *cfg);
         cfg->func = c->f; cfg->id = (int)nconfigs_++; cfg->shm = c->shm;
+        cfg->root = cfg->id; cfg->from = 1; cfg->key_launches = 1;
         cfg->fidx = fi ? (long)(fi - funcs_) : -1;
         memcpy(cfg->g, c->g, sizeof cfg->g); memcpy(cfg->b, c->b, sizeof cfg->b);
         cfg->count = 1;
@@ -1519,6 +1582,19 @@ static CUresult on_launch(const call_t *c) {
     }
     cfg->count++;
     nth = count_launch(cfg);
+    {
+        config_t *root = &configs_[cfg->root];
+        unsigned long long key_nth = ++root->key_launches;
+        if (stratum_due(root, cfg, key_nth, c)) {
+            CUresult src = CUDA_SUCCESS;
+            int taken = take_stratum(c, &cfg, key_nth, nth, &src);
+            if (taken < 0) return pass_after_fault(c);
+            if (taken) {
+                pthread_mutex_unlock(&lock_);
+                return src;
+            }
+        }
+    }
     if (cfg->recorded && !cfg->checked && checks_ && d_sync) {
         cfg->checked = 1;
         func_t *fi = func_lookup(c->f);
