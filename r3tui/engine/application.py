@@ -440,6 +440,8 @@ def outcome_lines(k: KernelOutcome) -> list[str]:
     ]
     for c in k.checks:
         where = f"grid {'x'.join(map(str, c['grid']))}, block {'x'.join(map(str, c['block']))}"
+        if c.get("from_launch", 1) > 1:  # a later stratum of the same grid and block
+            where += f", from launch {c['from_launch']}"
         if c.get("speedup") is not None:
             low, high = c["ci"] or (c["speedup"], c["speedup"])
             lines.append(f"  on {where} ({c['share']:.2%}): {c['speedup']:.3f}x "

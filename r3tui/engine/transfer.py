@@ -57,6 +57,7 @@ class ConfigCheck:
     ci: tuple[float, float] | None = None
     failed: str | None = None  # why the winner is wrong there (it must not ship)
     skipped: str | None = None  # why it was not measured (the original did not replay, ...)
+    from_launch: int = 1  # a later stratum of its grid and block: the launch it began at
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> ConfigCheck:
@@ -324,7 +325,8 @@ class GpuChecker:
             speedup, ci, failed, skipped = retime(c.bundle, text, config, rounds=self.rounds,
                                                   timeout_s=self.timeout_s)
             out.append(ConfigCheck(str(c.bundle.relative_to(self.recording_dir)), c.grid,
-                                   c.block, c.share, speedup, ci, failed, skipped))
+                                   c.block, c.share, speedup, ci, failed, skipped,
+                                   c.from_launch))
         return out
 
     def unit(self, campaign_id: int, kernels: Sequence[KernelShare]) -> list[UnitCheck]:
