@@ -31,14 +31,17 @@ def test_named_values_narrow_the_points_measured() -> None:
             parse_values(bad)
     sgemm = (Path(__file__).resolve().parents[2] / "examples/sgemm/kernel.cu").read_text()
     every = variants(sgemm, "sgemm", ("coarsen", "tile_shared"))
-    only = {"R3_TILE": (64,), "R3_CF_X": (4,), "R3_CF_Y": (4,), "R3_STAGES": (2,)}
+    only = {"R3_TILE": (64,), "R3_CF_X": (4,), "R3_CF_Y": (4,), "R3_STAGES": (2,),
+            "R3_EDGE_TILES": (1,)}
     few = variants(sgemm, "sgemm", ("coarsen", "tile_shared"), only)
     assert 0 < len(few) < len(every)
     for _label, _text, defines in few:
         assert all(int(v) in only[name] for name, v in defines if name in only)
-    # the point both new layouts meet at: two tiles in flight, neighbouring outputs along x
+    # the point both new layouts meet at: two tiles in flight, neighbouring outputs along x,
+    # the edge blocks' tiles unrolled too
     assert any(dict(d) == {"R3_CF_X": "4", "R3_CF_Y": "4", "R3_X_CONTIGUOUS": "1",
-                           "R3_TILE": "64", "R3_STAGES": "2"} for _l, _t, d in few)
+                           "R3_TILE": "64", "R3_STAGES": "2", "R3_EDGE_TILES": "1"}
+               for _l, _t, d in few)
 
 
 @pytest.mark.parametrize("argv", [["--blocks", "16xx8"], ["--carveout", "101"],

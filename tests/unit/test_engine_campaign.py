@@ -1114,12 +1114,14 @@ def test_neighbours_move_each_tunable_one_value_up_then_down() -> None:
     from r3tui.engine.lineage import neighbours
 
     space, _ = _coarse_tiled_sgemm()
-    best = {"R3_CF_X": 2, "R3_CF_Y": 2, "R3_X_CONTIGUOUS": 1, "R3_TILE": 64, "R3_STAGES": 2}
+    best = {"R3_CF_X": 2, "R3_CF_Y": 2, "R3_X_CONTIGUOUS": 1, "R3_TILE": 64, "R3_STAGES": 2,
+            "R3_EDGE_TILES": 0}
     moved = neighbours(space, TrialConfig(tunables=best, block=Dim3(16, 8)))
     defaults = {t.name: t.default for t in space.tunables}
     changes = [{k: c.tunables.get(k, defaults[k]) for k in best
                 if c.tunables.get(k, defaults[k]) != best[k]} for c in moved]
     assert changes == [{"R3_CF_X": 4}, {"R3_CF_Y": 4}, {"R3_TILE": 128},  # up
+                       {"R3_EDGE_TILES": 1},
                        {"R3_CF_X": 1}, {"R3_CF_Y": 1}, {"R3_X_CONTIGUOUS": 0},
                        {"R3_TILE": 32}, {"R3_STAGES": 1}]
     assert all(c.block == Dim3(16, 8) and space.from_config(c) is not None for c in moved)
@@ -1148,3 +1150,4 @@ def test_block_moves_double_or_halve_one_axis_where_the_tiles_still_fit() -> Non
     assert [c.block for c in block_moves(space, replace(best, block=Dim3(16, 8)))] == [
         Dim3(32, 8), Dim3(8, 8), None, Dim3(16, 4)]
     assert all(c.tunables == best.tunables for c in block_moves(space, best))
+
