@@ -129,6 +129,12 @@ class CampaignSettings:
     # (docs/remix.md)
     repair: bool = option(False, "--repair", "send a model's change that fails to compile or "
                           "verify back to it once with the failure (the repair turn)")
+    # a variant made by a transformation that enables another (Transformation.enables:
+    # register blocking enables a shared-memory tile of its coarsened loop) is given that one
+    # as its next proposal, whatever its own time (proposals.ProposalSide._follow_up)
+    follow_up: bool = option(True, "--no-follow-up", "do not propose at once, on a variant "
+                             "whose change enables another (a tile of a register-blocked "
+                             "loop), that other change", negate=True)
     # which transformation to try first follows what each has gained in this campaign
     # (Thompson sampling, r3tui.search.bandit); off: a uniform draw
     adaptive: bool = True
@@ -156,6 +162,7 @@ class CampaignSettings:
         values.setdefault("adaptive", False)
         values.setdefault("exercise", 0)  # nor first try a child's new tunables
         values.setdefault("climb", 0)  # nor climb from a new best
+        values.setdefault("follow_up", False)  # nor follow an enabling change up
         values.setdefault("hint_prior", 0)  # nor start hints with misses
         values.setdefault("check_names", False)  # nor check the names of their answers
         values.setdefault("check_balance", False)  # nor their sections' brackets
@@ -549,6 +556,7 @@ class CampaignRun(ProposalSide):
                 if variant is not None and variant.status is VariantStatus.PENDING:
                     self.evaluate(variant)
                     made += self._repair(request, variant, made)
+                    made += self._follow_up(variant, made)
                 elif variant is not None:
                     self._announce(request.index, variant)
             if ahead is not None:

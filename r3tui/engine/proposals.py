@@ -9,7 +9,7 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from r3tui.domain import MeasurementStatus, Variant, VariantOrigin, VariantStatus
@@ -43,6 +43,7 @@ class ProposalRequest:
     repair_example: str | None = None  # its format example (MutationContext; None: "worked")
     example_names: str = "apart"  # the worked example's names (MutationContext.example_names)
     preference: tuple[str, ...] | None = None  # transformations, the one to try first first
+    transformation: str | None = None  # the one change asked for (a follow-up), by name
 
     @classmethod
     def repair_of(cls, index: int, failed: Variant, failure: str) -> ProposalRequest:
@@ -208,6 +209,10 @@ class ProposalSide:
             from r3tui.remix.catalogue import transformation
 
             wanted = transformation(request.parent.operator)
+        elif request.transformation is not None:
+            from r3tui.remix.catalogue import transformation
+
+            wanted = transformation(request.transformation)
         context = MutationContext(
             kernel_name=self.seed_source.kernel_name,
             parent_source=request.parent.source,
@@ -391,6 +396,46 @@ class ProposalSide:
             self.evaluate(fixed)
         elif fixed is not None:
             self._announce(made, fixed)
+        return 1
+
+
+    def _follow_up(self, variant: Variant, made: int) -> int:
+        """Once for a variant whose change enables another (``Transformation.enables``) and
+        that replayed right: propose that change on it at once and evaluate the result, as
+        its child, whatever the variant's own time.  The number of proposals made (0 or 1).
+
+        Register blocking alone seldom pays, and a tile of the blocked loop pays most: sgemm
+        at 1290^3 on an H100 (session 45, bench/rule_gains.py), 2x4 outputs a thread 1.075x,
+        a tile alone 0.828x, both 2.237x.  A coarsened child that is not the best is seldom
+        chosen as a parent, so one of six 30-second campaigns never tiled one (645.6 us
+        against 235-352 us for the five that did)."""
+        from db import repository as repo
+        from r3tui.engine.lineage import EVALUATED_OK
+        from r3tui.errors import ConfigError
+        from r3tui.remix.catalogue import transformation
+
+        if (not self.settings.follow_up or variant.id is None or not variant.operator
+                or variant.origin is not VariantOrigin.RULE or not self._budget_left(made)):
+            return 0
+        try:
+            enables = transformation(variant.operator).enables
+        except ConfigError:  # an operator no longer in the catalogue
+            return 0
+        if enables is None:
+            return 0
+        with self.database.session_scope() as s:
+            evaluated = repo.get_variant(s, variant.id)
+        if evaluated is None or evaluated.status not in EVALUATED_OK:
+            return 0
+        request = replace(self.request_for(made, evaluated.island, variant.id, []),
+                          transformation=enables)
+        proposal, llm_s = self.generate_proposal(request)
+        self.timing.llm_s += llm_s
+        child = self.store_proposal(request, proposal)
+        if child is not None and child.status is VariantStatus.PENDING:
+            self.evaluate(child)
+        elif child is not None:
+            self._announce(made, child)
         return 1
 
 

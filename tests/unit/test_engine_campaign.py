@@ -1151,3 +1151,46 @@ def test_block_moves_double_or_halve_one_axis_where_the_tiles_still_fit() -> Non
         Dim3(32, 8), Dim3(8, 8), None, Dim3(16, 4)]
     assert all(c.tunables == best.tunables for c in block_moves(space, best))
 
+
+def _sgemm_campaign(tmp_path: Path, **changes: object) -> list:
+    """A rules-only campaign on sgemm (recorded 16x16 over 1024x1024) with a fake replay."""
+    sgemm = KernelSource((REPO / "examples/sgemm/kernel.cu").read_text(), "sgemm")
+    launch = LaunchInfo(grid=Dim3(64, 64), block=Dim3(16, 16), work=Dim3(1024, 1024),
+                        block_tunable=True)
+    settings = replace(SETTINGS, variants=6, inner_trials=2, seed_trials=3, **changes)
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    database = open_database(tmp_path / "c.sqlite")
+    cid = new_campaign(database, settings)
+    run = CampaignRun(database, cid, settings, sgemm, launch, DeviceLimits(),
+                      make_mutator_from(settings, None), CompiledCostEvaluator)
+    run.run()
+    with database.session_scope() as s:
+        variants = repo.campaign_variants(s, cid)
+    database.close()
+    return variants
+
+
+def test_a_register_blocked_child_is_followed_at_once_by_a_tile_of_its_loop(
+        tmp_path: Path) -> None:
+    """Register blocking enables a shared-memory tile of the blocked loop
+    (Transformation.enables): each register-blocked variant that replays right gets that tile
+    as the next proposal, on it, whatever its own time.  One of session 45's six sgemm
+    campaigns never tiled a blocked variant (645.6 us against 235-352 us)."""
+    from r3tui.engine.lineage import EVALUATED_OK
+    from r3tui.remix.catalogue import CATALOGUE, transformation
+
+    assert all(transformation(t.enables) for t in CATALOGUE if t.enables)
+    variants = _sgemm_campaign(tmp_path / "on", seed=3)
+    order = [v.id for v in variants]
+    blocked = [v for v in variants if v.operator == "register_blocking"
+               and v.origin is VariantOrigin.RULE and v.status in EVALUATED_OK]
+    assert blocked, [(v.operator, v.status) for v in variants]
+    for b in blocked:
+        after = variants[order.index(b.id) + 1]
+        assert (after.parent_id, after.operator) == (b.id, "shared_memory_tile"), after
+        assert "R3_TILE" in after.source and "R3_CF_X" in after.source
+    off = _sgemm_campaign(tmp_path / "off", seed=3, follow_up=False)
+    assert not any(v.operator == "shared_memory_tile" and v.parent_id is not None
+                   and any(b.id == v.parent_id and b.operator == "register_blocking"
+                           for b in off) for v in off)
+    assert CampaignSettings.from_json({"variants": 1}).follow_up is False  # stored before it
