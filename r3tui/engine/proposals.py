@@ -388,16 +388,19 @@ class ProposalSide:
             if failed is None or not self._repairable(failed):
                 return 0
             why = self._failure_of(s, failed)
-        repair = ProposalRequest.repair_of(made, failed, why)
-        proposal, llm_s = self.generate_proposal(repair)
-        self.timing.llm_s += llm_s
-        fixed = self.store_proposal(repair, proposal)
-        if fixed is not None and fixed.status is VariantStatus.PENDING:
-            self.evaluate(fixed)
-        elif fixed is not None:
-            self._announce(made, fixed)
-        return 1
+        return self._propose_and_evaluate(ProposalRequest.repair_of(made, failed, why), made)
 
+    def _propose_and_evaluate(self, request: ProposalRequest, made: int) -> int:
+        """Ask for ``request``'s proposal now, store it and evaluate what is stored (a repair
+        turn or a follow-up, outside the loop's prefetch); 1, the proposals made."""
+        proposal, llm_s = self.generate_proposal(request)
+        self.timing.llm_s += llm_s
+        child = self.store_proposal(request, proposal)
+        if child is not None and child.status is VariantStatus.PENDING:
+            self.evaluate(child)
+        elif child is not None:
+            self._announce(made, child)
+        return 1
 
     def _follow_up(self, variant: Variant, made: int) -> int:
         """Once for a variant whose change enables another (``Transformation.enables``) and
@@ -427,16 +430,9 @@ class ProposalSide:
             evaluated = repo.get_variant(s, variant.id)
         if evaluated is None or evaluated.status not in EVALUATED_OK:
             return 0
-        request = replace(self.request_for(made, evaluated.island, variant.id, []),
-                          transformation=enables)
-        proposal, llm_s = self.generate_proposal(request)
-        self.timing.llm_s += llm_s
-        child = self.store_proposal(request, proposal)
-        if child is not None and child.status is VariantStatus.PENDING:
-            self.evaluate(child)
-        elif child is not None:
-            self._announce(made, child)
-        return 1
+        return self._propose_and_evaluate(
+            replace(self.request_for(made, evaluated.island, variant.id, []),
+                    transformation=enables), made)
 
 
 def variant_event(s: Any, campaign_id: int, variant_id: int, origin: VariantOrigin,

@@ -1074,10 +1074,7 @@ def test_a_child_that_beats_the_best_climbs_while_its_factors_gain(tmp_path: Pat
     value up and down, trial budget grown by as many, until a round gains nothing."""
     settings = replace(SETTINGS, variants=6, seed=2)
     database = open_database(tmp_path / "climb.sqlite")
-    cid = new_campaign(database, settings)
-    run = CampaignRun(database, cid, settings, SOURCE, LAUNCH, DeviceLimits(),
-                      make_mutator_from(settings, None), FactorCostEvaluator)
-    run.run()
+    cid, _ = _rules_campaign(database, settings, SOURCE, LAUNCH, FactorCostEvaluator)
     with database.session_scope() as s:
         done = {e.data["variant_id"]: e.data for e in repo.events(s, cid)
                 if e.kind == "inner_done" and e.data}
@@ -1152,6 +1149,16 @@ def test_block_moves_double_or_halve_one_axis_where_the_tiles_still_fit() -> Non
     assert all(c.tunables == best.tunables for c in block_moves(space, best))
 
 
+def _rules_campaign(database: Database, settings: CampaignSettings, source: KernelSource,
+                    launch: LaunchInfo, evaluator: type) -> tuple[int, CampaignRun]:
+    """A rules-only campaign of ``source`` run to its end with a fake replay ``evaluator``."""
+    cid = new_campaign(database, settings)
+    run = CampaignRun(database, cid, settings, source, launch, DeviceLimits(),
+                      make_mutator_from(settings, None), evaluator)
+    run.run()
+    return cid, run
+
+
 def _sgemm_campaign(tmp_path: Path, **changes: object) -> list:
     """A rules-only campaign on sgemm (recorded 16x16 over 1024x1024) with a fake replay."""
     sgemm = KernelSource((REPO / "examples/sgemm/kernel.cu").read_text(), "sgemm")
@@ -1160,10 +1167,7 @@ def _sgemm_campaign(tmp_path: Path, **changes: object) -> list:
     settings = replace(SETTINGS, variants=6, inner_trials=2, seed_trials=3, **changes)
     tmp_path.mkdir(parents=True, exist_ok=True)
     database = open_database(tmp_path / "c.sqlite")
-    cid = new_campaign(database, settings)
-    run = CampaignRun(database, cid, settings, sgemm, launch, DeviceLimits(),
-                      make_mutator_from(settings, None), CompiledCostEvaluator)
-    run.run()
+    cid, _ = _rules_campaign(database, settings, sgemm, launch, CompiledCostEvaluator)
     with database.session_scope() as s:
         variants = repo.campaign_variants(s, cid)
     database.close()
