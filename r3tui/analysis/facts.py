@@ -165,6 +165,12 @@ class TranslationUnit:
         return tuple(e.line for e in self.parse_errors)
 
 
+# the warp-level intrinsics (lanes exchanging values or voting): a kernel that calls one ties
+# its threads to their lanes (r3tui.search.block_source, r3tui.remix.swap)
+WARP_CALLS = (r"__shfl\w*|__ballot_sync|__any_sync|__all_sync|__activemask|__match_\w+"
+              r"|__reduce_\w+_sync|__syncwarp")
+
+
 def device_callees(kernels: Sequence[Item], functions: Sequence[Item]) -> list[Item]:
     """The device functions of ``functions`` that ``kernels`` call, transitively (by name),
     the kernels themselves left out: what runs on the device on their behalf."""

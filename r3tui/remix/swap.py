@@ -44,7 +44,7 @@ import re
 import tree_sitter as ts
 
 from r3tui.analysis import ExecutionSpace, parse_translation_unit
-from r3tui.analysis.facts import device_callees
+from r3tui.analysis.facts import WARP_CALLS, device_callees
 from r3tui.analysis.kernels import Parsed, base_name
 from r3tui.analysis.per_thread import Unsupported, walk
 from r3tui.analysis.text import mask
@@ -55,8 +55,7 @@ Declined = Unsupported
 _COORDINATES = frozenset({"threadIdx", "blockIdx", "blockDim", "gridDim"})
 _WORD = re.compile(r"(?<![\w.])(?:threadIdx|blockIdx|blockDim|gridDim)\b")
 _FIELD = re.compile(r"(?<![\w.])(threadIdx|blockIdx|blockDim|gridDim)\s*\.\s*([xyz])\b")
-_WARP = re.compile(r"^(?:__shfl\w*|__ballot(?:_sync)?|__any(?:_sync)?|__all(?:_sync)?"
-                   r"|__activemask|__match_\w+|__reduce_\w+_sync|__syncwarp|warpSize"
+_WARP = re.compile(rf"^(?:{WARP_CALLS}|__ballot|__any|__all|warpSize"
                    r"|cooperative_groups|tiled_partition|thread_block_tile|this_thread_block"
                    r"|coalesced_threads|this_grid|asm|__asm|__asm__|volatile)$")
 # a lane or a warp number taken from a thread index: `t % 32`, `t & 31`, `t >> 5`, `t / 32`

@@ -24,7 +24,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from r3tui.analysis.facts import device_callees
+from r3tui.analysis.facts import WARP_CALLS, device_callees
 from r3tui.analysis.kernels import base_name
 from r3tui.domain import Dim3
 from r3tui.search.block import AXES, BlockFacts, BlockTie
@@ -32,8 +32,7 @@ from r3tui.search.block import AXES, BlockFacts, BlockTie
 if TYPE_CHECKING:
     from r3tui.analysis import Item
 
-_WARP_CALLS = re.compile(r"^(__shfl\w*|__ballot_sync|__any_sync|__all_sync|__activemask|"
-                         r"__match_\w+|__reduce_\w+_sync|__syncwarp)$")
+_WARP_CALLS = re.compile(rf"^({WARP_CALLS})$")
 # cooperative groups: the block's size is read through the group, on every axis
 _GROUP_WORDS = {"this_thread_block", "thread_rank", "num_threads", "dim_threads",
                 "thread_index", "tiled_partition"}
