@@ -256,6 +256,26 @@ class LaunchTimes:
         return self.time_s / self.timed if self.timed else None
 
 
+# how far (a fraction) the other launches' mean device time may be from the replayed
+# launch's before they are said to do other work (other_launches_differ)
+OTHER_WORK_SPREAD = 0.10
+
+
+def other_launches_differ(count: int, time_s: float,
+                          same: LaunchTimes | None) -> tuple[float, float] | None:
+    """For a configuration's ``count`` launches taking ``time_s`` in all, of which ``same``
+    had the replayed launch's arguments: ``(others' mean, same's mean)`` device time a launch
+    where they are more than :data:`OTHER_WORK_SPREAD` apart (the other launches do other
+    work: sizes, offsets or steps the arguments set); None where they are not, or where the
+    recording cannot say."""
+    if same is None or same.mean_s is None or count <= same.count:
+        return None
+    others = (time_s - same.time_s) / (count - same.count)
+    if others <= 0 or abs(others / same.mean_s - 1) <= OTHER_WORK_SPREAD:
+        return None
+    return others, same.mean_s
+
+
 @dataclass(frozen=True)
 class Measurement:
     """Everything learned by evaluating one candidate (variant x config)."""

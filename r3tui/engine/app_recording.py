@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from r3tui.domain import LaunchTimes
+from r3tui.domain import LaunchTimes, other_launches_differ
 from r3tui.errors import R3Error
 
 if TYPE_CHECKING:
@@ -29,9 +29,6 @@ RECORDING_FILE = "recording.json"
 # snapshot's synchronization.  One such sample is no mean to set a replay against; the mean
 # over every launch, which differs from it only in scalar values, is the better figure.
 MIN_SAME_ARGS_TIMED = 2
-# how far (a fraction) the other launches' mean device time may be from the replayed
-# launch's before a prediction says they do other work (RecordedConfig.other_work)
-OTHER_WORK_SPREAD = 0.10
 
 
 @dataclass(frozen=True)
@@ -68,24 +65,23 @@ class RecordedConfig:
     def other_work(self, name: str) -> str | None:
         """Why a speedup replayed on this configuration may not hold for its launches: where
         the launches whose arguments differ from the replayed launch's took, on average,
-        more than :data:`OTHER_WORK_SPREAD` more or less device time than it, they do other
-        work (sizes, offsets or steps the arguments set), and a change can gain there what
-        it does not gain on the replayed launch.  None where they took about as long (pointer
-        arguments that swap, as in a double-buffered loop), or the recording cannot say.
+        more or less device time than it (:func:`~r3tui.domain.other_launches_differ`),
+        they do other work (sizes, offsets or steps the arguments set), and a change can
+        gain there what it does not gain on the replayed launch.  None where they took about
+        as long (pointer arguments that swap, as in a double-buffered loop), or the
+        recording cannot say.
 
         gaussian's Fan2 (H100, session 45): one configuration, 4095 launches, each with the
         elimination step as an argument; the replayed first launch does the most work, and
         the winner's 10.9x there became 20.0x over all launches, where most threads of the
         later steps do nothing and the launch's shape decides."""
-        same = self.same_args
-        if same is None or same.mean_s is None or self.count <= same.count:
+        differ = other_launches_differ(self.count, self.device_time_s, self.same_args)
+        if differ is None or self.same_args is None:
             return None
-        others = (self.device_time_s - same.time_s) / (self.count - same.count)
-        if others <= 0 or abs(others / same.mean_s - 1) <= OTHER_WORK_SPREAD:
-            return None
-        return (f"{name}: the replayed launch's arguments recur in {same.count} of the "
-                f"{self.count} launches of its configuration, and the others took "
-                f"{others * 1e6:.1f} us a launch against its {same.mean_s * 1e6:.1f} us: they "
+        others, replayed = differ
+        return (f"{name}: the replayed launch's arguments recur in {self.same_args.count} of "
+                f"the {self.count} launches of its configuration, and the others took "
+                f"{others * 1e6:.1f} us a launch against its {replayed * 1e6:.1f} us: they "
                 "do other work, which the prediction takes to gain what the replayed launch "
                 "gains, so it may be far off")
 
