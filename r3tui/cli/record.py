@@ -237,10 +237,16 @@ def _add_app_command(record: argparse.ArgumentParser, sub: Any) -> None:
     app.add_argument("--max-configs", type=int, default=None, metavar="N",
                      help="snapshot at most N launch configurations of each kernel, the first "
                      "N it launches (default 4; every launch is still counted and timed)")
-    app.add_argument("--strata", type=int, default=0, metavar="N",
-                     help="also snapshot up to N later launches of each configuration whose "
-                     "arguments differ from its first (each when its launches have doubled), "
-                     "so predictions cover launches that do other work (default 0: none)")
+    app.add_argument("--strata-from", type=Path, default=None, metavar="REC",
+                     help="an earlier recording of the same run: each configuration whose "
+                     "later launches do other work than its first (other sizes, steps) is "
+                     "cut into --strata runs, each snapshotted at its middle launch, so "
+                     "predictions cover them")
+    from r3tui.record.strata import DEFAULT_WINDOWS
+
+    app.add_argument("--strata", type=int, default=DEFAULT_WINDOWS, metavar="N",
+                     help=f"runs a --strata-from configuration is cut into (default "
+                     f"{DEFAULT_WINDOWS})")
     app.add_argument("--max-snapshot-bytes", type=parse_size, default=None, metavar="SIZE",
                      help="stop snapshotting once the snapshots would pass SIZE bytes (8G, "
                      "512M, ...; default: 8 GiB or a quarter of the space free under --out, "
@@ -329,8 +335,8 @@ def cmd_record_app(args: argparse.Namespace) -> int:
     max_configs = MAX_CONFIGS if args.max_configs is None else args.max_configs
     if max_configs < 0:
         raise R3Error(f"--max-configs must be 0 or more, not {max_configs}")
-    if args.strata < 0:
-        raise R3Error(f"--strata must be 0 or more, not {args.strata}")
+    if args.strata < 2:
+        raise R3Error(f"--strata must be 2 or more, not {args.strata}")
     out = args.out or Path("recordings") / exe.name
     if args.timeout is not None and not args.timeout > 0:
         raise R3Error(f"--timeout must be a positive number of seconds, not {args.timeout:g}")
@@ -340,7 +346,8 @@ def cmd_record_app(args: argparse.Namespace) -> int:
                            checks=not args.no_checks,
                            kernels=tuple(args.kernels), overwrite=args.force,
                            keep_raw=args.keep_raw, guard_bytes=guard,
-                           max_configs=max_configs, strata=args.strata,
+                           max_configs=max_configs, strata_from=args.strata_from,
+                           strata=args.strata,
                            max_snapshot_bytes=args.max_snapshot_bytes,
                            timeout_s=args.timeout)
     console = Console(stderr=True)

@@ -129,9 +129,11 @@ def build_recording(
                 "grid": list(cfg.grid.as_tuple()), "block": list(cfg.block.as_tuple()),
                 "shared_mem_bytes": cfg.shared, "count": cfg.count, "device_time_s": cfg.time_s,
                 "same_args": _times(cfg.same_args),
-                # a later stratum of the same grid and block (R3_RECORD_STRATA): the kernel's
-                # launch number it began at among that grid and block's; 1: the first
+                # a later stratum of the same grid and block (r3 record --strata-from): the
+                # launch number it began at among that grid and block's (1: the first), and
+                # the one its snapshot is of
                 "from_launch": int(cfg.event.get("from") or 1),
+                "snapshot_launch": cfg.event.get("at") if cfg.recorded else None,
                 "bundle": bundle_rel, "replayable": not reasons, "reasons": reasons,
                 "snapshotted": cfg.recorded,
                 # whether its bundle holds a check launch (docs/verification.md), else why not

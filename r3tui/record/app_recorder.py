@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from r3tui.cuda.arena import GUARD_BYTES
 from r3tui.errors import ApplicationTimedOut, GpuUnavailable, R3Error, RecordingError
 from r3tui.record import app_dump, interposer
+from r3tui.record.strata import DEFAULT_WINDOWS, STRATA_FILE, read_strata_source
 
 if TYPE_CHECKING:
     from r3tui.record.sources import KernelSource
@@ -57,9 +58,10 @@ class AppRecordRequest:
     keep_raw: bool = False
     guard_bytes: int = GUARD_BYTES  # free, mapped, zeroed bytes around each allocation
     max_configs: int = MAX_CONFIGS  # configurations snapshotted per kernel
-    # later launches of a configuration snapshotted as strata of their own where their
-    # arguments differ (the interposer's R3_RECORD_STRATA): at most this many a configuration
-    strata: int = 0
+    # an earlier recording of the same run: its configurations whose later launches do other
+    # work are cut into `strata` runs, each recorded as a stratum (r3tui.record.strata)
+    strata_from: Path | None = None
+    strata: int = DEFAULT_WINDOWS
     max_snapshot_bytes: int | None = None  # None: snapshot_budget()'s default
     timeout_s: float | None = None  # kill the application after this long (None: never)
 
@@ -243,6 +245,8 @@ def record_app(req: AppRecordRequest,
     exe_path = resolve_executable(req.command)
     exe = inspect_executable(exe_path)
     out = req.out.absolute()
+    # read before the output is cleared: it may be the recording being replaced
+    strata = [] if req.strata_from is None else read_strata_source(req.strata_from, req.strata)
     _prepare_out(out, req.overwrite)
     progress("building the interposer")
     lib = interposer.build()
@@ -257,7 +261,14 @@ def record_app(req: AppRecordRequest,
     env["R3_RECORD_CHECKS"] = "1" if req.checks else "0"
     env["R3_GUARD_BYTES"] = str(req.guard_bytes)
     env["R3_RECORD_MAX_CONFIGS"] = str(req.max_configs)
-    env["R3_RECORD_STRATA"] = str(req.strata)
+    if req.strata_from is not None:
+        progress(f"strata: {len(strata)} configuration(s) of {req.strata_from} do other work "
+                 f"in later launches; {req.strata} runs each" if strata else
+                 f"strata: no configuration of {req.strata_from} does other work in later "
+                 "launches; recording without strata")
+    if strata:
+        (out / STRATA_FILE).write_text("\n".join(strata) + "\n")
+        env["R3_RECORD_STRATA_FILE"] = str(out / STRATA_FILE)
     env["R3_RECORD_MAX_BYTES"] = str(max_bytes)
     if req.kernels:
         env["R3_RECORD_KERNELS"] = ",".join(req.kernels)

@@ -63,6 +63,9 @@ def _not_snapshotted(proc: RawProcess, why: str, need: int, reserve: int = 0) ->
             return (f"not snapshotted: its snapshot ({size_text(need)}) would pass the "
                     f"snapshot budget ({budget_text(proc)}){kept}")
         return f"not snapshotted: snapshot budget spent ({budget_text(proc)})"
+    if why == "stratum":
+        return ("not snapshotted: this stratum's launch to snapshot did not come (the run "
+                "launched fewer times than the recording its strata were chosen from)")
     if why == "write_error":
         err = proc.write_error or {}
         return ("not snapshotted: the raw dump could not be written "

@@ -23,6 +23,7 @@ import pytest
 
 from r3tui.cli import main
 from r3tui.engine.application import load_recording, select
+from r3tui.errors import R3Error
 from r3tui.record import app_dump, interposer
 from r3tui.record.bundle import Bundle, BundleWriter
 
@@ -399,37 +400,103 @@ def test_record_on_a_full_disk_is_one_line_and_exit_1(
     assert not (out / "raw").exists()  # removed before recording.json: room for it
 
 
-def test_later_launches_with_other_arguments_are_snapshotted_as_strata(
+def test_strata_start_and_snapshot_at_the_launches_their_file_names(
         bounds_program: Path, tmp_path: Path) -> None:
     """gaussian's Fan2 runs 4095 launches of one configuration, each with another elimination
-    step, and a replay of the first alone mispredicted the whole 10.2x against 17.8x (H100,
-    session 45).  With R3_RECORD_STRATA=N, once a configuration's launches have doubled since
-    its newest stratum began, the next launch whose arguments differ from that stratum's first
-    is snapshotted as a stratum (a configuration of the same grid and block), with its check
-    launch; later launches count toward it."""
+    step, and a replay of the first alone mispredicted the whole (10.2x against 17.8x, H100,
+    session 45).  R3_RECORD_STRATA_FILE names (begin, snapshot) launch pairs of a
+    configuration: from each begin a stratum (a configuration of the same grid and block)
+    counts the launches, and its snapshot launch is recorded as its first, with a check
+    launch; one whose snapshot launch never comes is counted, not recorded."""
     said = _run(bounds_program, "strata", tmp_path / "off")
-    assert said["configs"] == "1"  # the default: none
-    said = _run(bounds_program, "strata", tmp_path / "raw", R3_RECORD_STRATA="2")
-    # the first at launch 1; launch 4 has the first's arguments: the first launch after it
-    # that differs (10) begins a stratum; 20 launches would be due, and 21 (block 0 again)
-    # differs from that stratum's: a second; the limit of 2 ends them
-    assert said["configs"] == "3" and said["budget_spent"] == "0"
-    assert int(said["bytes"]) == 3 * 2 * SNAPSHOT + 64  # each with its check launch
+    assert said["configs"] == "1"  # without the file: none
+    spec = tmp_path / "strata.txt"
+    spec.write_text("_Z3onePf 7 1 1 128 1 1 0 11 15 21 25 38 45\n"
+                    "_Z3onePf 8 1 1 128 1 1 0 2 2\n"  # another grid: not launched
+                    "a line that does not parse\n")
+    said = _run(bounds_program, "strata", tmp_path / "raw", R3_RECORD_STRATA_FILE=str(spec))
+    assert said["configs"] == "4" and said["budget_spent"] == "0"
+    assert int(said["bytes"]) == 3 * 2 * SNAPSHOT + 64  # three recorded, each with a check
     data = _convert(tmp_path)
     (one,) = [k for k in data["kernels"] if k["name"] == "one(float*)"]
-    assert [(c["from_launch"], c["count"]) for c in one["configs"]] == [(1, 9), (10, 11), (21, 20)]
-    assert [c["device_time_s"] for c in one["configs"]] == pytest.approx([9e-3, 11e-3, 20e-3])
-    assert all(c["replayable"] and c["check_launch"] for c in one["configs"])
-    assert one["launches"] == 40 and len({c["bundle"] for c in one["configs"]}) == 3
-    # each stratum's reference: the launches with its first launch's arguments
-    assert [c["same_args"]["count"] for c in one["configs"]] == [9, 11, 20]
+    assert [(c["from_launch"], c["snapshot_launch"], c["count"]) for c in one["configs"]] == [
+        (1, 1, 10), (11, 15, 10), (21, 25, 17), (38, None, 3)]
+    assert [c["device_time_s"] for c in one["configs"]] == pytest.approx(
+        [10e-3, 10e-3, 17e-3, 3e-3])
+    assert [c["replayable"] for c in one["configs"]] == [True, True, True, False]
+    assert all(c["check_launch"] for c in one["configs"][:3])
+    assert one["configs"][3]["reasons"] == [
+        "not snapshotted: this stratum's launch to snapshot did not come (the run launched "
+        "fewer times than the recording its strata were chosen from)"]
+    assert one["launches"] == 40
+    # each stratum's reference: its snapshot launch's arguments (block 1 from the 10th launch
+    # to the 20th, block 0 before and after)
+    assert [c["same_args"]["count"] for c in one["configs"][:3]] == [9, 6, 13]
     (tmp_path / "out" / "recording.json").write_text(json.dumps(data))
-    strata = load_recording(tmp_path / "out")
-    (kernel,) = [k for k in strata.kernels if k.name == "one(float*)"]
-    assert [c.from_launch for c in kernel.configs] == [21, 10, 1]  # by device time
+    (kernel,) = [k for k in load_recording(tmp_path / "out").kernels if k.name == "one(float*)"]
+    assert [c.from_launch for c in kernel.configs] == [21, 1, 11, 38]  # by device time
     assert kernel.target is not None and kernel.target.from_launch == 21
     bundle = Bundle.open(tmp_path / "out" / one["configs"][1]["bundle"], verify=True)
     assert bundle.manifest.launch.grid.x == 7
-    # the limit of one: the second is not taken
-    said = _run(bounds_program, "strata", tmp_path / "one", R3_RECORD_STRATA="1")
-    assert said["configs"] == "2"
+
+
+def _earlier(directory: Path, same: dict[str, Any] | None) -> Path:
+    """An earlier recording of the bounds program's strata scenario, as its recording.json
+    says it: one's 40 launches at grid 7, 30 ms in all, ``same`` those with the first's
+    arguments."""
+    directory.mkdir(parents=True)
+    config = {"grid": [7, 1, 1], "block": [128, 1, 1], "shared_mem_bytes": 0, "count": 40,
+              "device_time_s": 0.03, "same_args": same}
+    (directory / "recording.json").write_text(json.dumps({
+        "format_version": 1, "kernels": [{"entry_point": "_Z3onePf", "configs": [config]}]}))
+    return directory
+
+
+def test_strata_are_chosen_where_the_earlier_recordings_later_launches_do_other_work(
+        tmp_path: Path) -> None:
+    from r3tui.record.strata import read_strata_source, strata_lines, windows_of
+
+    # gaussian's Fan2: 4095 launches in four runs, each later one snapshotted at its middle
+    assert windows_of(4095, 4) == [(1025, 1537), (2049, 2560), (3072, 3584)]
+    assert windows_of(40, 4) == [(11, 16), (21, 26), (31, 36)]
+    varies = _earlier(tmp_path / "a", {"count": 10, "time_s": 0.02, "timed": 10})
+    assert read_strata_source(varies, 4) == ["_Z3onePf 7 1 1 128 1 1 0 11 16 21 26 31 36"]
+    # the same time a launch (swapped pointers), every launch alike, or nothing known: none
+    for same in ({"count": 20, "time_s": 0.015, "timed": 20},
+                 {"count": 40, "time_s": 0.03, "timed": 40}, None):
+        assert read_strata_source(_earlier(tmp_path / str(len(list(tmp_path.iterdir()))),
+                                           same), 4) == []
+    # fewer than two launches a run
+    data = json.loads((varies / "recording.json").read_text())
+    assert strata_lines(data, 21) == []
+    with pytest.raises(R3Error, match="--strata must be 2 or more"):
+        read_strata_source(varies, 1)
+    with pytest.raises(R3Error, match="not an application recording"):
+        read_strata_source(tmp_path / "none", 4)
+
+
+def test_record_with_strata_from_an_earlier_recording(
+        bounds_program: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("R3_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("R3_REC_NO_GATE", "1")
+    earlier = _earlier(tmp_path / "earlier", {"count": 10, "time_s": 0.02, "timed": 10})
+    out, db = tmp_path / "rec", tmp_path / "r3.sqlite"
+    code = main(["--db", str(db), "record", "--out", str(out), "--strata-from", str(earlier),
+                 "--", str(bounds_program), "strata"])
+    assert code == 0, capsys.readouterr().err
+    assert "strata: 1 configuration(s) of" in capsys.readouterr().err
+    assert (out / "strata.txt").read_text() == "_Z3onePf 7 1 1 128 1 1 0 11 16 21 26 31 36\n"
+    data = json.loads((out / "recording.json").read_text())
+    (one,) = [k for k in data["kernels"] if k["entry_point"] == "_Z3onePf"]
+    assert [(c["from_launch"], c["snapshot_launch"], c["count"]) for c in one["configs"]] == [
+        (1, 1, 10), (11, 16, 10), (21, 26, 10), (31, 36, 10)]
+    assert all(c["replayable"] for c in one["configs"])
+    # bad input: one line, exit 2, nothing recorded
+    for argv in (["--strata-from", str(tmp_path / "none")],
+                 ["--strata-from", str(earlier), "--strata", "1"]):
+        code = main(["--db", str(db), "record", "--out", str(tmp_path / "bad"), *argv, "--",
+                     str(bounds_program), "strata"])
+        err = capsys.readouterr().err
+        assert code == 2 and err.count("r3: error:") == 1 and "Traceback" not in err, err
+        assert not (tmp_path / "bad").exists()

@@ -28,14 +28,14 @@
  * others are counted and timed like any launch, and their "config" event says why not.  A
  * file that cannot be written (a full disk) is reported once ("write_error") and ends all
  * snapshots.
- * Later launches that do other work (R3_RECORD_STRATA=N, default 0: none): a configuration's
- * launches can pass other arguments (an elimination step, an offset), and a replay of its first
- * launch reproduces that launch's work only.  With N > 0, once a configuration's launches
- * number twice those before its newest stratum began (and at least 4), the next launch whose
- * arguments differ from that stratum's first is snapshotted as a stratum of its own (a
- * configuration with the same grid and block, "from" its launch number, "of" the first): up to
- * N a configuration, within the byte budget and apart from R3_RECORD_MAX_CONFIGS.  Launches
- * count and time toward the newest stratum, so each stratum's device time is its share.
+ * Strata: later launches that do other work (R3_RECORD_STRATA_FILE, written by `r3 record
+ * --strata-from` from an earlier recording): a configuration's launches can pass other
+ * arguments (an elimination step, an offset), and a replay of its first launch reproduces that
+ * launch's work only.  Each line of the file names a configuration (entry point, grid, block,
+ * shared memory) and pairs of its launch numbers (begin, snapshot): at `begin` a stratum, a
+ * configuration of the same grid and block, starts (its launches count and time toward it from
+ * there), and its launch `snapshot` is snapshotted as its first, with a check launch after it,
+ * within the byte budget and apart from R3_RECORD_MAX_CONFIGS.
  * Stream capture and CUDA graphs: a launch into a capturing stream becomes a graph node, not
  * work, and an event or a synchronization there would break the capture, so it passes
  * through untouched (counted); graph launches are counted and timed as a whole, with the
@@ -94,11 +94,17 @@ typedef struct {
      * a layout nor an argument buffer), so no same-args figures. */
     int ref_known, layout_known; unsigned char *ref; size_t nref, nparams, *ref_offs, *ref_sizes;
     unsigned long long same_count; double same_time_s; unsigned long long same_timed;
-    /* strata (R3_RECORD_STRATA): root, the id of the key's first configuration (its own);
-     * from, the key's launch number this one began at (1: the first); on the root, the key's
-     * launches over all its strata and the strata made */
-    int root; unsigned long long from, key_launches; unsigned long long strata;
+    /* strata (R3_RECORD_STRATA_FILE): root, the id of the key's first configuration (its
+     * own); from, the key's launch number this one began at (1: the first); snap_at, the
+     * launch to snapshot as its first (0: none pending); at, the one snapshotted; on the root,
+     * the key's launches over all its strata, its line of the file and the next pair due */
+    int root; unsigned long long from, snap_at, at, key_launches;
+    const struct strata_s *strata; size_t next;
 } config_t;
+/* One line of R3_RECORD_STRATA_FILE: a configuration and its strata's (begin, snapshot). */
+typedef struct strata_s {
+    char *name; unsigned g[3], b[3], shm; size_t n; unsigned long long *begin, *snap;
+} strata_t;
 /* graph: 0 for a kernel configuration's launch, else index + 1 into graphs_; same: the
  * launch's arguments equal its configuration's reference; nth: the kernel's (or the
  * graph's) launch number, launch: the process's, both from 1, to name a fault */
@@ -142,7 +148,8 @@ static CUresult capture_error_;
  * kernel, half the device time, was never snapshotted).  budget_spent_: some snapshot did
  * not fit (budget_need_ its size, budget_reserve_ the room kept then); write_errno_: a file
  * could not be written (reported once), so no snapshot is taken any more. */
-static unsigned long long max_configs_ = R3_DEFAULT_MAX_CONFIGS, strata_;
+static unsigned long long max_configs_ = R3_DEFAULT_MAX_CONFIGS;
+static strata_t *strata_; static size_t nstrata_, capstrata_;
 static uint64_t max_bytes_ = R3_DEFAULT_MAX_BYTES, snap_bytes_, budget_need_, budget_reserve_;
 static uint64_t largest_first_;
 static int budget_spent_, write_errno_;
@@ -260,6 +267,48 @@ static unsigned long long env_count(const char *name, unsigned long long fallbac
     return end && !*end ? n : fallback;
 }
 
+/* The configurations R3_RECORD_STRATA_FILE names (see the top of this file): one a line,
+ * `entry gx gy gz bx by bz shm begin1 snap1 begin2 snap2 ...`; a line that does not parse is
+ * left out. */
+static void read_strata(const char *path) {
+    FILE *f = path && *path ? fopen(path, "r") : NULL;
+    if (!f) return;
+    char line[8192];
+    while (fgets(line, sizeof line, f)) {
+        char name[4096];
+        strata_t s;
+        memset(&s, 0, sizeof s);
+        int used = 0;
+        if (sscanf(line, "%4095s %u %u %u %u %u %u %u%n", name, &s.g[0], &s.g[1], &s.g[2],
+                   &s.b[0], &s.b[1], &s.b[2], &s.shm, &used) != 8) continue;
+        unsigned long long pairs[2 * 64];
+        size_t n = 0;
+        const char *at = line + used;
+        int step = 0;
+        while (n < 2 * 64 && sscanf(at, "%llu%n", &pairs[n], &step) == 1) { n++; at += step; }
+        if (n < 2 || n % 2) continue;
+        s.name = strdup(name);
+        s.n = n / 2;
+        s.begin = malloc(s.n * sizeof *s.begin);
+        s.snap = malloc(s.n * sizeof *s.snap);
+        for (size_t i = 0; i < s.n; i++) { s.begin[i] = pairs[2 * i]; s.snap[i] = pairs[2 * i + 1]; }
+        GROW(strata_, nstrata_, capstrata_);
+        strata_[nstrata_++] = s;
+    }
+    fclose(f);
+}
+
+/* The line of R3_RECORD_STRATA_FILE for this configuration, or NULL. */
+static const strata_t *strata_of(const char *name, const unsigned g[3], const unsigned b[3],
+                                 unsigned shm) {
+    for (size_t i = 0; name && i < nstrata_; i++) {
+        const strata_t *s = &strata_[i];
+        if (!strcmp(s->name, name) && !memcmp(s->g, g, sizeof s->g) &&
+            !memcmp(s->b, b, sizeof s->b) && s->shm == shm) return s;
+    }
+    return NULL;
+}
+
 static void open_index(void) {
     if (index_ && index_pid_ != getpid()) { index_ = NULL; }  /* forked: the FILE is the parent's */
     if (index_ || finished_) return;
@@ -283,10 +332,10 @@ static void open_index(void) {
     only_ = k && *k ? strdup(k) : NULL;
     max_configs_ = env_count("R3_RECORD_MAX_CONFIGS", R3_DEFAULT_MAX_CONFIGS);
     max_bytes_ = env_count("R3_RECORD_MAX_BYTES", R3_DEFAULT_MAX_BYTES);
-    strata_ = env_count("R3_RECORD_STRATA", 0);
+    read_strata(getenv("R3_RECORD_STRATA_FILE"));
     fprintf(index_, "{\"ev\":\"start\",\"pid\":%d,\"reachable\":%d,\"max_configs\":%llu,"
-            "\"max_bytes\":%llu,\"strata\":%llu}\n", (int)index_pid_, reachable_, max_configs_,
-            (unsigned long long)max_bytes_, strata_);
+            "\"max_bytes\":%llu,\"strata\":%zu}\n", (int)index_pid_, reachable_, max_configs_,
+            (unsigned long long)max_bytes_, nstrata_);
     fflush(index_);
 }
 
@@ -1348,7 +1397,8 @@ static CUresult snapshot_launch(const call_t *c, config_t *cfg, func_t *fi, cons
         int cache, carveout;
         settings_of(fi, &cache, &carveout);
         fprintf(f, "{\"ev\":\"%s\",\"id\":%d,\"recorded\":1,\"of\":%d,\"from\":%llu,"
-                "\"name\":", check ? "check" : "config", cfg->id, cfg->root, cfg->from);
+                "\"at\":%llu,\"name\":", check ? "check" : "config", cfg->id, cfg->root,
+                cfg->from, cfg->at);
         emit_string(f, name);
         fprintf(f, ",\"cache\":%d,\"carveout\":%d,\"coop\":%d", cache, carveout, c->coop);
         fprintf(f, ",\"image\":%d,\"grid\":[%u,%u,%u],\"block\":[%u,%u,%u],\"shm\":%u,"
@@ -1428,53 +1478,20 @@ static int settle(void) {
     return !faulted_;
 }
 
-/* Whether the launch `c`, the key's `key_nth`, begins a stratum (R3_RECORD_STRATA): the key
- * has room for one more, its newest stratum `cfg` was snapshotted and checked, the key's
- * launches have doubled since that stratum began, and the arguments differ from its first
- * launch's (a launch with the same arguments does the same work). */
-static int stratum_due(const config_t *root, const config_t *cfg, unsigned long long key_nth,
-                       const call_t *c) {
-    if (root->strata >= strata_ || !cfg->recorded || !cfg->ref_known || write_errno_ || !d_sync)
-        return 0;
-    if (checks_ && !cfg->checked) return 0;
-    unsigned long long at = 2 * cfg->from;
-    if (key_nth < (at < 4 ? 4 : at)) return 0;
-    return !same_args(cfg, c);
-}
-
-/* Snapshot the launch `c` as a new stratum of *cfg's key (its first launch, as a new
- * configuration's is): 1 with the launch's result in *rc, and *cfg the stratum; 0 where the
- * snapshot was declined (the budget), and the key makes no more strata; -1 where the queued
- * work faulted before it (the launch must pass through).  Launches count toward the newest
- * matching configuration from here on. */
-static int take_stratum(const call_t *c, config_t **cfg, unsigned long long key_nth,
-                        unsigned long long nth, CUresult *rc) {
-    int root_id = (*cfg)->root, old_id = (*cfg)->id;
-    func_t *fi = func_lookup(c->f);
-    if (!settle()) return -1;
+/* Start a stratum of *cfg's key at this launch, the key's `key_nth` (its line's pair
+ * `pair`): a configuration of the same grid and block that this launch and the later ones
+ * count toward, its launch `snap` to be snapshotted as its first.  *cfg becomes it. */
+static void begin_stratum(config_t **cfg, unsigned long long key_nth, unsigned long long snap) {
+    int old_id = (*cfg)->id, root_id = (*cfg)->root;
     GROW(configs_, nconfigs_, capconfigs_);
     config_t *old = &configs_[old_id], *s = &configs_[nconfigs_];
     memset(s, 0, sizeof *s);
     s->func = old->func; s->shm = old->shm; s->fidx = old->fidx;
     memcpy(s->g, old->g, sizeof s->g); memcpy(s->b, old->b, sizeof s->b);
-    s->id = (int)nconfigs_++; s->root = root_id; s->from = key_nth; s->count = 1;
-    /* the launch was counted toward the stratum it ended: it is this one's */
-    old->count--;
-    const char *name = config_name(old);
-    int declined = 0;
-    *rc = snapshot_launch(c, s, fi, name ? name : "unknown_kernel", 0, 0, nth, &declined);
-    config_t *root = &configs_[root_id];
-    if (declined) {
-        nconfigs_--;
-        configs_[old_id].count++;
-        root->strata = strata_;  /* no more tries: the budget would decline them too */
-        *cfg = &configs_[old_id];
-        return 0;
-    }
-    s->recorded = 1;
-    root->strata++;
+    s->id = (int)nconfigs_++; s->root = root_id; s->from = key_nth; s->snap_at = snap;
+    s->count = 1;
+    old->count--;  /* the launch was counted toward the stratum it ends */
     *cfg = s;
-    return 1;
 }
 
 /* A launch after a fault passes through untouched, counted: the application gets the
@@ -1508,8 +1525,9 @@ static void emit_unrecorded(const config_t *cfg, const char *name, const char *w
     int budget = !strcmp(why, "budget");
     open_index();
     if (!index_) return;
-    fprintf(index_, "{\"ev\":\"config\",\"id\":%d,\"recorded\":0,\"why\":\"%s\",\"need\":%llu,"
-            "\"reserve\":%llu,\"name\":", cfg->id, why,
+    fprintf(index_, "{\"ev\":\"config\",\"id\":%d,\"recorded\":0,\"of\":%d,\"from\":%llu,"
+            "\"why\":\"%s\",\"need\":%llu,\"reserve\":%llu,\"name\":", cfg->id, cfg->root,
+            cfg->from, why,
             budget ? (unsigned long long)budget_need_ : 0ULL,
             budget ? (unsigned long long)budget_reserve_ : 0ULL);
     emit_string(index_, name ? name : "unknown_kernel");
@@ -1561,7 +1579,8 @@ static CUresult on_launch(const call_t *c) {
         cfg = &configs_[nconfigs_];
         memset(cfg, 0, sizeof *cfg);
         cfg->func = c->f; cfg->id = (int)nconfigs_++; cfg->shm = c->shm;
-        cfg->root = cfg->id; cfg->from = 1; cfg->key_launches = 1;
+        cfg->root = cfg->id; cfg->from = 1; cfg->at = 1; cfg->key_launches = 1;
+        cfg->strata = strata_of(name, c->g, c->b, c->shm);
         cfg->fidx = fi ? (long)(fi - funcs_) : -1;
         memcpy(cfg->g, c->g, sizeof cfg->g); memcpy(cfg->b, c->b, sizeof cfg->b);
         cfg->count = 1;
@@ -1585,13 +1604,29 @@ static CUresult on_launch(const call_t *c) {
     {
         config_t *root = &configs_[cfg->root];
         unsigned long long key_nth = ++root->key_launches;
-        if (stratum_due(root, cfg, key_nth, c)) {
-            CUresult src = CUDA_SUCCESS;
-            int taken = take_stratum(c, &cfg, key_nth, nth, &src);
-            if (taken < 0) return pass_after_fault(c);
-            if (taken) {
-                pthread_mutex_unlock(&lock_);
-                return src;
+        const strata_t *plan = root->strata;
+        if (plan && root->next < plan->n && key_nth == plan->begin[root->next]) {
+            unsigned long long snap = plan->snap[root->next];
+            root->next++;
+            begin_stratum(&cfg, key_nth, snap);  /* configs_ may move: root is not read again */
+        }
+        if (cfg->snap_at && key_nth == cfg->snap_at) {
+            cfg->snap_at = 0;
+            func_t *fi = func_lookup(c->f);
+            const char *name = config_name(cfg);
+            if (write_errno_ || !d_sync) {
+                emit_unrecorded(cfg, name, write_errno_ ? "write_error" : "kernel");
+            } else {
+                if (!settle()) return pass_after_fault(c);
+                cfg->at = key_nth;
+                CUresult src = snapshot_launch(c, cfg, fi, name ? name : "unknown_kernel", 0, 0,
+                                               nth, &declined);
+                if (!declined) {
+                    cfg->recorded = 1;
+                    pthread_mutex_unlock(&lock_);
+                    return src;
+                }
+                emit_unrecorded(cfg, name, "budget");
             }
         }
     }
@@ -2055,6 +2090,10 @@ static void finish(int harvest_events) {
     if (finished_) { pthread_mutex_unlock(&lock_); return; }
     if (harvest_events) harvest(1);
     if (index_ && index_pid_ == getpid()) {
+        /* a stratum whose launch to snapshot never came: counted and timed, not recorded */
+        for (size_t i = 0; i < nconfigs_; i++)
+            if (configs_[i].snap_at) emit_unrecorded(&configs_[i], config_name(&configs_[i]),
+                                                     "stratum");
         fputs("{\"ev\":\"profile\",\"configs\":[", index_);
         for (size_t i = 0; i < nconfigs_; i++) {
             config_t *k = &configs_[i];

@@ -1,0 +1,81 @@
+"""Which launches ``r3 record --strata-from REC`` snapshots as strata (docs/app-recording.md).
+
+A replay reproduces a configuration's first launch.  Where the configuration's other launches
+took, on average, more or less device time than the launches with that first launch's
+arguments (:func:`~r3tui.domain.other_launches_differ`, read from REC's ``recording.json``),
+they do other work, and a speedup measured on the first launch does not hold for them:
+Rodinia gaussian's Fan2 runs 4095 launches of one configuration, one elimination step each,
+and its winner's 10.9x on the first step was 20.0x over all of them (H100, session 45).
+
+Such a configuration's launches are cut into ``windows`` runs of equal length.  The first run
+keeps the first launch as its snapshot; each later run is a stratum that begins at its first
+launch and is snapshotted at its middle one, so the launch replayed stands for the run around
+it.  The interposer reads the choice from ``R3_RECORD_STRATA_FILE``: a line a configuration,
+``entry gx gy gz bx by bz shm begin snapshot begin snapshot ...``.  The launch numbers are
+REC's; an application that launches the same sequence again (as a deterministic program does)
+meets them.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from pathlib import Path
+from typing import Any
+
+from r3tui.domain import LaunchTimes, other_launches_differ
+from r3tui.errors import R3Error
+
+DEFAULT_WINDOWS = 4
+STRATA_FILE = "strata.txt"  # beside the recording: what the interposer was given
+
+
+def windows_of(count: int, windows: int) -> list[tuple[int, int]]:
+    """(begin, snapshot) launch numbers of the strata after the first of ``count`` launches
+    cut into ``windows`` runs of equal length (within one launch): each run's first launch
+    and its middle one."""
+    starts = [1 + round(k * count / windows) for k in range(windows)] + [count + 1]
+    return [(begin, begin + (end - begin) // 2)
+            for begin, end in itertools.pairwise(starts[1:]) if end > begin]
+
+
+def strata_lines(recording: dict[str, Any], windows: int) -> list[str]:
+    """The lines of the strata file for the configurations of ``recording`` (a parsed
+    ``recording.json``) whose other launches do other work, with at least two launches a
+    window."""
+    lines = []
+    for kernel in recording.get("kernels", []):
+        for c in kernel.get("configs", []):
+            same = c.get("same_args")
+            times = LaunchTimes(int(same["count"]), float(same["time_s"]),
+                                int(same["timed"])) if same else None
+            count = int(c.get("count", 0))
+            if count < 2 * windows or other_launches_differ(
+                    count, float(c.get("device_time_s", 0.0)), times) is None:
+                continue
+            pairs = windows_of(count, windows)
+            geometry = [*c["grid"], *c["block"], int(c.get("shared_mem_bytes", 0))]
+            lines.append(" ".join([str(kernel["entry_point"]), *map(str, geometry),
+                                   *(f"{b} {s}" for b, s in pairs)]))
+    return lines
+
+
+def read_strata_source(directory: Path, windows: int) -> list[str]:
+    """:func:`strata_lines` of the recording in ``directory``; a one-line :class:`R3Error`
+    where it is not one, or ``windows`` is below 2."""
+    if windows < 2:
+        raise R3Error(f"--strata must be 2 or more, not {windows}")
+    path = directory / "recording.json"
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise R3Error(f"--strata-from {directory}: not an application recording (no "
+                      "recording.json)", hint="record one with `r3 record -- ./app ARGS`") from None
+    except (OSError, ValueError) as exc:
+        raise R3Error(f"--strata-from: cannot read {path}: {exc}") from None
+    if not isinstance(data, dict) or data.get("format_version") != 1:
+        raise R3Error(f"--strata-from: {path} is not a format_version 1 application recording")
+    try:
+        return strata_lines(data, windows)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise R3Error(f"--strata-from: {path} has a malformed configuration: {exc}") from None
