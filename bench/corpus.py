@@ -433,6 +433,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     r.add_argument("--runs", type=int, default=5, help="r3 apply --runs")
     r.add_argument("--max-runs", type=int, default=10, help="r3 apply --max-runs")
     r.add_argument("-j", "--jobs", type=int, default=8, help="make -j for r3 apply's builds")
+    r.add_argument("--strata", type=int, default=0, metavar="N",
+                   help="record again with --strata-from the first recording and --strata N "
+                   "where its later launches do other work (0: never)")
     for name in ("record", "tune", "apply"):
         r.add_argument(f"--{name}-args", type=shlex.split, default=[],
                        help=f"more options for r3 {name} (one quoted string)")

@@ -145,9 +145,27 @@ def stage_record(recipe: Recipe, state: dict[str, Any], ctx: StageContext) -> st
                    str(STATE / "r3.sqlite"), *ctx.args.record_args,
                    "--", *app_argv(recipe))
     steps["record"] = run_step(argv, root, ctx.left())
+    if ctx.args.strata and steps["record"]["status"] == "ok" and _strata_due(rec, ctx.args.strata):
+        # the first recording says later launches do other work: again, with strata
+        steps["record_first"] = steps["record"]
+        argv = [*argv[:-len(app_argv(recipe)) - 1], "--strata-from", str(rec), "--strata",
+                str(ctx.args.strata), "--", *app_argv(recipe)]
+        steps["record"] = run_step(argv, root, ctx.left())
     steps["record"]["recording"] = str(rec)
     steps["record"]["summary"] = recording_summary(rec)
     return None
+
+
+def _strata_due(rec: Path, windows: int) -> bool:
+    """Whether the recording in ``rec`` has a configuration whose later launches do other
+    work (r3 record --strata-from would record strata of it)."""
+    from r3tui.errors import R3Error
+    from r3tui.record.strata import read_strata_source
+
+    try:
+        return bool(read_strata_source(rec, windows))
+    except R3Error:
+        return False
 
 
 def _tune(step: str, extra: Sequence[str]) -> Callable[

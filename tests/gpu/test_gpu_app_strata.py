@@ -1,12 +1,14 @@
-"""Strata of one configuration, on the GPU: `r3 record --strata N` snapshots later launches
-whose arguments differ (docs/app-recording.md), and tune-app re-times its winner on them.
+"""Strata on the GPU: `r3 record --strata-from` re-records a run whose later launches do other
+work (docs/app-recording.md), and tune-app re-times its winner on every stratum.
 
-tests/gpu/apps/rows_app runs an elimination step 64 times with one grid and block, each launch
-with the next step ``k`` as an argument, so later launches have less work (Rodinia gaussian's
-Fan2, whose first launch mispredicted the whole by 42% in session 45).  With three strata the
-recording holds four configurations of one grid and block, begun at launches 1, 4, 8 and 16,
-each replayable with its check launch, whose device times add up to the kernel's; tune-app
-tunes the one with the most device time and says what its winner did on the others.
+tests/gpu/apps/rows_app runs an elimination step 768 times with one grid and block, each
+launch with the next step ``k`` as an argument, so later launches have less work (Rodinia
+gaussian's Fan2, whose first launch mispredicted the whole by 42% in session 45).  The first
+recording says its other launches took less time than the replayed first one; recorded again
+from it, the configuration is four strata of one grid and block, begun at launches 1, 193, 385
+and 577 and each snapshotted at its middle launch, replayable with its check launch, whose
+device times add up to the kernel's; tune-app tunes the one with the most device time and
+says what its winner did on the others.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from tests.gpu.test_gpu_app_search import r3
 pytestmark = pytest.mark.gpu
 
 APP = Path(__file__).resolve().parent / "apps" / "rows_app"
-ARGS = ("512", "64")
+ARGS = ("1024", "768")
 
 
 def test_later_launches_doing_other_work_are_recorded_as_strata_and_checked(
@@ -35,20 +37,28 @@ def test_later_launches_doing_other_work_are_recorded_as_strata_and_checked(
     built = subprocess.run(["make"], cwd=app, capture_output=True, text=True, timeout=300)
     assert built.returncode == 0, built.stdout + built.stderr
 
-    db, rec = tmp_path / "r3.sqlite", tmp_path / "rec"
-    recorded = r3("record", "--out", str(rec), "--source", str(app), "--db", str(db),
-                  "--strata", "3", "--", "./rows_app", *ARGS, cwd=app)
+    db, first, rec = tmp_path / "r3.sqlite", tmp_path / "first", tmp_path / "rec"
+    recorded = r3("record", "--out", str(first), "--source", str(app), "--db", str(db), "--",
+                  "./rows_app", *ARGS, cwd=app)
     assert recorded.returncode == 0, recorded.stdout + recorded.stderr
-    data = json.loads((rec / "recording.json").read_text())
-    (kernel,) = data["kernels"]
+    (kernel,) = json.loads((first / "recording.json").read_text())["kernels"]
+    (config,) = kernel["configs"]
+    assert config["count"] == 768 and config["same_args"]["count"] == 1, config
+    recorded = r3("record", "--out", str(rec), "--source", str(app), "--db", str(db),
+                  "--strata-from", str(first), "--", "./rows_app", *ARGS, cwd=app)
+    assert recorded.returncode == 0, recorded.stdout + recorded.stderr
+    assert (rec / "strata.txt").read_text().split()[8:] == [
+        "193", "289", "385", "481", "577", "673"]
+    (kernel,) = json.loads((rec / "recording.json").read_text())["kernels"]
     configs = sorted(kernel["configs"], key=lambda c: c["from_launch"])
-    assert [(c["from_launch"], c["count"]) for c in configs] == [
-        (1, 3), (4, 4), (8, 8), (16, 48)], configs
+    assert [(c["from_launch"], c["snapshot_launch"], c["count"]) for c in configs] == [
+        (1, 1, 192), (193, 289, 192), (385, 481, 192), (577, 673, 192)], configs
     assert len({(tuple(c["grid"]), tuple(c["block"])) for c in configs}) == 1
     assert all(c["replayable"] and c["check_launch"] for c in configs), configs
     assert sum(c["device_time_s"] for c in configs) == pytest.approx(kernel["device_time_s"])
-    # each step is another argument: a stratum's recorded arguments recur in its first alone
-    assert all(c["same_args"]["count"] == 1 for c in configs), configs
+    # the later the stratum, the less work its launches do
+    times = [c["device_time_s"] for c in configs]
+    assert times == sorted(times, reverse=True), times
 
     tuned = r3("tune-app", str(rec), "--top", "1", "--inner-only", "--budget", "6",
                "--check-configs", "3", "--db", str(db), cwd=tmp_path)
@@ -56,10 +66,9 @@ def test_later_launches_doing_other_work_are_recorded_as_strata_and_checked(
     plan = json.loads((rec / "tune-app.json").read_text())
     (outcome,) = plan["kernels"]
     target = next(c for c in configs if c["bundle"] == outcome["bundle"])
-    assert target["device_time_s"] == max(c["device_time_s"] for c in configs)
+    assert target["from_launch"] == 1  # the most device time: the first steps, most work
     if outcome["checks"]:  # a winner beyond the noise: re-timed on the other strata
-        assert sorted(c["from_launch"] for c in outcome["checks"]) == sorted(
-            c["from_launch"] for c in configs if c is not target)
+        assert sorted(c["from_launch"] for c in outcome["checks"]) == [193, 385, 577]
         assert all(c.get("speedup") is not None and not c.get("failed")
                    for c in outcome["checks"]), outcome["checks"]
-        assert "from launch" in tuned.stdout
+        assert "from launch 193" in tuned.stdout

@@ -130,3 +130,52 @@ def test_the_prediction_error_names_its_program_and_what_its_prediction_said() -
         "corpus_prediction_error_pct: 5.4  (hotspot3D: predicted 1.180, measured 1.116)"]
     assert prediction_error_lines([unmeasured])[0].endswith("has a measured kernel time)")
     assert prediction_error_lines([])[0].endswith("(nothing shipped yet)")
+
+
+def test_a_recording_whose_later_launches_do_other_work_is_made_again_with_strata(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """With --strata N the record step records a second time, --strata-from the first, where
+    the first says a configuration's later launches do other work (gaussian's Fan2), and
+    once where it does not."""
+    import json
+
+    recipe = RECIPES[0]
+    root = tmp_path / "corpus" / recipe.name
+    (root / recipe.binary).parent.mkdir(parents=True, exist_ok=True)
+    (root / recipe.binary).write_text("")
+    for spec in recipe.inputs:
+        (root / spec.path).parent.mkdir(parents=True, exist_ok=True)
+        (root / spec.path).write_text("")
+    monkeypatch.setattr(corpus_stages, "CORPUS", tmp_path / "corpus")
+    monkeypatch.setattr(corpus_stages, "STATE", tmp_path / "state")
+    seen: list[list[str]] = []
+    same = {"count": 1, "time_s": 0.004, "timed": 1}
+
+    def step(argv: list[str], cwd: Path, timeout_s: float) -> dict[str, Any]:
+        seen.append(list(argv))
+        rec = Path(argv[argv.index("--out") + 1])
+        rec.mkdir(parents=True, exist_ok=True)
+        config = {"grid": [8, 8, 1], "block": [4, 4, 1], "count": 100, "device_time_s": 0.1,
+                  "same_args": same}
+        (rec / "recording.json").write_text(json.dumps({"format_version": 1, "kernels": [
+            {"entry_point": "_Z4Fan2Pf", "configs": [config]}]}))
+        return {"status": "ok", "stdout_tail": []}
+
+    monkeypatch.setattr(corpus_stages, "run_step", step)
+    args = argparse.Namespace(stage="record", record_args=["--max-configs", "6"], strata=4,
+                              plain_runs=1)
+    state = {"program": recipe.name, "steps": {"plain": {"status": "ok", "median_wall_s": 1.0}}}
+    context = corpus.StageContext(args, time.perf_counter() + 3600)
+    assert corpus_stages.stage_record(recipe, state, context) is None
+    first, second = seen
+    assert "--strata-from" not in first
+    at = second.index("--strata-from")
+    assert second[at + 1] == first[first.index("--out") + 1]
+    assert second[at + 2:at + 4] == ["--strata", "4"]
+    assert second[second.index("--") + 1:] == first[first.index("--") + 1:]
+    assert state["steps"]["record_first"]["status"] == "ok"
+    # every launch as long as the first: recorded once
+    seen.clear()
+    same = {"count": 1, "time_s": 0.001, "timed": 1}
+    assert corpus_stages.stage_record(recipe, state, context) is None
+    assert len(seen) == 1
