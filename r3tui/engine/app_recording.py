@@ -83,7 +83,8 @@ class RecordedConfig:
                 f"the {self.count} launches of its configuration, and the others took "
                 f"{others * 1e6:.1f} us a launch against its {replayed * 1e6:.1f} us: they "
                 "do other work, which the prediction takes to gain what the replayed launch "
-                "gains, so it may be far off")
+                "gains, so it may be far off (`r3 record --strata-from` this recording "
+                "records them as strata, whose gains the prediction then counts)")
 
 
 @dataclass(frozen=True)
