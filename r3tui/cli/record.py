@@ -382,9 +382,26 @@ def cmd_record_app(args: argparse.Namespace) -> int:
         console.print(f"[yellow]{line}[/]", markup=True, highlight=False)
     for warning in recording.data["warnings"]:
         console.print(f"[yellow]warning:[/] {warning}")
+    from r3tui.record.strata import strata_lines
+
+    if args.strata_from is None and strata_lines(recording.data, args.strata):
+        # where a replay of the first launch stands for little of a configuration's time
+        names = _other_work_names(recording.data, args.strata)
+        console.print(f"[yellow]note:[/] later launches of {names} "
+                      "do other work than the one replayed (other arguments, other times); "
+                      f"`r3 record --strata-from {recording.out} --force ...` records strata "
+                      "of them, so that tune-app's prediction counts their gains")
     print(f"{recording.out / 'recording.json'}: {registered} replayable bundles "
           f"(registered in {args.db})")
     return 0
+
+
+def _other_work_names(data: dict[str, Any], windows: int) -> str:
+    """The kernels of ``data`` with a configuration strata would cut (names, joined)."""
+    from r3tui.record.strata import strata_lines
+
+    return ", ".join(str(k.get("name") or k["entry_point"]) for k in data["kernels"]
+                     if strata_lines({"kernels": [k]}, windows))
 
 
 def print_profile(data: dict[str, Any]) -> None:
@@ -404,8 +421,10 @@ def print_profile(data: dict[str, Any]) -> None:
         # the reason most of its other configurations share
         reasons = Counter(r for c in k["configs"] for r in c["reasons"]).most_common(1)
         verdict = f"{ok}/{n}" + (f" [red]({reasons[0][0]})[/]" if reasons else "")
+        strata = sum(int(c.get("from_launch") or 1) > 1 for c in k["configs"])
         table.add_row(k["name"], str(k["launches"]), f"{k['device_time_s'] * 1e3:.3f} ms",
-                      f"{k['device_time_s'] / total:.1%}", str(n), verdict)
+                      f"{k['device_time_s'] / total:.1%}",
+                      f"{n} ({strata} strata)" if strata else str(n), verdict)
     if graphs.get("launches"):
         table.add_row("(CUDA graphs)", str(graphs["launches"]),
                       f"{graph_time * 1e3:.3f} ms", f"{graph_time / total:.1%}", "-",

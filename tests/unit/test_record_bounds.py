@@ -500,3 +500,15 @@ def test_record_with_strata_from_an_earlier_recording(
         err = capsys.readouterr().err
         assert code == 2 and err.count("r3: error:") == 1 and "Traceback" not in err, err
         assert not (tmp_path / "bad").exists()
+
+
+def test_record_names_the_kernels_whose_later_launches_do_other_work() -> None:
+    from r3tui.cli.record import _other_work_names
+
+    varies = {"grid": [7, 1, 1], "block": [128, 1, 1], "count": 40, "device_time_s": 0.03,
+              "same_args": {"count": 10, "time_s": 0.02, "timed": 10}}
+    alike = {**varies, "same_args": {"count": 40, "time_s": 0.03, "timed": 40}}
+    data = {"kernels": [{"entry_point": "_Z3onePf", "name": "one(float*)", "configs": [varies]},
+                        {"entry_point": "_Z3twoPf", "name": "two(float*)", "configs": [alike]}]}
+    assert _other_work_names(data, 4) == "one(float*)"
+    assert _other_work_names(data, 21) == ""  # fewer than two launches a run
