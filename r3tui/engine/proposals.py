@@ -43,7 +43,8 @@ class ProposalRequest:
     repair_example: str | None = None  # its format example (MutationContext; None: "worked")
     example_names: str = "apart"  # the worked example's names (MutationContext.example_names)
     preference: tuple[str, ...] | None = None  # transformations, the one to try first first
-    transformation: str | None = None  # the one change asked for (a follow-up), by name
+    # the one change asked for (a follow-up), by name: its rule makes it, not the model
+    transformation: str | None = None
 
     @classmethod
     def repair_of(cls, index: int, failed: Variant, failure: str) -> ProposalRequest:
@@ -228,7 +229,10 @@ class ProposalSide:
             example_names=request.example_names,
             preference=request.preference,
         )
-        proposal = self.mutator.propose(context, rng)
+        if request.transformation is not None and wanted is not None and wanted.rule:
+            proposal = self.mutator.propose_rule(context, rng)  # a follow-up: the rule makes it
+        else:
+            proposal = self.mutator.propose(context, rng)
         return proposal, time.monotonic() - started
 
     def has_source(self, source: str) -> bool:

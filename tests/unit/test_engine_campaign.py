@@ -1150,24 +1150,27 @@ def test_block_moves_double_or_halve_one_axis_where_the_tiles_still_fit() -> Non
 
 
 def _rules_campaign(database: Database, settings: CampaignSettings, source: KernelSource,
-                    launch: LaunchInfo, evaluator: type) -> tuple[int, CampaignRun]:
-    """A rules-only campaign of ``source`` run to its end with a fake replay ``evaluator``."""
+                    launch: LaunchInfo, evaluator: type,
+                    backend: object = None) -> tuple[int, CampaignRun]:
+    """A campaign of ``source`` run to its end with a fake replay ``evaluator`` (rules only
+    without a ``backend``)."""
     cid = new_campaign(database, settings)
     run = CampaignRun(database, cid, settings, source, launch, DeviceLimits(),
-                      make_mutator_from(settings, None), evaluator)
+                      make_mutator_from(settings, backend), evaluator)
     run.run()
     return cid, run
 
 
-def _sgemm_campaign(tmp_path: Path, **changes: object) -> list:
-    """A rules-only campaign on sgemm (recorded 16x16 over 1024x1024) with a fake replay."""
+def _sgemm_campaign(tmp_path: Path, backend: object = None, **changes: object) -> list:
+    """A campaign on sgemm (recorded 16x16 over 1024x1024) with a fake replay."""
     sgemm = KernelSource((REPO / "examples/sgemm/kernel.cu").read_text(), "sgemm")
     launch = LaunchInfo(grid=Dim3(64, 64), block=Dim3(16, 16), work=Dim3(1024, 1024),
                         block_tunable=True)
     settings = replace(SETTINGS, variants=6, inner_trials=2, seed_trials=3, **changes)
     tmp_path.mkdir(parents=True, exist_ok=True)
     database = open_database(tmp_path / "c.sqlite")
-    cid, _ = _rules_campaign(database, settings, sgemm, launch, CompiledCostEvaluator)
+    cid, _ = _rules_campaign(database, settings, sgemm, launch, CompiledCostEvaluator,
+                             backend)
     with database.session_scope() as s:
         variants = repo.campaign_variants(s, cid)
     database.close()
@@ -1198,3 +1201,29 @@ def test_a_register_blocked_child_is_followed_at_once_by_a_tile_of_its_loop(
                    and any(b.id == v.parent_id and b.operator == "register_blocking"
                            for b in off) for v in off)
     assert CampaignSettings.from_json({"variants": 1}).follow_up is False  # stored before it
+
+
+def test_a_follow_up_is_the_rules_change_even_where_the_model_makes_every_proposal(
+        tmp_path: Path) -> None:
+    import random
+
+    from r3tui.domain import Variant
+    from r3tui.engine.proposals import ProposalRequest
+    from r3tui.remix.rules import apply_rule
+
+    settings = model_settings(2)  # every proposal to the model
+    database = open_database(tmp_path / "c.sqlite")
+    cid = new_campaign(database, settings)
+    model = ScriptedBackend([])
+    run = make_run(database, cid, settings, backend=model)
+    text = (REPO / "examples/sgemm/kernel.cu").read_text()
+    blocked = next(c.source for c in (apply_rule("coarsen", text, "sgemm", random.Random(s))
+                                      for s in range(20))
+                   if c.source and "R3_CF_X" in c.source and "R3_CF_Y" in c.source)
+    parent = Variant(cid, blocked, VariantOrigin.RULE, operator="register_blocking", id=1)
+    run.seed_source = KernelSource(text, "sgemm")
+    proposal, _ = run.generate_proposal(ProposalRequest(
+        7, 0, parent, None, (), transformation="shared_memory_tile"))
+    assert proposal.ok and proposal.origin is VariantOrigin.RULE, proposal
+    assert "R3_TILE" in (proposal.source or "") and model.prompts == []
+    database.close()
