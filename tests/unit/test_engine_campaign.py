@@ -1150,27 +1150,24 @@ def test_block_moves_double_or_halve_one_axis_where_the_tiles_still_fit() -> Non
 
 
 def _rules_campaign(database: Database, settings: CampaignSettings, source: KernelSource,
-                    launch: LaunchInfo, evaluator: type,
-                    backend: object = None) -> tuple[int, CampaignRun]:
-    """A campaign of ``source`` run to its end with a fake replay ``evaluator`` (rules only
-    without a ``backend``)."""
+                    launch: LaunchInfo, evaluator: type) -> tuple[int, CampaignRun]:
+    """A rules-only campaign of ``source`` run to its end with a fake replay ``evaluator``."""
     cid = new_campaign(database, settings)
     run = CampaignRun(database, cid, settings, source, launch, DeviceLimits(),
-                      make_mutator_from(settings, backend), evaluator)
+                      make_mutator_from(settings, None), evaluator)
     run.run()
     return cid, run
 
 
-def _sgemm_campaign(tmp_path: Path, backend: object = None, **changes: object) -> list:
-    """A campaign on sgemm (recorded 16x16 over 1024x1024) with a fake replay."""
+def _sgemm_campaign(tmp_path: Path, **changes: object) -> list:
+    """A rules-only campaign on sgemm (recorded 16x16 over 1024x1024) with a fake replay."""
     sgemm = KernelSource((REPO / "examples/sgemm/kernel.cu").read_text(), "sgemm")
     launch = LaunchInfo(grid=Dim3(64, 64), block=Dim3(16, 16), work=Dim3(1024, 1024),
                         block_tunable=True)
     settings = replace(SETTINGS, variants=6, inner_trials=2, seed_trials=3, **changes)
     tmp_path.mkdir(parents=True, exist_ok=True)
     database = open_database(tmp_path / "c.sqlite")
-    cid, _ = _rules_campaign(database, settings, sgemm, launch, CompiledCostEvaluator,
-                             backend)
+    cid, _ = _rules_campaign(database, settings, sgemm, launch, CompiledCostEvaluator)
     with database.session_scope() as s:
         variants = repo.campaign_variants(s, cid)
     database.close()
