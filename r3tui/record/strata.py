@@ -7,10 +7,11 @@ they do other work, and a speedup measured on the first launch does not hold for
 Rodinia gaussian's Fan2 runs 4095 launches of one configuration, one elimination step each,
 and its winner's 10.9x on the first step was 20.0x over all of them (H100, session 45).
 
-Such a configuration's launches are cut into ``windows`` runs of equal length.  The first run
-keeps the first launch as its snapshot; each later run is a stratum that begins at its first
-launch and is snapshotted at its middle one, so the launch replayed stands for the run around
-it.  The interposer reads the choice from ``R3_RECORD_STRATA_FILE``: a line a configuration,
+Such a configuration's launches are cut into ``windows`` runs of equal length, each a stratum
+that begins at its first launch and is snapshotted at its middle one, so the launch replayed
+stands for the run around it (the first run begins at the second launch: the first stays the
+configuration's own, alone).  The interposer reads the choice from
+``R3_RECORD_STRATA_FILE``: a line a configuration,
 ``entry gx gy gz bx by bz shm begin snapshot begin snapshot ...``.  The launch numbers are
 REC's; an application that launches the same sequence again (as a deterministic program does)
 meets them.
@@ -31,12 +32,14 @@ STRATA_FILE = "strata.txt"  # beside the recording: what the interposer was give
 
 
 def windows_of(count: int, windows: int) -> list[tuple[int, int]]:
-    """(begin, snapshot) launch numbers of the strata after the first of ``count`` launches
-    cut into ``windows`` runs of equal length (within one launch): each run's first launch
-    and its middle one."""
+    """(begin, snapshot) launch numbers of the strata of ``count`` launches cut into
+    ``windows`` runs of equal length (within one launch): each run's first launch and its
+    middle one.  The first run's stratum begins at the second launch: the first launch stays
+    the configuration's own (every recording snapshots it), alone."""
     starts = [1 + round(k * count / windows) for k in range(windows)] + [count + 1]
-    return [(begin, begin + (end - begin) // 2)
-            for begin, end in itertools.pairwise(starts[1:]) if end > begin]
+    return [(max(begin, 2), begin + (end - begin) // 2)
+            for begin, end in itertools.pairwise(starts)
+            if end > max(begin, 2) and begin + (end - begin) // 2 >= max(begin, 2)]
 
 
 def strata_lines(recording: dict[str, Any], windows: int) -> list[str]:

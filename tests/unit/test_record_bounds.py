@@ -456,11 +456,13 @@ def test_strata_are_chosen_where_the_earlier_recordings_later_launches_do_other_
         tmp_path: Path) -> None:
     from r3tui.record.strata import read_strata_source, strata_lines, windows_of
 
-    # gaussian's Fan2: 4095 launches in four runs, each later one snapshotted at its middle
-    assert windows_of(4095, 4) == [(1025, 1537), (2049, 2560), (3072, 3584)]
-    assert windows_of(40, 4) == [(11, 16), (21, 26), (31, 36)]
+    # gaussian's Fan2: 4095 launches in four runs, each snapshotted at its middle (the first
+    # from the second launch: the first launch stays the configuration's own)
+    assert windows_of(4095, 4) == [(2, 513), (1025, 1537), (2049, 2560), (3072, 3584)]
+    assert windows_of(40, 4) == [(2, 6), (11, 16), (21, 26), (31, 36)]
+    assert windows_of(4, 2) == [(2, 2), (3, 4)]
     varies = _earlier(tmp_path / "a", {"count": 10, "time_s": 0.02, "timed": 10})
-    assert read_strata_source(varies, 4) == ["_Z3onePf 7 1 1 128 1 1 0 11 16 21 26 31 36"]
+    assert read_strata_source(varies, 4) == ["_Z3onePf 7 1 1 128 1 1 0 2 6 11 16 21 26 31 36"]
     # the same time a launch (swapped pointers), every launch alike, or nothing known: none
     for same in ({"count": 20, "time_s": 0.015, "timed": 20},
                  {"count": 40, "time_s": 0.03, "timed": 40}, None):
@@ -486,12 +488,15 @@ def test_record_with_strata_from_an_earlier_recording(
                  "--", str(bounds_program), "strata"])
     assert code == 0, capsys.readouterr().err
     assert "strata: 1 configuration(s) of" in capsys.readouterr().err
-    assert (out / "strata.txt").read_text() == "_Z3onePf 7 1 1 128 1 1 0 11 16 21 26 31 36\n"
+    assert (out / "strata.txt").read_text() == \
+        "_Z3onePf 7 1 1 128 1 1 0 2 6 11 16 21 26 31 36\n"
     data = json.loads((out / "recording.json").read_text())
     (one,) = [k for k in data["kernels"] if k["entry_point"] == "_Z3onePf"]
     assert [(c["from_launch"], c["snapshot_launch"], c["count"]) for c in one["configs"]] == [
-        (1, 1, 10), (11, 16, 10), (21, 26, 10), (31, 36, 10)]
+        (1, 1, 1), (2, 6, 9), (11, 16, 10), (21, 26, 10), (31, 36, 10)]
     assert all(c["replayable"] for c in one["configs"])
+    # each stratum with its check launch; the first launch alone has none
+    assert [c["check_launch"] for c in one["configs"]] == [False, True, True, True, True]
     # bad input: one line, exit 2, nothing recorded
     for argv in (["--strata-from", str(tmp_path / "none")],
                  ["--strata-from", str(earlier), "--strata", "1"]):
