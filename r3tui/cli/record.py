@@ -382,11 +382,9 @@ def cmd_record_app(args: argparse.Namespace) -> int:
         console.print(f"[yellow]{line}[/]", markup=True, highlight=False)
     for warning in recording.data["warnings"]:
         console.print(f"[yellow]warning:[/] {warning}")
-    from r3tui.record.strata import strata_lines
-
-    if args.strata_from is None and strata_lines(recording.data, args.strata):
+    names = _other_work_names(recording.data)
+    if args.strata_from is None and names:
         # where a replay of the first launch stands for little of a configuration's time
-        names = _other_work_names(recording.data, args.strata)
         console.print(f"[yellow]note:[/] later launches of {names} "
                       "do other work than the one replayed (other arguments, other times); "
                       f"`r3 record --strata-from {recording.out} --force ...` records strata "
@@ -396,12 +394,13 @@ def cmd_record_app(args: argparse.Namespace) -> int:
     return 0
 
 
-def _other_work_names(data: dict[str, Any], windows: int) -> str:
-    """The kernels of ``data`` with a configuration strata would cut (names, joined)."""
-    from r3tui.record.strata import strata_lines
+def _other_work_names(data: dict[str, Any]) -> str:
+    """The kernels of ``data`` with a configuration whose launches with other arguments than
+    the replayed one took another time a launch (names, joined)."""
+    from r3tui.record.strata import does_other_work
 
     return ", ".join(str(k.get("name") or k["entry_point"]) for k in data["kernels"]
-                     if strata_lines({"kernels": [k]}, windows))
+                     if any(does_other_work(c) for c in k["configs"]))
 
 
 def print_profile(data: dict[str, Any]) -> None:

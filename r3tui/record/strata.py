@@ -2,8 +2,9 @@
 
 A replay reproduces a configuration's first launch.  Where the configuration's other launches
 took, on average, more or less device time than the launches with that first launch's
-arguments (:func:`~r3tui.domain.other_launches_differ`, read from REC's ``recording.json``),
-they do other work, and a speedup measured on the first launch does not hold for them:
+arguments (:func:`~r3tui.domain.other_launches_differ`, read from REC's ``recording.json``), or
+most of them had other arguments, they can do other work, and a speedup measured on the first
+launch need not hold for them:
 Rodinia gaussian's Fan2 runs 4095 launches of one configuration, one elimination step each,
 and its winner's 10.9x on the first step was 20.0x over all of them (H100, session 45).
 
@@ -42,20 +43,44 @@ def windows_of(count: int, windows: int) -> list[tuple[int, int]]:
             if end > max(begin, 2) and begin + (end - begin) // 2 >= max(begin, 2)]
 
 
+def _same_args(config: dict[str, Any]) -> LaunchTimes | None:
+    same = config.get("same_args")
+    return LaunchTimes(int(same["count"]), float(same["time_s"]), int(same["timed"])) \
+        if same else None
+
+
+def does_other_work(config: dict[str, Any]) -> bool:
+    """Whether a configuration of ``recording.json`` took, in its launches with other
+    arguments than the replayed one, another time a launch (the other launches do other
+    work: what ``r3 record`` notes and tune-app calls an uncertain prediction)."""
+    return other_launches_differ(int(config.get("count", 0)),
+                                 float(config.get("device_time_s", 0.0)),
+                                 _same_args(config)) is not None
+
+
+def wants_strata(config: dict[str, Any], windows: int) -> bool:
+    """Whether strata are recorded of a configuration of ``recording.json``: at least two
+    launches a window, and its other launches took another time a launch
+    (:func:`does_other_work`) or most of its launches had other arguments than the replayed
+    one.  The second stands where the original's time is set by its grid and not by the
+    work the arguments give it (many blocks that return at once), while a change that
+    launches fewer blocks gains with less work."""
+    same = _same_args(config)
+    count = int(config.get("count", 0))
+    if count < 2 * windows or same is None:
+        return False
+    return does_other_work(config) or 2 * same.count < count
+
+
 def strata_lines(recording: dict[str, Any], windows: int) -> list[str]:
     """The lines of the strata file for the configurations of ``recording`` (a parsed
-    ``recording.json``) whose other launches do other work, with at least two launches a
-    window."""
+    ``recording.json``) that want strata (:func:`wants_strata`)."""
     lines = []
     for kernel in recording.get("kernels", []):
         for c in kernel.get("configs", []):
-            same = c.get("same_args")
-            times = LaunchTimes(int(same["count"]), float(same["time_s"]),
-                                int(same["timed"])) if same else None
-            count = int(c.get("count", 0))
-            if count < 2 * windows or other_launches_differ(
-                    count, float(c.get("device_time_s", 0.0)), times) is None:
+            if not wants_strata(c, windows):
                 continue
+            count = int(c["count"])
             pairs = windows_of(count, windows)
             geometry = [*c["grid"], *c["block"], int(c.get("shared_mem_bytes", 0))]
             lines.append(" ".join([str(kernel["entry_point"]), *map(str, geometry),

@@ -463,11 +463,16 @@ def test_strata_are_chosen_where_the_earlier_recordings_later_launches_do_other_
     assert windows_of(4, 2) == [(2, 2), (3, 4)]
     varies = _earlier(tmp_path / "a", {"count": 10, "time_s": 0.02, "timed": 10})
     assert read_strata_source(varies, 4) == ["_Z3onePf 7 1 1 128 1 1 0 2 6 11 16 21 26 31 36"]
-    # the same time a launch (swapped pointers), every launch alike, or nothing known: none
+    # half the launches with the replayed arguments and the same time a launch (swapped
+    # pointers), every launch alike, or nothing known: none
     for same in ({"count": 20, "time_s": 0.015, "timed": 20},
                  {"count": 40, "time_s": 0.03, "timed": 40}, None):
         assert read_strata_source(_earlier(tmp_path / str(len(list(tmp_path.iterdir()))),
                                            same), 4) == []
+    # most launches with other arguments at the same time a launch: the original's time may
+    # be set by its grid, not by the work a change gains with (strata, and no note)
+    counter = _earlier(tmp_path / "counter", {"count": 4, "time_s": 0.003, "timed": 4})
+    assert len(read_strata_source(counter, 4)) == 1
     # fewer than two launches a run
     data = json.loads((varies / "recording.json").read_text())
     assert strata_lines(data, 21) == []
@@ -513,7 +518,10 @@ def test_record_names_the_kernels_whose_later_launches_do_other_work() -> None:
     varies = {"grid": [7, 1, 1], "block": [128, 1, 1], "count": 40, "device_time_s": 0.03,
               "same_args": {"count": 10, "time_s": 0.02, "timed": 10}}
     alike = {**varies, "same_args": {"count": 40, "time_s": 0.03, "timed": 40}}
+    # most launches with other arguments, each as long: an iteration counter, not noted
+    counter = {**varies, "same_args": {"count": 4, "time_s": 0.003, "timed": 4}}
     data = {"kernels": [{"entry_point": "_Z3onePf", "name": "one(float*)", "configs": [varies]},
-                        {"entry_point": "_Z3twoPf", "name": "two(float*)", "configs": [alike]}]}
-    assert _other_work_names(data, 4) == "one(float*)"
-    assert _other_work_names(data, 21) == ""  # fewer than two launches a run
+                        {"entry_point": "_Z3twoPf", "name": "two(float*)", "configs": [alike]},
+                        {"entry_point": "_Z5threePf", "name": "three(float*)",
+                         "configs": [counter]}]}
+    assert _other_work_names(data) == "one(float*)"
