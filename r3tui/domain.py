@@ -255,6 +255,13 @@ class LaunchTimes:
     def mean_s(self) -> float | None:
         return self.time_s / self.timed if self.timed else None
 
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any] | None) -> LaunchTimes | None:
+        """``{"count", "time_s", "timed"}`` as ``recording.json`` keeps them (None: none)."""
+        if data is None:
+            return None
+        return cls(int(data["count"]), float(data["time_s"]), int(data["timed"]))
+
 
 # how far (a fraction) the other launches' mean device time may be from the replayed
 # launch's before they are said to do other work (other_launches_differ)

@@ -216,7 +216,7 @@ def load_recording(directory: Path) -> AppRecording:
                     directory / c["bundle"] if c.get("bundle") else None,
                     bool(c.get("replayable", False)),
                     tuple(str(r) for r in c.get("reasons", ())),
-                    same_args=_launch_times(c.get("same_args")),
+                    same_args=LaunchTimes.from_json(c.get("same_args")),
                     from_launch=int(c.get("from_launch") or 1),
                 )
                 for c in _field(k, "configs", where)
@@ -262,12 +262,6 @@ def load_recording(directory: Path) -> AppRecording:
         tuple(str(w) for w in data.get("warnings", ())),
         graph_time,
     )
-
-
-def _launch_times(data: dict[str, Any] | None) -> LaunchTimes | None:
-    if data is None:
-        return None
-    return LaunchTimes(int(data["count"]), float(data["time_s"]), int(data["timed"]))
 
 
 

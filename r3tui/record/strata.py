@@ -43,19 +43,13 @@ def windows_of(count: int, windows: int) -> list[tuple[int, int]]:
             if end > max(begin, 2) and begin + (end - begin) // 2 >= max(begin, 2)]
 
 
-def _same_args(config: dict[str, Any]) -> LaunchTimes | None:
-    same = config.get("same_args")
-    return LaunchTimes(int(same["count"]), float(same["time_s"]), int(same["timed"])) \
-        if same else None
-
-
 def does_other_work(config: dict[str, Any]) -> bool:
     """Whether a configuration of ``recording.json`` took, in its launches with other
     arguments than the replayed one, another time a launch (the other launches do other
     work: what ``r3 record`` notes and tune-app calls an uncertain prediction)."""
+    same = LaunchTimes.from_json(config.get("same_args"))
     return other_launches_differ(int(config.get("count", 0)),
-                                 float(config.get("device_time_s", 0.0)),
-                                 _same_args(config)) is not None
+                                 float(config.get("device_time_s", 0.0)), same) is not None
 
 
 def wants_strata(config: dict[str, Any], windows: int) -> bool:
@@ -65,7 +59,7 @@ def wants_strata(config: dict[str, Any], windows: int) -> bool:
     one.  The second stands where the original's time is set by its grid and not by the
     work the arguments give it (many blocks that return at once), while a change that
     launches fewer blocks gains with less work."""
-    same = _same_args(config)
+    same = LaunchTimes.from_json(config.get("same_args"))
     count = int(config.get("count", 0))
     if count < 2 * windows or same is None:
         return False
