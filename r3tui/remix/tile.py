@@ -413,16 +413,15 @@ UNROLL = 8  # iterations of a whole tile's loop unrolled at once (a tile has up 
 
 
 def tile_pass(region: str, offset: int, reads: list[tuple[int, int, str]], loop: CountedLoop,
-              indent: str, whole_tiles: bool | str = True) -> str:
+              indent: str, gate: str | None = None) -> str:
     """One tile's iterations of the loop ``region`` (its text from byte ``offset`` of the
     unit, the loop with any pragmas before it) with its staged ``reads`` replaced: for a whole
     tile (``K0 + R3_TILE`` within the loop's end) the loop counts ``R3_TILE`` iterations, a
     number the compiler knows, under ``#pragma unroll`` (unless the loop has a pragma of its
     own), so each iteration's place in the tiles is a constant; the last, partial tile runs the
-    loop with both tests.  The iterations run in the same order either way.  Without
-    ``whole_tiles`` (code that seldom runs: the unrolled copy costs compile time) every tile
-    runs the loop with both tests; a macro's name there makes that the choice of the macro
-    (non-zero: whole tiles)."""
+    loop with both tests.  The iterations run in the same order either way.  A macro's name
+    as ``gate`` makes that the macro's choice: non-zero, whole tiles; 0, every tile runs the
+    loop with both tests (code that seldom runs, where the unrolled copy costs registers)."""
     raw = region.encode()
     counter, end = loop.counter, raw[loop.end.start_byte - offset:
                                      loop.end.end_byte - offset].decode()
@@ -440,17 +439,15 @@ def tile_pass(region: str, offset: int, reads: list[tuple[int, int, str]], loop:
                          for line in text.decode().split("\n"))
 
     inner = indent + "    "
-    if not whole_tiles:
-        return edited(partial, "    ")
     unrolled = edited(whole, "        ")
     if not region.lstrip().startswith("#pragma"):
         unrolled = f"{inner}    #pragma unroll {UNROLL}\n{unrolled}"
     fits = f"{K0} + {MACRO} {'<=' if loop.op == '<' else '- 1 <='} ({end})"
     split = (f"{inner}if ({fits}) {{  // a whole tile\n{unrolled}\n{inner}}} else {{\n"
              f"{edited(partial, '        ')}\n{inner}}}")
-    if whole_tiles is True:
+    if gate is None:
         return split
-    return f"#if {whole_tiles}\n{split}\n#else\n{edited(partial, '    ')}\n#endif"
+    return f"#if {gate}\n{split}\n#else\n{edited(partial, '    ')}\n#endif"
 
 
 def _rewrite(source: str, parsed: Parsed, reading: IndexDependence,

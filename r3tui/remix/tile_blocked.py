@@ -507,7 +507,7 @@ def _rewrite(r: _Reading, loops: tuple[_Loop, _Loop], tiles: list[_Tile]) -> tup
         # the checked copy runs in the blocks at the work's edge only; unrolled where
         # EDGE_TILES says (a tunable: see its declaration)
         tiled = tile_pass(region, start_at, staged, loop.counted, indent,
-                          whole_tiles=True if copy == 0 else EDGE_TILES)
+                          gate=EDGE_TILES if copy == 1 else None)
         start, end, op = r.text(loop.start), r.text(loop.end), loop.op
         outer = "\n".join([
             f"#if {STAGES} > 1", f"{indent}{STAGE}({start}, 0u);", f"{indent}R3_COMMIT();",
