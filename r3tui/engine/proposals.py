@@ -205,14 +205,12 @@ class ProposalSide:
         assert self.mutator is not None
         rng = random.Random(derive_seed(self.settings.seed, "propose", request.index))
         started = time.monotonic()
+        from r3tui.remix.catalogue import transformation
+
         wanted = None
         if request.repair is not None and request.parent.operator:
-            from r3tui.remix.catalogue import transformation
-
             wanted = transformation(request.parent.operator)
         elif request.transformation is not None:
-            from r3tui.remix.catalogue import transformation
-
             wanted = transformation(request.transformation)
         context = MutationContext(
             kernel_name=self.seed_source.kernel_name,

@@ -1478,9 +1478,9 @@ static int settle(void) {
     return !faulted_;
 }
 
-/* Start a stratum of *cfg's key at this launch, the key's `key_nth` (its line's pair
- * `pair`): a configuration of the same grid and block that this launch and the later ones
- * count toward, its launch `snap` to be snapshotted as its first.  *cfg becomes it. */
+/* Start a stratum of *cfg's key at this launch, the key's `key_nth`: a configuration of the
+ * same grid and block that this launch and the later ones count toward, its launch `snap` to
+ * be snapshotted as its first.  *cfg becomes it. */
 static void begin_stratum(config_t **cfg, unsigned long long key_nth, unsigned long long snap) {
     int old_id = (*cfg)->id, root_id = (*cfg)->root;
     GROW(configs_, nconfigs_, capconfigs_);
