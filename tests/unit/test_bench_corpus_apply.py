@@ -112,6 +112,24 @@ def test_the_report_counts_the_programs_each_arm_ships_more_for() -> None:
     assert arm_counts(ratios) == "2 ahead, 7 tied, 2 behind (the median passes 1 with 6 ahead)"
 
 
+def test_a_difference_between_the_arms_counts_only_beyond_both_intervals() -> None:
+    """hotspot3D (session 44): the full campaign's 1.092 [1.068, 1.100] against BO alone's
+    1.127 [1.046, 1.135] is behind by point estimate and tied by interval."""
+    from corpus_report import _shipped_interval, beyond_noise
+
+    def plan(*kernels: tuple[float, float, float]) -> dict[str, object]:
+        return {"kernels": [{"speedup": v, "ci": [lo, hi]} for v, lo, hi in kernels]}
+
+    assert beyond_noise(_shipped_interval(plan((1.092, 1.068, 1.100))),
+                        _shipped_interval(plan((1.127, 1.046, 1.135)))) == "tied"
+    # a kernel whose interval reaches 1 ships nothing: the arm counts as (1, 1, 1)
+    nothing = _shipped_interval(plan((1.003, 0.998, 1.010)))
+    assert nothing == (1.0, 1.0, 1.0)
+    assert beyond_noise(_shipped_interval(plan((1.07, 1.04, 1.09))), nothing) == "ahead"
+    assert beyond_noise(nothing, _shipped_interval(plan((1.07, 1.04, 1.09)))) == "behind"
+    assert beyond_noise(_shipped_interval({}), nothing) is None
+
+
 def test_the_prediction_error_names_its_program_and_what_its_prediction_said() -> None:
     """The worst shipped program is named; where its prediction said it was uncertain (its
     replayed launch did other work than its other launches: gaussian's Fan2, 10.2x predicted
