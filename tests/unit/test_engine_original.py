@@ -109,3 +109,32 @@ def test_rules_that_never_apply_are_counted_and_the_campaign_stops_after_a_strea
         assert sum(report.skipped_by_operator.values()) == STREAK_LIMIT
     finally:
         database.close()
+
+
+def test_a_campaign_whose_rules_run_dry_spends_the_time_left_on_its_best_variant(
+        tmp_path: Path) -> None:
+    """Under a wall-time budget, the streak no longer ends the campaign early: the seconds
+    left go on with the inner search of the fastest variant (here the original, the only
+    one), from the trials it has, so it searches as long as BO alone would."""
+    settings = replace(SETTINGS, variants=None, seconds=6.0)
+    database = open_database(tmp_path / "r3.sqlite")
+    try:
+        cid = new_campaign(database, settings)
+        run = CampaignRun(database, cid, settings, BARE, LAUNCH, DeviceLimits(),
+                          make_mutator_from(settings, None), CompiledCostEvaluator)
+        assert run.run() == STREAK_LIMIT
+        assert run.stop_reason is not None and "in a row" in run.stop_reason
+        assert "went to the inner search of the fastest variant" in run.stop_reason
+        with database.session_scope() as s:
+            (seed,) = repo.campaign_variants(s, cid)
+            trials = repo.trials_of_variant(s, seed.id)
+            events = repo.events(s, cid)
+        assert seed.status is VariantStatus.VERIFIED
+        (mix,) = [e for e in events if e.kind == "mix"]
+        assert f"inner search of variant {seed.id}, the fastest" in mix.message
+        # its first search took the seed's 6 trials; the rest went on until the time was up
+        assert len(trials) > settings.seed_trials
+        assert len({repr(sorted(t.config.to_json().items())) for t in trials}) == len(trials)
+        assert run.timing.wall_s() >= settings.seconds - 1.0
+    finally:
+        database.close()
