@@ -3,7 +3,9 @@
 A rule that does not apply to its parent and a source the campaign already has are no
 candidates: they are counted (one ``skipped`` event per run, a figure in ``r3 report``), never
 nodes of the tree.  A run of :data:`STREAK_LIMIT` proposals in a row with nothing to evaluate
-changes the mix once (every proposal to the model) and then stops the campaign with the reason.
+changes the mix once (every proposal to the model) and then stops the proposals with the
+reason; under a wall-time budget the campaign spends what is left on its fastest variant's inner
+search (``CampaignRun._spend_rest``).
 """
 
 from __future__ import annotations
