@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 
 from db import repository as repo
-from db.session import open_database
+from db.session import Database, open_database
 from r3tui.domain import Measurement, MeasurementStatus, TrialConfig, VariantStatus
 from r3tui.engine import KernelSource
-from r3tui.engine.campaign import CampaignRun
+from r3tui.engine.campaign import CampaignRun, CampaignSettings
 from r3tui.engine.ledger import STREAK_LIMIT
 from r3tui.engine.report import build_report
 from r3tui.engine.tune import make_mutator_from
@@ -88,16 +88,23 @@ BARE = KernelSource('extern "C" __global__ void nothing_to_rewrite() {}\n',
                     "nothing_to_rewrite")
 
 
+def dry_run(database: Database, settings: CampaignSettings) -> tuple[int, CampaignRun]:
+    """A rules-only campaign on a kernel no rule applies to, run until its streak: its id
+    and run."""
+    cid = new_campaign(database, settings)
+    run = CampaignRun(database, cid, settings, BARE, LAUNCH, DeviceLimits(),
+                      make_mutator_from(settings, None), CompiledCostEvaluator)
+    assert run.run() == STREAK_LIMIT
+    assert run.stop_reason is not None and "in a row" in run.stop_reason
+    return cid, run
+
+
 def test_rules_that_never_apply_are_counted_and_the_campaign_stops_after_a_streak(
         tmp_path: Path) -> None:
     settings = replace(SETTINGS, variants=STREAK_LIMIT * 3)
     database = open_database(tmp_path / "r3.sqlite")
     try:
-        cid = new_campaign(database, settings)
-        run = CampaignRun(database, cid, settings, BARE, LAUNCH, DeviceLimits(),
-                          make_mutator_from(settings, None), CompiledCostEvaluator)
-        assert run.run() == STREAK_LIMIT
-        assert run.stop_reason is not None and "in a row" in run.stop_reason
+        cid, _ = dry_run(database, settings)
         with database.session_scope() as s:
             variants = repo.campaign_variants(s, cid)
             events = repo.events(s, cid)
@@ -119,11 +126,8 @@ def test_a_campaign_whose_rules_run_dry_spends_the_time_left_on_its_best_variant
     settings = replace(SETTINGS, variants=None, seconds=6.0)
     database = open_database(tmp_path / "r3.sqlite")
     try:
-        cid = new_campaign(database, settings)
-        run = CampaignRun(database, cid, settings, BARE, LAUNCH, DeviceLimits(),
-                          make_mutator_from(settings, None), CompiledCostEvaluator)
-        assert run.run() == STREAK_LIMIT
-        assert run.stop_reason is not None and "in a row" in run.stop_reason
+        cid, run = dry_run(database, settings)
+        assert run.stop_reason is not None
         assert "went to the inner search of the fastest variant" in run.stop_reason
         with database.session_scope() as s:
             (seed,) = repo.campaign_variants(s, cid)
