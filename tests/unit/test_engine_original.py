@@ -142,3 +142,50 @@ def test_a_campaign_whose_rules_run_dry_spends_the_time_left_on_its_best_variant
         assert run.timing.wall_s() >= settings.seconds - 1.0
     finally:
         database.close()
+
+
+class SlowOriginal(CompiledCostEvaluator):
+    """FAKE replay (no GPU here) whose original takes twice its modelled time, so a rule's
+    child is the campaign's fastest variant."""
+
+    def time_of(self, config: TrialConfig, registers: int | None) -> float:
+        slower = 2.0 if self.source.text == SOURCE.text else 1.0
+        return slower * super().time_of(config, registers)
+
+    def with_source(self, source: KernelSource) -> SlowOriginal:
+        return SlowOriginal(source)
+
+
+def test_the_time_left_goes_on_with_the_fastest_variant_where_that_is_a_child(
+        tmp_path: Path) -> None:
+    """The fastest variant of a stencil7 campaign (rule children, tuned by the inner loop)
+    searched again from its own trials: more of them, none repeated, the archive's best as
+    fast or faster."""
+    settings = replace(SETTINGS, variants=3)
+    database = open_database(tmp_path / "r3.sqlite")
+    try:
+        cid = new_campaign(database, settings)
+        run = CampaignRun(database, cid, settings, SOURCE, LAUNCH, DeviceLimits(),
+                          make_mutator_from(settings, None), SlowOriginal)
+        run.run()
+        best = run.state.archive.best()
+        assert best is not None
+        with database.session_scope() as s:
+            variant = repo.get_variant(s, best.variant_id)
+            before = len(repo.trials_of_variant(s, best.variant_id))
+        assert variant is not None and variant.parent_id is not None  # a child
+        run.settings = replace(settings, seconds=run.timing.wall_s() + 4.0)
+        run.ledger.stop_reason = "20 proposals in a row gave nothing to evaluate"
+        run._spend_rest()
+        with database.session_scope() as s:
+            trials = repo.trials_of_variant(s, best.variant_id)
+            (mix,) = [e for e in repo.events(s, cid) if e.kind == "mix"]
+        assert len(trials) > before
+        assert len({repr(sorted(t.config.to_json().items())) for t in trials}) == len(trials)
+        assert f"variant {best.variant_id}, the fastest" in mix.message
+        after = run.state.archive.best()
+        assert after is not None and after.fitness_s <= best.fitness_s
+        assert run.stop_reason is not None and run.stop_reason.endswith(
+            "went to the inner search of the fastest variant")
+    finally:
+        database.close()
