@@ -147,10 +147,9 @@ def program_row(recipe: Recipe, state: dict[str, Any],
     bo = max((k["speedup"] for k in bo_plan.get("kernels", []) if k.get("speedup")),
              default=None)
     row["r3_over_bo_raw"] = best["speedup"] / bo if best and bo else None
-    r3_ships, bo_ships = _shipped_speedup(plan), _shipped_speedup(bo_plan)
-    row["r3_over_bo"] = r3_ships / bo_ships if r3_ships and bo_ships else None
-    row["r3_vs_bo_beyond_noise"] = beyond_noise(_shipped_interval(plan),
-                                                _shipped_interval(bo_plan))
+    r3_ships, bo_ships = _shipped_interval(plan), _shipped_interval(bo_plan)
+    row["r3_over_bo"] = r3_ships[0] / bo_ships[0] if r3_ships and bo_ships else None
+    row["r3_vs_bo_beyond_noise"] = beyond_noise(r3_ships, bo_ships)
     row["kernel_pred"] = plan.get("predicted_kernel_speedup", plan.get("predicted_app_speedup"))
     row["wall_pred"] = plan.get("predicted_wall_speedup", "n/a" if plan else None)
     summary = apply.get("summary") or {}
@@ -281,10 +280,10 @@ def report_lines() -> list[str]:
                    "best kernel's re-timed speedup where its interval is above 1, else 1; "
                    "95% bootstrap interval over programs)")
         out.append(f"corpus_r3_over_bo_only_programs: {arm_counts(ratios)}")
-        calls = [r["r3_vs_bo_beyond_noise"] for r in rows if r["r3_vs_bo_beyond_noise"]]
+        verdicts = [r["r3_vs_bo_beyond_noise"] for r in rows if r["r3_vs_bo_beyond_noise"]]
         out.append("corpus_r3_over_bo_only_beyond_noise: "
-                   f"{calls.count('ahead')} ahead, {calls.count('behind')} behind, "
-                   f"{calls.count('tied')} within noise (the arms' shipped intervals apart or "
+                   f"{verdicts.count('ahead')} ahead, {verdicts.count('behind')} behind, "
+                   f"{verdicts.count('tied')} within noise (the arms' shipped intervals apart or "
                    "overlapping)")
         raw = [r["r3_over_bo_raw"] for r in rows if r["r3_over_bo_raw"]]
         out.append(f"corpus_r3_over_bo_only_point_estimates: {statistics.median(raw):.3f} "
@@ -303,21 +302,10 @@ def arm_counts(ratios: list[float]) -> str:
             f"(the median passes 1 with {len(ratios) // 2 + 1} ahead)")
 
 
-def _shipped_speedup(plan: dict[str, Any]) -> float | None:
-    """What an arm's campaigns would ship, as r3 apply decides: the best kernel's re-timed
-    speedup among those whose interval lies above 1, else 1 (the original); None when the
-    arm did not run."""
-    kernels = plan.get("kernels", [])
-    if not kernels:
-        return None
-    beyond = [float(k["speedup"]) for k in kernels
-              if k.get("speedup") and k.get("ci") and float(k["ci"][0]) > 1]
-    return max(beyond, default=1.0)
-
-
 def _shipped_interval(plan: dict[str, Any]) -> tuple[float, float, float] | None:
-    """The interval of what :func:`_shipped_speedup` picks: (value, low, high), (1, 1, 1) where
-    the arm would ship nothing, None where it did not run."""
+    """What an arm's campaigns would ship, as r3 apply decides, with its interval: the best
+    kernel's re-timed speedup (value, low, high) among those whose interval lies above 1,
+    (1, 1, 1) where it would ship nothing (the original), None where the arm did not run."""
     kernels = plan.get("kernels", [])
     if not kernels:
         return None
