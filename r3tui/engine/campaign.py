@@ -318,11 +318,10 @@ class CampaignRun(ProposalSide):
         assert variant.id is not None and self.evaluator_for is not None
         is_seed = variant.origin is VariantOrigin.SEED
         source = replace(self.seed_source, text=variant.source)
-        if extend_s is not None:
-            pass  # evaluated already: checked, or refused before it was
-        elif is_seed:
+        extending = extend_s is not None  # evaluated already: checked, or refused before
+        if is_seed and not extending:
             self.check_original()
-        else:  # a variant stored before the check existed, or by another writer
+        elif not extending:  # a variant stored before the check existed, or by another writer
             refusal = unsafe_reason(self.seed_source.text, variant.source)
             if refusal is not None:
                 return self._finish(variant, VariantStatus.UNSAFE, refusal, None)
@@ -366,9 +365,9 @@ class CampaignRun(ProposalSide):
         search.warm_start([space.baseline_config()])
         search.resume(stored)
         trials = self.settings.seed_trials if is_seed else self.settings.inner_trials
-        budget = Budget(max_trials=trials, max_seconds=self._inner_seconds(is_seed))
-        if extend_s is not None:  # the time alone bounds it, from the trials it has
-            budget = Budget(max_trials=None, max_seconds=extend_s)
+        # extending, the time alone bounds it, from the trials it has
+        budget = (Budget(max_seconds=extend_s) if extending
+                  else Budget(max_trials=trials, max_seconds=self._inner_seconds(is_seed)))
         result = run_inner(
             self.database,
             self.campaign_id,
@@ -377,9 +376,9 @@ class CampaignRun(ProposalSide):
             self.evaluator_for(source),
             budget,
             replace(inner, seed=derive_seed(self.settings.seed, "winner", variant.id)),
-            give_up_after=None if is_seed or extend_s else self.settings.give_up_after,
+            give_up_after=None if is_seed or extending else self.settings.give_up_after,
             should_stop=lambda: self.control.stop_requested,
-            climb=None if extend_s is not None else self._climb(space, is_seed, added, new_tile),
+            climb=None if extending else self._climb(space, is_seed, added, new_tile),
         )
         self.timing.evaluate_s += time.monotonic() - started
         parent_s = self._fitness_s(variant.parent_id)
