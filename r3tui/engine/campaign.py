@@ -583,9 +583,10 @@ class CampaignRun(ProposalSide):
     def _spend_rest(self) -> None:
         """The source proposals ran dry (the ledger's streak) with wall time left: the rest
         goes to the inner search of the campaign's best variant, resumed from its trials, not
-        back unused.  Rules-only campaigns of the corpus (8 s) stopped this way at 8.7-10.9 s
-        of wall time where BO alone, given the same budget, searched 13.4-13.6 s (hotspot3D,
-        streamcluster; session 44), so the comparison gave the full campaign less search."""
+        back unused.  Rules-only campaigns of the corpus (8 s) stopped this way: hotspot3D's and
+        streamcluster's tune-app ran 10.9 s and 8.7 s where BO alone's, given the same budget,
+        ran 13.4 s and 13.6 s (session 44), so the comparison gave the full campaign less
+        search."""
         from db import repository as repo
 
         seconds = self.settings.seconds
