@@ -28,6 +28,10 @@ class Transformation:
     # the change is to the kernel's parameter list: the model's SEARCH text may include it
     # (every other change edits the body, and the grammar keeps SEARCH there)
     signature: bool = False
+    # the change may edit the unit's preprocessor lines above the kernel (a ``#define``): the
+    # grammar lets SEARCH copy them too, in a unit of its own (an application's device unit
+    # keeps the kernel's definition alone: r3 apply writes back only that)
+    macros: bool = False
     # a worked example, (before, after): a few lines of some other kernel with the change
     # made, shown to the model as an edit block (written here, checked to compile)
     example: tuple[str, str] | None = None
@@ -363,6 +367,7 @@ CATALOGUE: tuple[Transformation, ...] = (
         "Turn one fixed block, tile or unroll size into `#define NAME value` with the line "
         "`// r3: tune NAME v1 v2 v3` above it, so the tuner can try other values.",
         rule="expose_tunable",
+        macros=True,
         example=(
             "#define TILE 16",
             "// r3: tune TILE 8 16 32\n"

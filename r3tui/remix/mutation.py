@@ -98,7 +98,12 @@ def _braces(line: str) -> tuple[int, int]:
     return net, lowest
 
 
-def anchored_search_grammar(parent: str, body_of: str | None = None) -> str:
+def _directive(lines: list[str], index: int) -> bool:
+    return lines[index].lstrip().startswith("#")
+
+
+def anchored_search_grammar(parent: str, body_of: str | None = None,
+                            macros: bool = False) -> str:
     """The SEARCH/REPLACE grammar with SEARCH text limited to runs of consecutive lines of
     ``parent`` (starting at a line of code), so that a model copies them exactly: the most
     common way a small model's edit fails is a SEARCH text that is not in the kernel.
@@ -117,7 +122,14 @@ def anchored_search_grammar(parent: str, body_of: str | None = None) -> str:
     opening and closing braces.  SmolLM2's SEARCH started at the first line of code and ran
     over the kernel's signature, which its REPLACE then left out: 12 of 20 answers on the CPU
     machine removed the entry point, 2 of 20 with this (bench/llm_repair.py, max_tokens
-    512; bench/results/2026-12-04-llm-search-body-s21-cpu.txt)."""
+    512; bench/results/2026-12-04-llm-search-body-s21-cpu.txt).
+
+    ``macros``: runs of consecutive preprocessor lines outside the body (``#ifndef``,
+    ``#define``, ``#endif`` above the kernel) may be SEARCH text too, without the signature
+    between them and the body.  Exposing a tunable edits a ``#define``, and asked for it with
+    the body alone to search in, Qwen2.5-Coder replaced a declaration of the body by the
+    guarded ``#define`` (reduce_sum, 2 of 2 answers failed on the name it removed, session 47,
+    bench/llm_entries.py)."""
     lines = parent.replace("\r\n", "\n").replace("\r", "\n").split("\n")
     if lines and lines[-1] == "":
         lines.pop()
@@ -160,11 +172,30 @@ def anchored_search_grammar(parent: str, body_of: str | None = None) -> str:
             rules[name] = f"pt{i} " + (ways[0] if len(ways) == 1 else f"({' | '.join(ways)})")
         return name
 
+    def emit_directives(i: int, d: int) -> str:
+        """A run of preprocessor lines from line i, the d-th line of the run: it ends at any
+        of them, and goes on only through the directives that follow at once."""
+        name = f"pd{i}-{d}"
+        if name not in rules:
+            used.add(i)
+            lengths.add(d + 1)
+            ways = [f"rp{d + 1}"]
+            if (i + 1 < len(lines) and not lo <= i + 1 <= hi and d + 1 < SEARCH_RUN
+                    and _directive(lines, i + 1)):
+                ways.append(emit_directives(i + 1, d + 1))
+            rules[name] = f"pt{i} " + (ways[0] if len(ways) == 1 else f"({' | '.join(ways)})")
+        return name
+
     starts = []
     for index in range(lo, hi + 1):
         code = lines[index].strip()
         if code and not code.startswith(("//", "/*", "*")) and can_end(index, 0, 0):
             starts.append(emit(index, 0, 0))
+    if macros and span is not None:
+        for index in range(len(lines)):
+            if not lo <= index <= hi and _directive(lines, index):
+                starts.append(emit_directives(index, 0))
+
     base = load_grammar(GRAMMAR_FOR_FORMAT["search_replace"])
     if not starts:
         return base
@@ -399,7 +430,8 @@ class Mutator:
         if settings.use_grammar and edit_format == "search_replace" and settings.anchor_search:
             grammar_name, grammar = ANCHORED_GRAMMAR, anchored_search_grammar(
                 _kernel_text(ctx) if ctx.confined else ctx.parent_source,
-                None if transformation.signature else ctx.kernel_name)
+                None if transformation.signature else ctx.kernel_name,
+                macros=transformation.macros and not ctx.confined)
         elif settings.use_grammar:
             grammar_name = GRAMMAR_FOR_FORMAT[edit_format]
             grammar = load_grammar(grammar_name)

@@ -310,6 +310,68 @@ def test_an_anchored_search_stays_inside_the_kernels_body_unless_the_change_need
     assert [t.name for t in CATALOGUE if t.signature] == ["restrict_const"]
 
 
+def test_exposing_a_tunable_may_search_the_directives_above_the_kernel_not_its_head() -> None:
+    """Asked to expose a tunable with the body alone to search in, Qwen2.5-Coder replaced a
+    declaration of reduce_sum's body by the guarded ``#define`` (2 of 2 answers failed on
+    the name it removed, session 47): the change edits a directive above the kernel."""
+    from r3tui.remix.catalogue import CATALOGUE
+    from r3tui.remix.mutation import SEARCH_RUN, anchored_search_grammar
+
+    parent = ('// a comment\n'
+              '#ifndef N\n'
+              '#define N 4\n'
+              '#endif\n'
+              'static const int M = 2;\n'
+              '#define SCALE 2.0f\n'
+              'extern "C" __global__ void k(float* y, const float* x)\n'
+              '{\n'
+              '    int i = threadIdx.x;\n'
+              '    y[i] = x[i] * N;\n'
+              '}\n')
+    runs = [r for r, _ in _runs(anchored_search_grammar(parent, "k", macros=True))]
+    directives = [r for r in runs if r[0] < 8]
+    assert sorted(directives) == [[1], [1, 2], [1, 2, 3], [2], [2, 3], [3], [5]]
+    assert [8] in runs and [9] in runs and [8, 9] in runs  # the body, as without
+    assert not any(0 in r or 4 in r or 6 in r or 7 in r for r in runs)  # no head, no code
+    assert [r for r, _ in _runs(anchored_search_grammar(parent, "k"))] == \
+        [r for r in runs if r[0] >= 8]
+    many = "".join(f"#define D{i} {i}\n" for i in range(30)) + parent
+    assert max(len(r) for r, _ in _runs(anchored_search_grammar(many, "k", macros=True))) \
+        == SEARCH_RUN
+    assert [t.name for t in CATALOGUE if t.macros] == ["expose_tunable"]
+
+
+def test_the_mutator_lets_only_a_unit_of_its_own_search_its_directives() -> None:
+    """An application's device unit (confined) keeps SEARCH in the kernel's definition: r3
+    apply writes back only that."""
+    from r3tui.remix.backends import Completion
+
+    parent = '#define N 4\nextern "C" __global__ void k(float* y)\n{\n    y[0] = N;\n}\n'
+    grammars: list[str | None] = []
+
+    class Recording:  # a named fake: it answers nothing and keeps the grammar it was given
+        name = "recording"
+        n_ctx = 4096
+
+        def complete(self, messages: object, *, sampling: object, grammar: str | None = None,
+                     grammar_name: str | None = None, check: object = None) -> Completion:
+            grammars.append(grammar)
+            call = LLMCall("recording", "00" * 32, "", "", {}, None, 0, 0, 0.0)
+            return Completion(text="", call=call, finish_reason="stop")
+
+    mutator = Mutator(Recording())  # type: ignore[arg-type]
+    tunable = transformation("expose_tunable")
+    mutator.propose_llm(MutationContext("k", parent, transformation=tunable), random.Random(0))
+    mutator.propose_llm(MutationContext("k", parent, transformation=tunable, confined=True),
+                        random.Random(0))
+    mutator.propose_llm(MutationContext("k", parent, transformation=transformation(
+        "unroll_inner_loop")), random.Random(0))
+    own, confined, other = grammars
+    assert own is not None and '"#define N 4\\n"' in own
+    assert confined is not None and "#define N 4" not in confined
+    assert other is not None and "#define N 4" not in other
+
+
 def test_a_variant_whose_first_line_does_not_parse_is_a_declaration_problem() -> None:
     """A model that copies a tile's ``// r3: first`` line with a value its tunable lacks would
     stop the inner loop at the child's first configuration: the proposal fails first."""
