@@ -16,12 +16,17 @@ the end line where a brace would be one too many).  The end line is refused as w
 section's code is its SEARCH text's (an edit that changes nothing, which fails the answer:
 one of Qwen's 24 in session 42).  Refused at the end line alone, Qwen went
 on writing other text after the section (two of its 24 answers on reduce_sum and nbody,
-session 42).  Comments and literals do not count.  Like the names check it runs in the
-llama.cpp backend's sampler after the grammar; :class:`Checks` asks several in turn.
+session 42).  Conditional directives count as a fourth kind of bracket: ``#if``, ``#ifdef``
+and ``#ifndef`` open, ``#endif`` closes (SmolLM2-135M asked to expose a tunable, with the
+directives above the kernel to search in, left "the #if for this directive is missing" or its
+``#endif`` missing in 5 of 8 answers, session 47).  Comments and literals do not count.
+Like the names check it runs in the llama.cpp backend's sampler after the grammar;
+:class:`Checks` asks several in turn.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 from r3tui.analysis.text import code_key, mask
@@ -31,29 +36,38 @@ from r3tui.remix.edits import DIVIDER, SEARCH_MARK
 _SEARCH = SEARCH_MARK + "\n"
 _DIVIDER = DIVIDER + "\n"
 _PAIRS = (("{", "}"), ("(", ")"), ("[", "]"))
+# a conditional directive's line: "if", "ifdef", "ifndef" open, "endif" closes
+_CONDITIONAL = re.compile(r"^[ \t]*#[ \t]*(ifn?def|if|endif)\b", re.M)
+
+
+def _conditionals(code: str) -> list[int]:
+    """+1 for each conditional directive of ``code`` that opens, -1 for each that closes."""
+    return [-1 if m.group(1) == "endif" else 1 for m in _CONDITIONAL.finditer(code)]
 
 
 def balance(text: str) -> tuple[int, ...]:
-    """Opened minus closed braces, parentheses and brackets of ``text`` (code only)."""
+    """Opened minus closed braces, parentheses, brackets and conditional directives of
+    ``text`` (code only)."""
     code = mask(text)
-    return tuple(code.count(o) - code.count(c) for o, c in _PAIRS)
+    pairs = (code.count(o) - code.count(c) for o, c in _PAIRS)
+    return (*pairs, sum(_conditionals(code)))
+
+
+def _lowest(steps: Sequence[int]) -> int:
+    depth = low = 0
+    for step in steps:
+        depth += step
+        low = min(low, depth)
+    return low
 
 
 def lowest(text: str) -> tuple[int, ...]:
     """The lowest running balance of each kind of bracket over ``text`` (code only), 0 at
     least: how many blocks it closes that it did not open."""
     code = mask(text)
-    out = []
-    for o, c in _PAIRS:
-        depth = low = 0
-        for ch in code:
-            if ch == o:
-                depth += 1
-            elif ch == c:
-                depth -= 1
-                low = min(low, depth)
-        out.append(low)
-    return tuple(out)
+    pairs = tuple(_lowest([1 if ch == o else -1 for ch in code if ch in (o, c)])
+                  for o, c in _PAIRS)
+    return (*pairs, _lowest(_conditionals(code)))
 
 
 def _section(text: str) -> tuple[str, str, int | None] | None:
@@ -93,7 +107,9 @@ class BalanceCheck:
         """False where ``piece`` makes the REPLACE text close a block its SEARCH text does
         not (a ``}`` past the function's end): refused at that token, before the model goes
         on as if the section were done."""
-        if not piece or not any(c in piece for _, c in _PAIRS):
+        # an "endif" this piece completes (its letters may have come in earlier pieces)
+        endif = "endif" in (answer[-4:] + piece)
+        if not piece or not (any(c in piece for _, c in _PAIRS) or endif):
             return True
         section = _section(answer + piece)
         if section is None or section[2] is not None:

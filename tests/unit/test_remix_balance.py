@@ -30,12 +30,12 @@ def feed(check: BalanceCheck, answer: str) -> tuple[str, str | None]:
 
 
 def test_balance_counts_code_only() -> None:
-    assert balance("if (a) { b[i] = f(c); }") == (0, 0, 0)
-    assert balance("for (int k = 0; k < n; ++k) {\n") == (1, 0, 0)
-    assert balance("}\n}\n") == (-2, 0, 0)
+    assert balance("if (a) { b[i] = f(c); }") == (0, 0, 0, 0)
+    assert balance("for (int k = 0; k < n; ++k) {\n") == (1, 0, 0, 0)
+    assert balance("}\n}\n") == (-2, 0, 0, 0)
     # a comment's or a literal's brackets are not code
-    assert balance('    // close } here\n    printf("{(");\n    c = \'}\';\n') == (0, 0, 0)
-    assert balance("x = a[(i + 1] ;") == (0, 1, 0)
+    assert balance('    // close } here\n    printf("{(");\n    c = \'}\';\n') == (0, 0, 0, 0)
+    assert balance("x = a[(i + 1] ;") == (0, 1, 0, 0)
 
 
 @pytest.mark.parametrize("replace", [
@@ -117,7 +117,7 @@ def test_a_brace_that_closes_a_block_the_search_text_does_not_is_refused_at_once
               "    }\n=======\n")
     replace = ("    for (int s = 1; s < n; s *= 2) {\n        a[t] += a[t + s];\n    }\n"
                "    if (t == 0) {\n        atomicAdd(out, a[0]);\n    }\n")
-    assert lowest(replace) == (0, 0, 0) and lowest("}\n{") == (-1, 0, 0)
+    assert lowest(replace) == (0, 0, 0, 0) and lowest("}\n{") == (-1, 0, 0, 0)
     check = BalanceCheck()
     assert all(check(search + replace[:i], replace[i]) for i in range(len(replace)))
     assert not check(search + replace, "}")
@@ -136,3 +136,45 @@ def test_a_section_that_changes_nothing_may_not_end() -> None:
     changed = (SEARCH + "    #pragma unroll 4\n    for (int k = 0; k < n; ++k) {\n"
                "        s += x[k];\n")
     assert check(changed, ">>>>>>> REPLACE\n")
+
+
+def feed_tokens(answer: str, words: list[str]) -> list[str]:
+    """``answer`` fed in 3-character pieces except that each of ``words`` comes whole, as a
+    tokenizer hands over a common word; what the check kept before it refused a piece."""
+    check, kept, at = BalanceCheck(), list[str](), 0
+    while at < len(answer):
+        piece = next((w for w in words if answer.startswith(w, at)), answer[at:at + 3])
+        if not check("".join(kept), piece):
+            break
+        kept.append(piece)
+        at += len(piece)
+    return kept
+
+
+def test_conditional_directives_balance_as_a_fourth_bracket() -> None:
+    """SmolLM2 asked to expose a tunable left an ``#endif`` without its ``#if`` or the other
+    way round in 5 of 8 answers (session 47): such a section may not end."""
+    from r3tui.remix.balance import lowest
+
+    guarded = "#ifndef TILE\n#define TILE 16\n#endif\n"
+    assert balance(guarded) == (0, 0, 0, 0)
+    assert balance("  #  if defined(A)\n#ifdef B\n") == (0, 0, 0, 2)
+    assert balance("#endif\n") == (0, 0, 0, -1) and lowest("#endif\n#if X\n") == (0, 0, 0, -1)
+    # a directive's word in a comment, or as part of a longer name, is no directive
+    assert balance("// #endif\n#ifdefined\n    x = endif;\n") == (0, 0, 0, 0)
+
+    search = "<<<<<<< SEARCH\n#define TILE 16\n=======\n"
+    whole = search + "// r3: tune TILE 8 16 32\n" + guarded + ">>>>>>> REPLACE\n"
+    kept, refused = feed(BalanceCheck(), whole)
+    assert refused is None and kept == whole
+    # the #endif of a guard the SEARCH text does not open is refused at once
+    stray = search + "#define TILE 16\n#endif\n>>>>>>> REPLACE\n"
+    kept, refused = feed(BalanceCheck(), stray)
+    assert refused is not None and "#endif" not in kept
+    assert kept.startswith(search + "#define TILE 16\n#")
+    one = "".join(feed_tokens(stray, ["#", "endif", "\n"]))
+    assert one == search + "#define TILE 16\n#"  # a tokenizer's "endif": refused at once
+    # an #ifndef left open may not end its section
+    open_guard = search + "#ifndef TILE\n#define TILE 16\n>>>>>>> REPLACE\n"
+    kept, refused = feed(BalanceCheck(), open_guard)
+    assert refused is not None and ">" in refused and ">>>>>>> REPLACE" not in kept
