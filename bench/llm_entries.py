@@ -32,15 +32,9 @@ sys.path.insert(0, str(ROOT))
 HINTS = "read_only_loads,restrict_const,unroll_inner_loop,expose_tunable,hoist_invariant_loads"
 
 
-def model_label(path: Path) -> str:
-    name = path.name.lower()
-    for label in ("smollm2", "qwen2.5"):
-        if label in name:
-            return label
-    return path.stem
-
-
 def main(argv: list[str] | None = None) -> int:
+    from campaign_summary import model_tag
+
     from r3tui.compile.base import CompileRequest, first_error_line, get_toolchain
     from r3tui.errors import R3Error
     from r3tui.remix.backends import Sampling
@@ -77,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"llm_entries.py: error: {exc}", file=sys.stderr)
         return 2
     toolchain = get_toolchain("nvrtc")
-    label = model_label(model)
+    label = model_tag(str(model))  # as bench/llm_generate.py names the model
     compiled: Counter[str] = Counter()
     total: Counter[str] = Counter()
     rows = []

@@ -11,7 +11,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
-from llm_entries import main, model_label
+from llm_entries import main
 
 
 def test_bad_entry_or_example_is_one_error_line_and_exit_2(
@@ -24,10 +24,11 @@ def test_bad_entry_or_example_is_one_error_line_and_exit_2(
     assert main(["--seeds", "0"]) == 2
 
 
-def test_model_label_names_the_two_models_the_issue_measures() -> None:
-    assert model_label(Path("/m/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf")) == "qwen2.5"
-    assert model_label(Path("/m/SmolLM2-135M-Instruct.Q4_1.gguf")) == "smollm2"
-    assert model_label(Path("/m/other-model.gguf")) == "other-model"
+def test_the_yield_lines_name_the_two_models_as_llm_generate_does() -> None:
+    from campaign_summary import model_tag
+
+    assert model_tag("/m/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf") == "qwen2.5"
+    assert model_tag("/m/SmolLM2-135M-Instruct.Q4_1.gguf") == "smollm2"
 
 
 def test_one_real_answer_is_applied_compiled_and_counted(
