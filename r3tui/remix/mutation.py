@@ -98,6 +98,11 @@ def _braces(line: str) -> tuple[int, int]:
     return net, lowest
 
 
+def _line_then(i: int, ways: list[str]) -> str:
+    """A grammar rule's body: line ``i``'s text, then one of ``ways``."""
+    return f"pt{i} " + (ways[0] if len(ways) == 1 else f"({' | '.join(ways)})")
+
+
 def _directive(lines: list[str], index: int) -> bool:
     return lines[index].lstrip().startswith("#")
 
@@ -169,7 +174,7 @@ def anchored_search_grammar(parent: str, body_of: str | None = None,
                 lengths.add(d + 1)
             if i + 1 <= hi and d + 1 < SEARCH_RUN and can_end(i + 1, d + 1, after):
                 ways.append(emit(i + 1, d + 1, after))
-            rules[name] = f"pt{i} " + (ways[0] if len(ways) == 1 else f"({' | '.join(ways)})")
+            rules[name] = _line_then(i, ways)
         return name
 
     def emit_directives(i: int, d: int) -> str:
@@ -183,7 +188,7 @@ def anchored_search_grammar(parent: str, body_of: str | None = None,
             if (i + 1 < len(lines) and not lo <= i + 1 <= hi and d + 1 < SEARCH_RUN
                     and _directive(lines, i + 1)):
                 ways.append(emit_directives(i + 1, d + 1))
-            rules[name] = f"pt{i} " + (ways[0] if len(ways) == 1 else f"({' | '.join(ways)})")
+            rules[name] = _line_then(i, ways)
         return name
 
     starts = []
