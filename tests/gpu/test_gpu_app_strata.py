@@ -64,7 +64,9 @@ def test_later_launches_doing_other_work_are_recorded_as_strata_and_checked(
     plan = json.loads((rec / "tune-app.json").read_text())
     (outcome,) = plan["kernels"]
     target = next(c for c in configs if c["bundle"] == outcome["bundle"])
-    assert target["from_launch"] == 2  # the most device time: the first steps, most work
+    # the most device time: the first steps, most work
+    assert target["from_launch"] == 2, ([(c["from_launch"], c["device_time_s"]) for c in configs],
+                                        outcome)
     if outcome["checks"]:  # a winner beyond the noise: re-timed on the other strata
         assert sorted(c["from_launch"] for c in outcome["checks"]) == [193, 385, 577]
         assert all(c.get("speedup") is not None and not c.get("failed")
