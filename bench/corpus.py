@@ -39,6 +39,7 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 from corpus_recipes import (  # bench/ is on sys.path: this script's own directory
     BY_NAME,
@@ -338,10 +339,23 @@ def export(dest: Path) -> None:
             tar.add(path, arcname=str(path.relative_to(STATE)))
 
 
+def join_steps(local: dict[str, Any], incoming: dict[str, Any]) -> dict[str, Any]:
+    """``local`` with ``incoming``'s steps over it, less every local pipeline step after the
+    first one ``incoming`` redid (another ``at``) that ``incoming`` does not have: an apply
+    whose plan a later tune replaced is not that plan's measurement."""
+    order = [STAGES[name][0] for name in PIPELINE] + ["all"]
+    redone = next((i for i, step in enumerate(order) if step in incoming and step in local
+                   and incoming[step].get("at") != local[step].get("at")), None)
+    stale = set(order[redone + 1:]) - set(incoming) if redone is not None else set()
+    return {**{k: v for k, v in local.items() if k not in stale}, **incoming}
+
+
 def cmd_import(args: argparse.Namespace) -> int:
     """Take the state files an earlier machine exported: per program, its steps join the
     local ones, an exported step replacing the local step of the same name (it is newer:
-    a finished step is never run again, so only an unfinished one is redone)."""
+    a finished step is never run again, so only an unfinished one is redone).  A program
+    redone there from one of its stages on (``--force``) drops the local steps after it that
+    the export lacks: they belong to the older recording or plan (:func:`join_steps`)."""
     import tarfile
     import tempfile
 
@@ -362,7 +376,7 @@ def cmd_import(args: argparse.Namespace) -> int:
             continue
         incoming = json.loads(path.read_text())
         state = load_state(path.stem)
-        state["steps"].update(incoming.get("steps", {}))
+        state["steps"] = join_steps(state["steps"], incoming.get("steps", {}))
         write_json(STATE / path.name, state)
         taken += 1
         print(f"{path.stem:<15} " + " ".join(

@@ -197,3 +197,33 @@ def test_a_recording_whose_later_launches_do_other_work_is_made_again_with_strat
     same = {"count": 50, "time_s": 0.05, "timed": 50}
     assert corpus_stages.stage_record(recipe, state, context) is None
     assert len(seen) == 1
+
+
+def test_an_import_of_a_program_redone_there_drops_the_local_steps_of_its_older_plan(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A program redone on the device from its recording on (`--force`) whose apply did not
+    fit there: the local apply measured the older plan, so it must not join the new one."""
+    import json
+
+    import corpus_recipes
+    name = RECIPES[0].name
+    local, exported = tmp_path / "local", tmp_path / "exported"
+    local.mkdir(), exported.mkdir()
+    old = {step: {"status": "ok", "at": "12:00"} for step in ("record", "tune", "tune_bo", "apply")}
+    (local / f"{name}.json").write_text(json.dumps(
+        {"steps": {"plain": {"status": "ok"}, **old, "all": {"status": "ok"}}}))
+    new = {step: {"status": "ok", "at": "13:00"} for step in ("record", "tune", "tune_bo")}
+    (exported / f"{name}.json").write_text(json.dumps(
+        {"steps": {"plain": {"status": "ok"}, **new}}))
+    monkeypatch.setattr(corpus, "STATE", local)
+    monkeypatch.setattr(corpus_recipes, "STATE", local)
+    assert corpus.main(["import", str(exported)]) == 0
+    steps = json.loads((local / f"{name}.json").read_text())["steps"]
+    assert steps == {"plain": {"status": "ok"}, **new}
+
+    # an export that only adds the steps after the local ones keeps them all
+    later = {"apply": {"status": "ok", "at": "14:00"}, "all": {"status": "ok"}}
+    (exported / f"{name}.json").write_text(json.dumps({"steps": {**new, **later}}))
+    assert corpus.main(["import", str(exported)]) == 0
+    steps = json.loads((local / f"{name}.json").read_text())["steps"]
+    assert steps == {"plain": {"status": "ok"}, **new, **later}
