@@ -64,11 +64,16 @@ def test_later_launches_doing_other_work_are_recorded_as_strata_and_checked(
     plan = json.loads((rec / "tune-app.json").read_text())
     (outcome,) = plan["kernels"]
     target = next(c for c in configs if c["bundle"] == outcome["bundle"])
-    # the most device time: the first steps, most work
-    assert target["from_launch"] == 2, ([(c["from_launch"], c["device_time_s"]) for c in configs],
-                                        outcome)
+    # the stratum with the most device time (each launch dispatches the same 65536 blocks, so
+    # on an H100 the four strata's device times are within 0.3% of each other: which one is
+    # tuned is the recording's measurement, not the step's work)
+    strata = [c for c in configs if c["from_launch"] > 1]
+    most = max(strata, key=lambda c: c["device_time_s"])
+    assert target["from_launch"] == most["from_launch"], (
+        [(c["from_launch"], c["device_time_s"]) for c in configs], outcome)
     if outcome["checks"]:  # a winner beyond the noise: re-timed on the other strata
-        assert sorted(c["from_launch"] for c in outcome["checks"]) == [193, 385, 577]
+        others = sorted(c["from_launch"] for c in strata if c is not most)
+        assert sorted(c["from_launch"] for c in outcome["checks"]) == others
         assert all(c.get("speedup") is not None and not c.get("failed")
                    for c in outcome["checks"]), outcome["checks"]
-        assert "from launch 193" in tuned.stdout
+        assert f"from launch {others[0]}" in tuned.stdout
