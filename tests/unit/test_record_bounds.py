@@ -473,8 +473,16 @@ def test_strata_are_chosen_where_the_earlier_recordings_later_launches_do_other_
     # be set by its grid, not by the work a change gains with (strata, and no note)
     counter = _earlier(tmp_path / "counter", {"count": 4, "time_s": 0.003, "timed": 4})
     assert len(read_strata_source(counter, 4)) == 1
-    # fewer than two launches a run
+    # a configuration with under 5% of the recorded device time: none (gaussian's Fan1 at
+    # 0.7% beside Fan2), while the larger one keeps its strata
     data = json.loads((varies / "recording.json").read_text())
+    small = {**data["kernels"][0]["configs"][0], "device_time_s": 0.03 * 0.04 / 0.96}
+    both = {"format_version": 1, "kernels": [
+        *data["kernels"], {"entry_point": "_Z3twoPf", "configs": [small]}]}
+    assert [line.split()[0] for line in strata_lines(both, 4)] == ["_Z3onePf"]
+    small["device_time_s"] = 0.03 * 0.06 / 0.94
+    assert [line.split()[0] for line in strata_lines(both, 4)] == ["_Z3onePf", "_Z3twoPf"]
+    # fewer than two launches a run
     assert strata_lines(data, 21) == []
     with pytest.raises(R3Error, match="--strata must be 2 or more"):
         read_strata_source(varies, 1)
