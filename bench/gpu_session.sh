@@ -51,7 +51,14 @@ else
 echo "== GPU tests"
 export R3_GPU_REPORT="$OUT/replay-times.jsonl"
 rm -f "$R3_GPU_REPORT"
-python3 -m pytest tests/gpu -m gpu -q -rs -p no:cacheprovider --durations=15 -o faulthandler_timeout=240 \
+# R3_GPU_TESTS: the test paths (default tests/gpu); R3_TESTS_S: seconds for them, after which
+# pytest is interrupted (SIGINT) and still writes its JUnit report and durations, so a suite
+# cut short says what ran (session 48's was killed whole by the command's timeout after 80 of
+# 100 tests, and said nothing of their times)
+tests_s=${R3_TESTS_S:-0}
+# shellcheck disable=SC2086  # R3_GPU_TESTS is a list of paths
+timeout -s INT -k 30 "$tests_s" python3 -m pytest ${R3_GPU_TESTS:-tests/gpu} -m gpu -q -rs \
+  -p no:cacheprovider --durations=15 -o faulthandler_timeout=240 \
   --junitxml="$OUT/gpu-junit.xml" "$@" 2>&1 | tee "$OUT/gpu-tests.log"
 rc=${PIPESTATUS[0]}
 
