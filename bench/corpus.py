@@ -450,6 +450,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     r.add_argument("--strata", type=int, default=0, metavar="N",
                    help="record again with --strata-from the first recording and --strata N "
                    "where its later launches do other work (0: never)")
+    r.add_argument("--strata-snapshots", metavar="SIZE",
+                   help="r3 record --max-snapshot-bytes for the recording with strata (default: "
+                   "the first recording's, from --record-args): each stratum takes a snapshot "
+                   "and a check launch's")
     for name in ("record", "tune", "apply"):
         r.add_argument(f"--{name}-args", type=shlex.split, default=[],
                        help=f"more options for r3 {name} (one quoted string)")

@@ -148,8 +148,10 @@ def stage_record(recipe: Recipe, state: dict[str, Any], ctx: StageContext) -> st
     if ctx.args.strata and steps["record"]["status"] == "ok" and _strata_due(rec, ctx.args.strata):
         # the first recording says later launches do other work: again, with strata
         steps["record_first"] = steps["record"]
+        budget = ctx.args.strata_snapshots
         argv = [*argv[:-len(app_argv(recipe)) - 1], "--strata-from", str(rec), "--strata",
-                str(ctx.args.strata), "--", *app_argv(recipe)]
+                str(ctx.args.strata), *(("--max-snapshot-bytes", budget) if budget else ()),
+                "--", *app_argv(recipe)]
         steps["record"] = run_step(argv, root, ctx.left())
     steps["record"]["recording"] = str(rec)
     steps["record"]["summary"] = recording_summary(rec)

@@ -157,6 +157,7 @@ case $bench in *" corpus "*)
     --budget "${R3_CORPUS_BUDGET:-8s}" --top 1 --max-runs "${R3_CORPUS_MAX_RUNS:-10}" \
     --deadline-s "${R3_CORPUS_S:-480}" --tune-args="--rules-only" \
     --record-args="--max-snapshot-bytes ${R3_CORPUS_SNAPSHOTS:-3G} --max-configs 6" --strata "${R3_CORPUS_STRATA:-0}" \
+    --strata-snapshots "${R3_CORPUS_STRATA_SNAPSHOTS:-6G}" \
     --export "$OUT";; esac
 case $bench in *" inner_live "*)
   run_bench inner_live python3 bench/inner_live.py --db "$OUT/inner-live.sqlite";; esac

@@ -181,7 +181,7 @@ def test_a_recording_whose_later_launches_do_other_work_is_made_again_with_strat
 
     monkeypatch.setattr(corpus_stages, "run_step", step)
     args = argparse.Namespace(stage="record", record_args=["--max-configs", "6"], strata=4,
-                              plain_runs=1)
+                              plain_runs=1, strata_snapshots="6G")
     state = {"program": recipe.name, "steps": {"plain": {"status": "ok", "median_wall_s": 1.0}}}
     context = corpus.StageContext(args, time.perf_counter() + 3600)
     assert corpus_stages.stage_record(recipe, state, context) is None
@@ -190,6 +190,8 @@ def test_a_recording_whose_later_launches_do_other_work_is_made_again_with_strat
     at = second.index("--strata-from")
     assert second[at + 1] == first[first.index("--out") + 1]
     assert second[at + 2:at + 4] == ["--strata", "4"]
+    # its own snapshot budget, after --record-args' (the last one counts)
+    assert second[at + 4:at + 6] == ["--max-snapshot-bytes", "6G"]
     assert second[second.index("--") + 1:] == first[first.index("--") + 1:]
     assert state["steps"]["record_first"]["status"] == "ok"
     # half the launches with the first's arguments, every launch as long: recorded once
