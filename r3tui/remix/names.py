@@ -20,8 +20,17 @@ the answer leaves every identifier of the answer's REPLACE sections one that exi
 
 A name still being written is allowed while it is the start of an allowed one (or declared).
 A token is refused only when it makes more violations than the answer had before it, so an
-answer is never stuck on what it wrote under another check.  Everything else (types, scopes,
-whether a declaration clashes with one outside the edit) is left to the compiler.
+answer is never stuck on what it wrote under another check.
+
+Blocks count too (session 48: three of Qwen's seven compile failures of session 47 were of
+this kind): a name the REPLACE text declares inside a block it closes is gone after the
+block; a declaration at the edit's own level of a name the enclosing block declares outside
+the SEARCH text (or the function's parameters, or a ``for``'s) counts, as the compiler's
+"has already been declared" would (``const float eps2`` in nbody, ``block`` in reduce_sum);
+and the end line of a section is refused while a name its SEARCH text declared, and the code
+after it uses, is not declared again at the edit's level (``pi`` declared in a loop's body,
+used after the loop).  Everything else (types, the scopes of other statements) is left to the
+compiler.
 
 The check runs in the llama.cpp backend's sampler (:class:`~r3tui.remix.llama_cpp_backend.
 GrammarCheckedSampler`), after the grammar: a backend that samples elsewhere (a server) cannot
@@ -180,6 +189,20 @@ def replace_sections(answer: str) -> list[str]:
     return [replace for _, replace in edit_sections(answer)]
 
 
+def _parameters(unit: str, brace: int) -> str:
+    """The text inside the parentheses that end right before the block opened at ``brace``
+    (a function's parameters, a ``for``'s header), or "" where none do."""
+    end = len(unit[:brace].rstrip()) - 1
+    if end < 0 or unit[end] != ")":
+        return ""
+    level = 0
+    for i in range(end, -1, -1):
+        level += {")": 1, "(": -1}.get(unit[i], 0)
+        if not level:
+            return unit[i + 1:end]
+    return ""
+
+
 class IdentifierCheck:
     """Whether a next piece of text keeps the answer's REPLACE identifiers existing names.
 
@@ -199,12 +222,97 @@ class IdentifierCheck:
         return cls(unit_names(source) | header_names(source), unit_types(source), source)
 
     def __call__(self, answer: str, piece: str) -> bool:
-        if not piece or not self._in_replace(answer + piece):
+        ending = self._ending(answer, piece)
+        if ending is not None:
+            ok = not self.missing(*ending)
+        elif not piece or not self._in_replace(answer + piece):
             return True
-        ok = self.violations(answer + piece) <= self.violations(answer)
+        else:
+            ok = self.violations(answer + piece) <= self.violations(answer)
         if not ok:
             self.refused += 1
         return ok
+
+    @staticmethod
+    def _ending(answer: str, piece: str) -> tuple[str, str] | None:
+        """``(SEARCH text, REPLACE text)`` of the section whose end line (the first line of
+        its REPLACE part that starts with ``>``) ``piece`` begins, else None."""
+        if not piece or ">" not in piece:
+            return None
+        text = answer + piece
+        divider = text.rfind("\n" + _DIVIDER)
+        opened = text.rfind(_SEARCH_START, 0, divider + 1)
+        if divider < 0 or opened < 0:
+            return None
+        body = divider + 1 + len(_DIVIDER)
+        at = text.find("\n>", body - 1)
+        if at < 0 or at + 1 < len(answer):
+            return None  # no end line yet, or one begun before this piece
+        return text[opened + len(_SEARCH_START):divider + 1], text[body:at + 1]
+
+    def missing(self, search: str, replace: str) -> frozenset[str]:
+        """The names ``search`` declares (:meth:`removed_by`) that the unit's code after it
+        uses and ``replace`` does not declare again at its own level."""
+        needed = self._needed_after(search)
+        if not needed:
+            return frozenset()
+        visible: set[str] = set()
+        self._scan(replace, visible, unfinished=False, scoped=True)
+        return needed - visible
+
+    @functools.lru_cache(maxsize=16)  # noqa: B019 - one instance per answer, a few entries
+    def _needed_after(self, search: str) -> frozenset[str]:
+        removed = self.removed_by(search)
+        if not removed:
+            return frozenset()
+        after = self._unit[self._unit.index(search) + len(search):]
+        return removed & frozenset(m.group() for m in _LEX.finditer(after)
+                                   if m.lastgroup == "ident")
+
+    @functools.lru_cache(maxsize=16)  # noqa: B019 - one instance per answer, a few entries
+    def clashes(self, search: str) -> frozenset[str]:
+        """Names a declaration at the level of the edit of ``search`` would declare twice:
+        those the block around it declares outside it at its own level, and those of the
+        parenthesized list before that block (a function's parameters, a ``for``'s counter).
+        Empty where ``search`` is not the unit's verbatim, does not balance its braces, or
+        stands outside every block."""
+        unit = self._unit
+        if not search.strip() or not unit or search not in unit:
+            return frozenset()
+        at = unit.index(search)
+        level = 0
+        for match in _LEX.finditer(search):
+            if match.lastgroup == "punct" and match.group() in "{}":
+                level += 1 if match.group() == "{" else -1
+                if level < 0:
+                    return frozenset()
+        if level:
+            return frozenset()
+        opened: list[int] = []  # where each block open at ``at`` begins
+        close = None
+        for match in _LEX.finditer(unit):
+            if match.lastgroup != "punct" or match.group() not in "{}":
+                continue
+            if match.start() < at:
+                if match.group() == "{":
+                    opened.append(match.start())
+                elif opened:
+                    opened.pop()
+            elif match.start() >= at + len(search):
+                if not opened:
+                    return frozenset()
+                level += 1 if match.group() == "{" else -1
+                if level < 0:
+                    close = match.start()
+                    break
+        if not opened or close is None:
+            return frozenset()
+        names: set[str] = set()
+        for text in (unit[opened[-1] + 1:at], unit[at + len(search):close],
+                     _parameters(unit, opened[-1])):
+            self._scan(text, names, unfinished=False, scoped=True)
+        # a type the scan took for a name (``float`` after ``const``) is not one
+        return frozenset(names - KEYWORDS - BUILTINS - self._types)
 
     @staticmethod
     def _in_replace(text: str) -> bool:
@@ -216,15 +324,17 @@ class IdentifierCheck:
     @functools.lru_cache(maxsize=64)  # noqa: B019 - one instance per answer, a few entries
     def violations(self, answer: str) -> int:
         """Identifiers of ``answer``'s REPLACE sections that are neither known, declared
-        before (in any REPLACE section), members, nor (the last, unfinished one) the start of
-        an allowed name."""
+        before (in any REPLACE section, and not in a block closed since), members, nor (the
+        last, unfinished one) the start of an allowed name; and declarations at the edit's
+        level of a name it would declare twice (:meth:`clashes`)."""
         declared: set[str] = set()
         count = 0
         sections = edit_sections(answer)
         for k, (search, section) in enumerate(sections):
             # a finished section ends with its newline, so only the last can end in a name
             count += self._scan(section, declared, unfinished=k == len(sections) - 1,
-                                removed=self.removed_by(search))
+                                removed=self.removed_by(search),
+                                clashes=self.clashes(search), scoped=True)
         return count
 
     @functools.lru_cache(maxsize=16)  # noqa: B019 - one instance per answer, a few entries
@@ -243,8 +353,14 @@ class IdentifierCheck:
         return frozenset(inside - elsewhere - KEYWORDS - BUILTINS)
 
     def _scan(self, text: str, declared: set[str], unfinished: bool,
-              removed: frozenset[str] = frozenset()) -> int:
+              removed: frozenset[str] = frozenset(), clashes: frozenset[str] = frozenset(),
+              scoped: bool = False) -> int:
+        """Count ``text``'s violations, adding what it declares to ``declared``; ``scoped``:
+        a name declared in a block ``text`` opens leaves ``declared`` when the block closes,
+        and a declaration outside every bracket and block of ``text`` of a name in
+        ``clashes`` counts."""
         count = 0
+        blocks: list[set[str]] = []  # the names each block opened here declared first
         previous: tuple[str, str] = ("newline", "\n")  # the last significant token
         before: tuple[str, str] = ("newline", "\n")  # the one before it
         depth = 0  # parentheses and brackets
@@ -271,6 +387,12 @@ class IdentifierCheck:
                 elif value in ";{}":
                     declaring_at = None
                     depth = 0 if value != ";" else depth
+                    if value == "{":
+                        blocks.append(set())
+                    elif value == "}" and blocks:
+                        gone = blocks.pop()
+                        if scoped:
+                            declared.difference_update(gone)
             elif kind == "ident":
                 last = index == len(tokens) - 1 and unfinished
                 member = previous[0] == "punct" and previous[1] in (".", "->", "::")
@@ -284,7 +406,12 @@ class IdentifierCheck:
                 )
                 if declaring and not member:
                     if not last:
+                        if blocks and value not in declared:
+                            blocks[-1].add(value)
                         declared.add(value)
+                        if (value in clashes and not blocks and not depth
+                                and not define_line):
+                            count += 1
                     if not define_line:
                         declaring_at = depth
                 elif not (member or define_line or value in declared

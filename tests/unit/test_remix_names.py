@@ -138,3 +138,63 @@ def test_a_removed_name_is_no_prefix_to_write_on() -> None:
     assert "        float4 pj = pos[j];\n" in NBODY
     assert not check(search, "pj")
     assert check(search, "p") and check(search, "pi")  # pi, pos: the unit's, kept
+
+
+def test_a_declaration_at_the_edits_level_of_a_name_the_block_has_counts() -> None:
+    """Declared twice (session 47: Qwen's ``const float eps2`` beside nbody's parameter,
+    ``block`` again in reduce_sum): the compiler refuses it, so the check counts it, at the
+    edit's own level only (a nested block or a ``for``'s header may shadow)."""
+    check = IdentifierCheck.for_unit(NBODY)
+    search = "    float ax = 0.0f;\n"
+    assert search in NBODY
+    head = f"<<<<<<< SEARCH\n{search}=======\n"
+    assert {"eps2", "pos", "n", "pi", "ay", "i"} <= check.clashes(search)
+    assert "ax" not in check.clashes(search)  # the edit replaces its declaration
+    assert check.violations(head + "    const float eps2 = 0.0f;\n") == 1
+    assert check.violations(head + "    float ay = 0.0f;\n") == 1
+    assert check.violations(head + "    float ax = 0.0f, ay = 1.0f;\n") == 1
+    assert check.violations(head + "    float ax = 0.0f;\n    float eps3 = eps2;\n") == 0
+    assert check.violations(head + "    float ax = 0.0f;\n    { float ay = 1.0f; ax = ay; }\n") == 0
+    assert check.violations(head + "    float ax = 0.0f;\n"
+                            "    for (int i = 0; i < n; ++i) { ax += 1.0f; }\n") == 0
+    # the token that finishes the name is the one refused: writing on renames it
+    assert check(head, "    const float eps") and check(head + "    const float eps", "2")
+    assert not check(head + "    const float eps2", " =")
+    assert check(head + "    const float eps2", "_half =")
+    reduce = IdentifierCheck.for_unit(REDUCE)
+    line = next(t for t in REDUCE.splitlines(keepends=True) if " i = block" in t)
+    assert reduce.violations(f"<<<<<<< SEARCH\n{line}=======\n"
+                             "    unsigned long long block = 0;\n") == 1
+    # a SEARCH text that is not the unit's, or does not balance its braces: nothing known
+    assert check.clashes("    float ax=0.0f;\n") == frozenset()
+    assert check.clashes("    for (int j = 0; j < n; ++j) {\n") == frozenset()
+
+
+def test_a_name_declared_in_a_block_the_edit_closes_is_gone_after_it() -> None:
+    check = IdentifierCheck.for_unit(NBODY)
+    head = "<<<<<<< SEARCH\n    float ax = 0.0f;\n=======\n    float ax = 0.0f;\n"
+    assert check.violations(head + "    { float t7 = 1.0f; ax += t7; }\n") == 0
+    assert check.violations(head + "    { float t7 = 1.0f; }\n    ax += t7;\n") == 1
+    # shadowing a name declared before the block keeps the outer one
+    assert check.violations(head + "    { float ax = 1.0f; }\n    ax += 1.0f;\n") == 0
+
+
+def test_the_end_line_waits_for_the_names_the_code_after_the_edit_uses() -> None:
+    """Replacing ``float4 pi = pos[i];`` with a loop that declares ``pi`` in its body leaves
+    the code after the edit without it (Qwen's grid-stride answer on nbody, session 47): the
+    section may not end until ``pi`` is declared at the edit's level again."""
+    check = IdentifierCheck.for_unit(NBODY)
+    search = "    float4 pi = pos[i];\n"
+    assert search in NBODY
+    head = f"<<<<<<< SEARCH\n{search}=======\n"
+    nested = head + "    for (int k = 0; k < 1; ++k) {\n        float4 pi = pos[i];\n    }\n"
+    assert check.missing(search, nested[len(head):]) == {"pi"}
+    for end in (">", ">>>>>>> REPLACE\n"):
+        assert not check(nested, end)
+        assert check(head + "    float4 pi = __ldg(&pos[i]);\n", end)
+    # phi's update after the edit reads inv_r; written again, even under another form, it is there
+    line = "        float inv_r = 1.0f / r;\n"
+    assert check.missing(line, "        float q = 1.0f;\n") == {"inv_r"}
+    assert check.missing(line, "        float inv_r = rsqrtf(r2);\n") == frozenset()
+    # the end line begun before this piece is not asked about again
+    assert check(nested + ">>>", ">>>> REPLACE\n")
