@@ -119,6 +119,9 @@ class KernelOutcome:
     # why the prediction may be far off: the tuned configuration's other launches do other
     # work than the replayed one (RecordedConfig.other_work); None where they do not
     other_work: str | None = None
+    # why its kernel speedup may be far off: much of its time not re-timed, where the
+    # configurations that were gained unlike amounts (engine.transfer.uncertainty)
+    uncertain: str | None = None
 
     @property
     def significant(self) -> bool:
@@ -172,7 +175,8 @@ class AppTuneResult:
         does other work than its other launches (:attr:`KernelOutcome.other_work`, which
         tune-app prints with the kernel), a line that points there."""
         return [f"{k.name}'s replayed launch does other work than its other launches (above)"
-                for k in self.kernels if k.significant and k.other_work]
+                for k in self.kernels if k.significant and k.other_work] + [
+            k.uncertain for k in self.kernels if k.significant and k.uncertain]
 
     @property
     def kernel_fraction(self) -> float | None:
@@ -282,10 +286,12 @@ def _checked(outcome: KernelOutcome, checks: list[ConfigCheck], db: Path) -> Ker
         return outcome
     speedup, how = transfer.kernel_speedup(outcome.share, outcome.config_share,
                                            outcome.speedup, checks)
-    transfer.store(db, outcome.campaign_id, checks, speedup, how)
+    uncertain = transfer.uncertainty(outcome.name, outcome.share, outcome.config_share,
+                                     outcome.speedup, checks)
+    transfer.store(db, outcome.campaign_id, checks, speedup, how, uncertain)
     why = transfer.failure(checks)
     return replace(outcome, kernel_speedup=speedup, kernel_basis=how,
-                   checks=tuple(asdict(c) for c in checks), unsafe=why,
+                   checks=tuple(asdict(c) for c in checks), unsafe=why, uncertain=uncertain,
                    status=f"not shippable: {why}" if why else outcome.status)
 
 

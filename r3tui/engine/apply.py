@@ -102,7 +102,8 @@ class ApplyResult:
     predicted_wall_speedup: float | None = None
     kernel_fraction_of_wall: float | None = None
     # why the prediction may be far off: a shipped kernel's replayed launch does other work
-    # than its other launches (RecordedConfig.other_work)
+    # than its other launches (RecordedConfig.other_work), or much of its time was not
+    # re-timed where the rest gained unlike amounts (engine.transfer.uncertainty)
     prediction_other_work: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
@@ -271,7 +272,9 @@ def write_tree(
         app_wall_amdahl(parts, fraction) if known else None,
         fraction,
         [context.other_work[o.campaign_id] for o in outcomes
-         if o.complete and o.campaign_id in context.other_work],
+         if o.complete and o.campaign_id in context.other_work]
+        + [best.uncertain for o, best in zip(outcomes, bests, strict=True)
+           if o.complete and best.uncertain],
     )
     write_summary(into, result)
     return result

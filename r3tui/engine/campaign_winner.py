@@ -42,6 +42,8 @@ class _Best:
     neighbours: tuple[tuple[str, float, float], ...] = ()
     # dynamic shared memory the winner launches with (None: the recorded launch's)
     shared_mem_bytes: int | None = None
+    # why kernel_speedup may be far off (engine.transfer.uncertainty)
+    uncertain: str | None = None
 
 
 @dataclass(frozen=True)
@@ -135,6 +137,7 @@ def load_best(s: Session, campaign_id: int, exports: Path) -> _Best:
         checked.get("failed") or unit.get("failed"),
         tuple(transfer.unit_parts(unit)),
         launch.get("shared_mem_bytes"),
+        checked.get("uncertain"),
     )
 
 

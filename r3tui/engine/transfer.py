@@ -42,6 +42,10 @@ if TYPE_CHECKING:
 EVENT = "configs"
 UNIT_EVENT = "unit"
 MAX_CHECKS = 3  # other configurations re-timed per kernel (each starts a replay worker)
+# a kernel speedup is uncertain (uncertainty()) with this share of the kernel's time not
+# re-timed, where the re-timed configurations' ratios spread this far
+UNCERTAIN_SHARE = 0.10
+UNCERTAIN_SPREAD = 1.10
 ROUNDS = 9  # interleaved rounds per configuration
 
 
@@ -114,15 +118,21 @@ def others(kernel: KernelShare, tuned: RecordedConfig, max_checks: int = MAX_CHE
     return sorted(found, key=lambda c: -c.device_time_s)[:max(0, max_checks)]
 
 
+def _measured(tuned_share: float, tuned_speedup: float, checks: Sequence[ConfigCheck]
+              ) -> list[tuple[float, float]]:
+    """(share, ratio) of the tuned configuration and of each other one re-timed."""
+    return [(tuned_share, tuned_speedup)] + [
+        (c.share, c.speedup) for c in checks
+        if c.speedup is not None and c.speedup > 0 and c.failed is None]
+
+
 def kernel_speedup(kernel_share: float, tuned_share: float, tuned_speedup: float,
                    checks: Sequence[ConfigCheck]) -> tuple[float, str]:
     """The winner's speedup over all of the kernel's device time, and how it was formed.
 
     Each configuration counts at its measured ratio; the rest of the kernel's share (no
     bundle, not checked, or not measurable) at the median of the measured ratios."""
-    measured = [(tuned_share, tuned_speedup)] + [
-        (c.share, c.speedup) for c in checks
-        if c.speedup is not None and c.speedup > 0 and c.failed is None]
+    measured = _measured(tuned_share, tuned_speedup, checks)
     if kernel_share <= 0:
         return tuned_speedup, "the tuned configuration's ratio"
     covered = sum(share for share, _ in measured)
@@ -133,6 +143,27 @@ def kernel_speedup(kernel_share: float, tuned_share: float, tuned_speedup: float
            "kernel's time" + (f"; the other {rest / kernel_share:.0%} at their median ratio "
                               f"{typical:.3f}" if rest > 1e-12 else ""))
     return kernel_share / time_after, how
+
+
+def uncertainty(name: str, kernel_share: float, tuned_share: float, tuned_speedup: float,
+                checks: Sequence[ConfigCheck]) -> str | None:
+    """Why :func:`kernel_speedup` may be far off: at least :data:`UNCERTAIN_SHARE` of the
+    kernel's time was not re-timed, and the configurations that were gained unlike amounts
+    (the fastest ratio :data:`UNCERTAIN_SPREAD` times the slowest or more), so the median
+    that stands for the rest is a guess.  gaussian's Fan2 (H100, session 48): half of its
+    time in strata without a snapshot, counted at 10.8x, where the measured ones ranged
+    9.1x-16.4x and the whole gained 17.5x.  None where it is not so."""
+    measured = _measured(tuned_share, tuned_speedup, checks)
+    rest = kernel_share - sum(share for share, _ in measured)
+    ratios = [r for _, r in measured]
+    if (kernel_share <= 0 or rest < UNCERTAIN_SHARE * kernel_share - 1e-12
+            or max(ratios) < UNCERTAIN_SPREAD * min(ratios)):
+        return None
+    return (f"{name}: {rest / kernel_share:.0%} of its device time is in configurations not "
+            "re-timed (without a snapshot, or past --check-configs), counted at the median "
+            f"of those that were, which gained {min(ratios):.3f}x to {max(ratios):.3f}x: "
+            "the prediction may be far off (a larger `r3 record --max-snapshot-bytes` or "
+            "--check-configs measures more of them)")
 
 
 def neighbours(kernels: Sequence[KernelShare], kernel: KernelShare,
@@ -172,12 +203,12 @@ def _add_event(db: Path, campaign_id: int, kind: str, message: str,
 
 
 def store(db: Path, campaign_id: int, checks: Sequence[ConfigCheck], speedup: float,
-          how: str) -> None:
+          how: str, uncertain: str | None = None) -> None:
     why = failure(checks)
     message = why or f"the winner over every configuration: {speedup:.3f}x ({how})"
     _add_event(db, campaign_id, EVENT, message, {
         "checks": [asdict(c) for c in checks], "kernel_speedup": speedup, "how": how,
-        "failed": why})
+        "failed": why, "uncertain": uncertain})
 
 
 def store_unit(db: Path, campaign_id: int, checks: Sequence[UnitCheck]) -> None:

@@ -852,3 +852,72 @@ def test_apply_says_its_prediction_is_uncertain_where_a_shipped_kernels_launches
     assert "uncertain" not in again.stdout
     assert json.loads((tmp_path / "p2" / "r3-apply.json").read_text()
                       )["prediction_other_work"] == []
+
+
+def test_a_kernel_speedup_with_much_time_unmeasured_and_unlike_gains_is_said_to_be_uncertain(
+        tmp_path: Path) -> None:
+    """gaussian (H100, session 48): half of Fan2's time was in strata without a snapshot,
+    counted at the median of the measured ones (9.1x-16.4x); the prediction, 11.0x, was 43%
+    under the 15.8x r3 apply measured. tune-app and apply say so where it happens."""
+    from r3tui.engine.prediction import prediction_lines
+    from r3tui.engine.transfer import ConfigCheck, UnitCheck, uncertainty
+
+    tree = tmp_path / "app"
+    shutil.copytree(CG, tree, ignore=shutil.ignore_patterns("cg", "cg-shared", "*.o", "*.json"))
+    rec = write_recording(tmp_path / "rec", tree)
+    data = json.loads((rec / "recording.json").read_text())
+    spmv = next(k for k in data["kernels"] if k["name"] == "cg::spmv_csr")
+    # a third configuration of spmv, 0.2 s, that was profiled but not snapshotted
+    spmv["configs"].append({**spmv["configs"][0], "bundle": None, "replayable": False,
+                            "device_time_s": 0.2})
+    spmv["device_time_s"] = sum(c["device_time_s"] for c in spmv["configs"])
+    (rec / "recording.json").write_text(json.dumps(data))
+    db_path, ids = _apply_db(tmp_path, tree, rec)
+
+    class FakeChecker:
+        """Stands in for the GPU re-timing: the winner gains 2.0x on spmv-1 (1.25x on the
+        tuned spmv-0); no other kernel of the unit is measured."""
+
+        def __init__(self, gain: float) -> None:
+            self.gain = gain
+
+        def configs(self, campaign_id: int, configs) -> list[ConfigCheck]:
+            return [ConfigCheck(str(c.bundle.relative_to(rec)), c.grid, c.block, c.share,
+                                self.gain, (self.gain * 0.98, self.gain * 1.02))
+                    for c in configs]
+
+        def unit(self, campaign_id: int, kernels) -> list[UnitCheck]:
+            return []
+
+        def without_options(self, campaign_id: int, bundle: Path) -> None:
+            raise AssertionError("no options failed")
+
+    result = tune_app(load_recording(rec), db_path, "10", 1,
+                      lambda bundle, name: (ids[0], 1.25, (1.1, 1.4)), FakeChecker(2.0))
+    (outcome,) = result.kernels
+    assert "the other 25% at their median ratio 1.625" in outcome.kernel_basis
+    assert outcome.uncertain is not None and outcome.uncertain.startswith(
+        "cg::spmv_csr: 25% of its device time is in configurations not re-timed")
+    assert "which gained 1.250x to 2.000x" in outcome.uncertain
+    assert result.other_work == [outcome.uncertain]
+    lines = prediction_lines(result.kernel_time_speedup, result.app_wall_speedup,
+                             result.kernel_time_s, result.wall_s, result.other_work)
+    assert f"  uncertain: {outcome.uncertain}" in lines
+    assert json.loads((rec / "tune-app.json").read_text())["kernels"][0]["uncertain"] == \
+        outcome.uncertain
+    # r3 apply reads it from the campaign's event and says it with its own prediction
+    out = tmp_path / "patched"
+    run = r3("apply", str(ids[0]), "--into", str(out), "--no-run", "--db", str(db_path),
+             cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    assert json.loads((out / "r3-apply.json").read_text())["prediction_other_work"] == [
+        outcome.uncertain]
+    assert f"  uncertain: {outcome.uncertain}" in run.stdout.splitlines()
+
+    # alike gains, or little time left out: the median is a fair stand-in
+    alike = tune_app(load_recording(rec), db_path, "10", 1,
+                     lambda bundle, name: (ids[0], 1.25, (1.1, 1.4)), FakeChecker(1.3))
+    assert alike.kernels[0].uncertain is None and alike.other_work == []
+    half = ConfigCheck("bundles/b", (1, 1, 1), (32, 1, 1), 0.1, 2.0, (1.9, 2.1))
+    assert uncertainty("k", 1.0, 0.85, 1.0, [half]) is None  # 5% unmeasured
+    assert uncertainty("k", 1.0, 0.8, 1.0, [half]) is not None  # 10%
