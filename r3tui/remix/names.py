@@ -46,6 +46,8 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from r3tui.analysis.facts import tokens
+from r3tui.analysis.text import mask
+from r3tui.remix.balance import balance, lowest
 from r3tui.remix.edits import DIVIDER, REPLACE_MARK, SEARCH_MARK
 
 
@@ -189,18 +191,38 @@ def replace_sections(answer: str) -> list[str]:
     return [replace for _, replace in edit_sections(answer)]
 
 
-def _parameters(unit: str, brace: int) -> str:
+def _parameters(code: str, brace: int) -> str:
     """The text inside the parentheses that end right before the block opened at ``brace``
-    (a function's parameters, a ``for``'s header), or "" where none do."""
-    end = len(unit[:brace].rstrip()) - 1
-    if end < 0 or unit[end] != ")":
+    (a function's parameters, a ``for``'s header), or "" where none do; ``code`` is the
+    unit masked (:func:`~r3tui.analysis.text.mask`), so comments and literals do not count."""
+    end = len(code[:brace].rstrip()) - 1
+    if end < 0 or code[end] != ")":
         return ""
     level = 0
     for i in range(end, -1, -1):
-        level += {")": 1, "(": -1}.get(unit[i], 0)
+        level += {")": 1, "(": -1}.get(code[i], 0)
         if not level:
-            return unit[i + 1:end]
+            return code[i + 1:end]
     return ""
+
+
+def _enclosing_block(code: str, start: int, end: int) -> tuple[int, int] | None:
+    """Where the innermost block around ``code[start:end]`` opens and closes (``code``
+    masked), or None where that text stands outside every block."""
+    opened: list[int] = []
+    for i in range(start):
+        if code[i] == "{":
+            opened.append(i)
+        elif code[i] == "}" and opened:
+            opened.pop()
+    if not opened:
+        return None
+    level = 0
+    for i in range(end, len(code)):
+        level += {"{": 1, "}": -1}.get(code[i], 0)
+        if level < 0:
+            return opened[-1], i
+    return None
 
 
 class IdentifierCheck:
@@ -277,39 +299,17 @@ class IdentifierCheck:
         Empty where ``search`` is not the unit's verbatim, does not balance its braces, or
         stands outside every block."""
         unit = self._unit
-        if not search.strip() or not unit or search not in unit:
+        if (not search.strip() or not unit or search not in unit
+                or balance(search)[0] or lowest(search)[0]):
             return frozenset()
+        code = mask(unit)
         at = unit.index(search)
-        level = 0
-        for match in _LEX.finditer(search):
-            if match.lastgroup == "punct" and match.group() in "{}":
-                level += 1 if match.group() == "{" else -1
-                if level < 0:
-                    return frozenset()
-        if level:
-            return frozenset()
-        opened: list[int] = []  # where each block open at ``at`` begins
-        close = None
-        for match in _LEX.finditer(unit):
-            if match.lastgroup != "punct" or match.group() not in "{}":
-                continue
-            if match.start() < at:
-                if match.group() == "{":
-                    opened.append(match.start())
-                elif opened:
-                    opened.pop()
-            elif match.start() >= at + len(search):
-                if not opened:
-                    return frozenset()
-                level += 1 if match.group() == "{" else -1
-                if level < 0:
-                    close = match.start()
-                    break
-        if not opened or close is None:
+        block = _enclosing_block(code, at, at + len(search))
+        if block is None:
             return frozenset()
         names: set[str] = set()
-        for text in (unit[opened[-1] + 1:at], unit[at + len(search):close],
-                     _parameters(unit, opened[-1])):
+        for text in (unit[block[0] + 1:at], unit[at + len(search):block[1]],
+                     _parameters(code, block[0])):
             self._scan(text, names, unfinished=False, scoped=True)
         # a type the scan took for a name (``float`` after ``const``) is not one
         return frozenset(names - KEYWORDS - BUILTINS - self._types)
