@@ -86,6 +86,18 @@ def _section(text: str) -> tuple[str, str, int | None] | None:
     return text[start + len(_SEARCH):divider + 1], text[body:end], end
 
 
+def ended_by(answer: str, piece: str) -> tuple[str, str] | None:
+    """``(SEARCH text, REPLACE text)`` of the section whose end line (the first line of its
+    REPLACE part that starts with ``>``) ``piece`` begins, else None (no end line yet, or one
+    begun before this piece)."""
+    if not piece or ">" not in piece:
+        return None
+    after, before = _section(answer + piece), _section(answer)
+    if after is None or after[2] is None or (before is not None and before[2] is not None):
+        return None
+    return after[0], after[1]
+
+
 class BalanceCheck:
     """Refuses the token that makes a REPLACE section close a block its SEARCH text does not,
     and the one that ends a section whose brackets do not balance as its SEARCH text's or whose
@@ -121,12 +133,10 @@ class BalanceCheck:
 
     @staticmethod
     def _ends_balanced(answer: str, piece: str) -> bool:
-        if not piece or ">" not in piece:
-            return True
-        after, before = _section(answer + piece), _section(answer)
-        if after is None or after[2] is None or (before is not None and before[2] is not None):
+        ending = ended_by(answer, piece)
+        if ending is None:
             return True  # not ending a section, or its end was begun before this token
-        search, replace, _ = after
+        search, replace = ending
         # a section whose code is its SEARCH text's changes nothing: not an edit
         return balance(search) == balance(replace) and code_key(search) != code_key(replace)
 

@@ -47,7 +47,7 @@ from pathlib import Path
 
 from r3tui.analysis.facts import tokens
 from r3tui.analysis.text import mask
-from r3tui.remix.balance import balance, lowest
+from r3tui.remix.balance import balance, ended_by, lowest
 from r3tui.remix.edits import DIVIDER, REPLACE_MARK, SEARCH_MARK
 
 
@@ -244,7 +244,7 @@ class IdentifierCheck:
         return cls(unit_names(source) | header_names(source), unit_types(source), source)
 
     def __call__(self, answer: str, piece: str) -> bool:
-        ending = self._ending(answer, piece)
+        ending = ended_by(answer, piece)
         if ending is not None:
             ok = not self.missing(*ending)
         elif not piece or not self._in_replace(answer + piece):
@@ -254,23 +254,6 @@ class IdentifierCheck:
         if not ok:
             self.refused += 1
         return ok
-
-    @staticmethod
-    def _ending(answer: str, piece: str) -> tuple[str, str] | None:
-        """``(SEARCH text, REPLACE text)`` of the section whose end line (the first line of
-        its REPLACE part that starts with ``>``) ``piece`` begins, else None."""
-        if not piece or ">" not in piece:
-            return None
-        text = answer + piece
-        divider = text.rfind("\n" + _DIVIDER)
-        opened = text.rfind(_SEARCH_START, 0, divider + 1)
-        if divider < 0 or opened < 0:
-            return None
-        body = divider + 1 + len(_DIVIDER)
-        at = text.find("\n>", body - 1)
-        if at < 0 or at + 1 < len(answer):
-            return None  # no end line yet, or one begun before this piece
-        return text[opened + len(_SEARCH_START):divider + 1], text[body:at + 1]
 
     def missing(self, search: str, replace: str) -> frozenset[str]:
         """The names ``search`` declares (:meth:`removed_by`) that the unit's code after it
