@@ -168,3 +168,27 @@ def test_a_checked_answer_takes_no_token_without_text_but_its_end(
         assert sampler._checked("", end) and sampler._checked("", special[b"!"])
     finally:
         sampler.close()
+
+
+def test_the_edit_grammar_refuses_an_indented_marker_in_replace(backend: LlamaCppBackend) -> None:
+    """The parser reads an indented '=======' in REPLACE as a second divider and refuses the
+    whole block (Qwen2.5-Coder, session 48), so after indentation the grammar allows a code
+    token there but no marker character."""
+    from r3tui.remix.mutation import GRAMMAR_FOR_FORMAT, load_grammar
+
+    def tokens(text: str) -> list[int]:
+        return list(backend._llm.tokenize(text.encode(), add_bos=False, special=False))
+
+    sampler = GrammarCheckedSampler(
+        backend._lib, backend._vocab, backend._llm.n_vocab(), Sampling(seed=1),
+        load_grammar(GRAMMAR_FOR_FORMAT["search_replace"]))
+    try:
+        for token in tokens("<<<<<<< SEARCH\n    int x = 0;\n=======\n    int y = 0;\n    "):
+            assert sampler._allows(token), backend.piece(token)
+            sampler.accept(token)
+        marks = {m: tokens(m) for m in ("=", "<", ">", "int")}
+        assert all(len(t) == 1 for t in marks.values()), marks
+        assert sampler._allows(marks["int"][0])
+        assert not any(sampler._allows(marks[m][0]) for m in "=<>")
+    finally:
+        sampler.close()
