@@ -169,16 +169,20 @@ def bounds_program(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _run(exe: Path, scenario: str, raw: Path, **env: str) -> dict[str, str]:
+    """Run a scenario; every snapshot file written (R3_RECORD_DEDUP=0) unless ``env`` says
+    otherwise, so the byte counts below are those of the bounds alone: the files that share
+    their bytes with an earlier one are the dedup tests' (test_snapshot_files_*)."""
     environ = {k: v for k, v in os.environ.items() if not k.startswith(("R3_", "CUDA_"))}
+    environ["R3_RECORD_DEDUP"] = "0"
     environ.update(env, R3_REC_NO_GATE="1", R3_RECORD_DIR=str(raw))
     out = subprocess.run([str(exe), scenario], env=environ, capture_output=True, text=True,
                          check=True, timeout=60).stdout
     return dict(item.split("=") for item in out.split()[1:])
 
 
-def _convert(root: Path) -> dict[str, Any]:
+def _convert(root: Path, raw: str = "raw", out: str = "out") -> dict[str, Any]:
     return app_dump.build_recording(
-        app_dump.read_dump(root / "raw"), root / "out", command=["./app"], cwd=str(root),
+        app_dump.read_dump(root / raw), root / out, command=["./app"], cwd=str(root),
         runtime="static", wall_s=0.1, exit_code=0, reachable=False,
         recorded_at="2026-01-01T00:00:00+00:00", demangle=lambda n: NAMES.get(n, n),
         source_of=lambda _n: None)
@@ -222,6 +226,66 @@ def test_only_the_first_configurations_of_a_kernel_are_snapshotted_and_all_are_c
     assert bundle.manifest.launch.grid.x == 1 and len(bundle.manifest.allocations) == 2
     # the buffer the kernel's float* points to is an array of floats; the other, untyped
     assert sorted(str(a.dtype) for a in bundle.manifest.allocations) == ["None", "float32"]
+
+
+def _files(raw: Path) -> list[Path]:
+    return sorted(f for f in raw.rglob("data/*") if f.is_file() and not f.name.startswith("image"))
+
+
+def _snapshots(root: Path, data: dict[str, Any], out: str) -> dict[tuple[str, int], list[bytes]]:
+    """Each snapshotted configuration's allocations and globals, prologue and epilogue bytes,
+    its check launch's too, as its bundle holds them."""
+    found = {}
+    for kernel in data["kernels"]:
+        for config in kernel["configs"]:
+            if not config["bundle"]:
+                continue
+            bundle = Bundle.open(root / out / config["bundle"], verify=True)
+            manifests = [bundle.manifest, *([bundle.manifest.checks[0]]
+                                            if bundle.manifest.checks else [])]
+            found[(kernel["name"], config["grid"][0])] = [
+                bundle.blob(ref) for m in manifests for a in m.allocations
+                for ref in (a.prologue, a.epilogue)]
+    return found
+
+
+def test_snapshot_files_with_the_same_bytes_are_written_once(
+        bounds_program: Path, tmp_path: Path) -> None:
+    """A buffer the kernel does not write has its prologue for epilogue, and one nothing wrote
+    between two snapshots has the epilogue of the first for the prologue of the second: such
+    bytes are written once, the events name that file, and the bundles hold what every file
+    written would give (lulesh, H100: 15 snapshots of 499 MiB each, 9 of them past 3 GiB)."""
+    every = _run(bounds_program, "many", tmp_path / "raw")
+    once = _run(bounds_program, "many", tmp_path / "raw-dedup", R3_RECORD_DEDUP="1")
+    assert once["many"] == every["many"] == "4" and once["one"] == every["one"] == "1"
+    # bytes written: each distinct content of the files written without dedup, once
+    contents = {f.read_bytes() for f in _files(tmp_path / "raw")}
+    assert int(once["bytes"]) == sum(len(c) for c in contents) + 64  # and the image
+    assert int(once["bytes"]) < int(every["bytes"]) == 10 * SNAPSHOT + 64
+    assert len(_files(tmp_path / "raw-dedup")) == len(contents)
+    plain = _convert(tmp_path)
+    dedup = _convert(tmp_path, "raw-dedup", "out-dedup")
+    assert dedup["snapshots"]["bytes"] == int(once["bytes"])
+    assert _snapshots(tmp_path, dedup, "out-dedup") == _snapshots(tmp_path, plain, "out")
+    assert len(_snapshots(tmp_path, plain, "out")) == 5
+
+
+def test_snapshot_files_written_once_leave_room_for_more_snapshots(
+        bounds_program: Path, tmp_path: Path) -> None:
+    """Under a budget that every file written fills with three snapshots (one's, its check
+    launch's, many's first), the files shared with earlier ones let more of many's
+    configurations in, and what is written stays within the budget."""
+    budget = 3 * SNAPSHOT + 100
+    every = _run(bounds_program, "many", tmp_path / "raw", R3_RECORD_MAX_BYTES=str(budget))
+    once = _run(bounds_program, "many", tmp_path / "raw-dedup", R3_RECORD_MAX_BYTES=str(budget),
+                R3_RECORD_DEDUP="1")
+    assert (every["one"], every["many"]) == ("1", "1")
+    assert once["one"] == "1" and int(once["many"]) > 1
+    assert int(once["bytes"]) <= budget
+    data = _convert(tmp_path, "raw-dedup", "out-dedup")
+    snapped = [c for c in _kernel(data, "many(float*)")["configs"] if c["snapshotted"]]
+    assert len(snapped) == int(once["many"]) and all(c["replayable"] for c in snapped)
+    assert len(_snapshots(tmp_path, data, "out-dedup")) == 1 + len(snapped)
 
 
 def test_a_kernels_counters_start_at_zero_whatever_realloc_returns(tmp_path: Path) -> None:

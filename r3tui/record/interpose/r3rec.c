@@ -154,6 +154,16 @@ static uint64_t max_bytes_ = R3_DEFAULT_MAX_BYTES, snap_bytes_, budget_need_, bu
 static uint64_t largest_first_;
 static int budget_spent_, write_errno_;
 
+/* Snapshot files by content: bytes equal to a file written before are not written again, and
+ * the event names that file (write_snapshot()).  A buffer the kernel does not write has an
+ * epilogue equal to its prologue, and a buffer nothing wrote between two snapshots has the
+ * prologue of the one the epilogue of the other: Rodinia lulesh's snapshots of 499 MiB each
+ * left 9 of its 15 kernels outside a 3 GiB budget.  The budget counts the bytes written.
+ * R3_RECORD_DEDUP=0: every file written. */
+typedef struct { uint64_t hash[2], size; char name[40]; } written_t;
+static written_t *written_; static size_t nwritten_, capwritten_;
+static int dedup_ = 1;
+
 static uint64_t arena_reserved_, arena_mapped_, arena_top_, granularity_, guard_;
 static int arena_ready_, device_;
 static CUmemAllocationProp prop_;
@@ -332,10 +342,12 @@ static void open_index(void) {
     only_ = k && *k ? strdup(k) : NULL;
     max_configs_ = env_count("R3_RECORD_MAX_CONFIGS", R3_DEFAULT_MAX_CONFIGS);
     max_bytes_ = env_count("R3_RECORD_MAX_BYTES", R3_DEFAULT_MAX_BYTES);
+    const char *dd = getenv("R3_RECORD_DEDUP");
+    dedup_ = !(dd && *dd == '0');
     read_strata(getenv("R3_RECORD_STRATA_FILE"));
     fprintf(index_, "{\"ev\":\"start\",\"pid\":%d,\"reachable\":%d,\"max_configs\":%llu,"
-            "\"max_bytes\":%llu,\"strata\":%zu}\n", (int)index_pid_, reachable_, max_configs_,
-            (unsigned long long)max_bytes_, nstrata_);
+            "\"max_bytes\":%llu,\"strata\":%zu,\"dedup\":%d}\n", (int)index_pid_, reachable_,
+            max_configs_, (unsigned long long)max_bytes_, nstrata_, dedup_);
     fflush(index_);
 }
 
@@ -1212,6 +1224,91 @@ static int same_args(const config_t *k, const call_t *c) {
     return buf && n == k->nref && !memcmp(buf, k->ref, n);
 }
 
+/* 128 bits of a buffer's content, four independent lanes of 8-byte words (a multiply and a
+ * shift each: a few GB/s, against the copy from the device it follows).  A match is then
+ * confirmed byte for byte against the file (same_as_file()), so a collision costs a read. */
+static uint64_t mix64(uint64_t x) {
+    x ^= x >> 33; x *= 0xff51afd7ed558ccdULL; x ^= x >> 33; x *= 0xc4ceb9fe1a85ec53ULL;
+    return x ^ (x >> 33);
+}
+static void content_hash(const unsigned char *p, size_t n, uint64_t out[2]) {
+    uint64_t a = 0x9e3779b97f4a7c15ULL ^ n, b = 0xc2b2ae3d27d4eb4fULL, c = 0x165667b19e3779f9ULL,
+             d = 0x27d4eb2f165667c5ULL;
+    size_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        uint64_t w[4];
+        memcpy(w, p + i, sizeof w);
+        a = (a ^ w[0]) * 0xff51afd7ed558ccdULL; a ^= a >> 29;
+        b = (b ^ w[1]) * 0xc4ceb9fe1a85ec53ULL; b ^= b >> 31;
+        c = (c ^ w[2]) * 0x9fb21c651e98df25ULL; c ^= c >> 27;
+        d = (d ^ w[3]) * 0xd6e8feb86659fd93ULL; d ^= d >> 33;
+    }
+    for (; i < n; i++) { a = (a ^ p[i]) * 0x100000001b3ULL; a ^= a >> 29; }
+    out[0] = mix64(a ^ (c << 17 | c >> 47) ^ n);
+    out[1] = mix64(b ^ (d << 23 | d >> 41) ^ (a + n));
+}
+
+/* Whether data/<name> holds exactly these `size` bytes. */
+static int same_as_file(const char *name, const unsigned char *data, size_t size) {
+    char path[4300];
+    snprintf(path, sizeof path, "%s/data/%s", dir_, name);
+    FILE *f = fopen(path, "rb");
+    if (!f) return 0;
+    unsigned char chunk[1 << 16];
+    size_t at = 0, n;
+    int same = 1;
+    while (same && (n = fread(chunk, 1, sizeof chunk, f)) > 0) {
+        same = at + n <= size && !memcmp(chunk, data + at, n);
+        at += n;
+    }
+    fclose(f);
+    return same && at == size;
+}
+
+/* The file written before with these bytes, or -1. */
+static long written_as(const unsigned char *data, size_t size, const uint64_t hash[2]) {
+    for (size_t i = nwritten_; i-- > 0;) {
+        const written_t *w = &written_[i];
+        if (w->size == size && w->hash[0] == hash[0] && w->hash[1] == hash[1]
+                && same_as_file(w->name, data, size))
+            return (long)i;
+    }
+    return -1;
+}
+
+/* Write a snapshot file data/<name>, unless a file written before holds the same bytes; `used`
+ * (40 bytes) gets the name the event must give: `name` or that earlier file's.  -1 when it
+ * could not be written (write_file()). */
+static int write_snapshot(const char *name, const void *data, size_t size, char *used) {
+    snprintf(used, 40, "%s", name);
+    uint64_t hash[2] = {0, 0};
+    if (dedup_ && !write_errno_) {
+        content_hash(data, size, hash);
+        long i = written_as(data, size, hash);
+        if (i >= 0) { snprintf(used, 40, "%s", written_[i].name); return 0; }
+    }
+    if (write_file(name, data, size) != 0) return -1;
+    if (dedup_) {
+        GROW(written_, nwritten_, capwritten_);
+        written_t *w = &written_[nwritten_++];
+        w->hash[0] = hash[0]; w->hash[1] = hash[1]; w->size = size;
+        snprintf(w->name, sizeof w->name, "%s", name);
+    }
+    return 0;
+}
+
+/* The bytes of these prologues (already on the host) that no file written so far holds. */
+static uint64_t new_prologue_bytes(const long *ids, unsigned char **host, size_t n) {
+    uint64_t total = 0;
+    for (size_t i = 0; i < n; i++) {
+        size_t size = blocks_[ids[i]].size;
+        uint64_t hash[2];
+        content_hash(host[i], size, hash);
+        if (written_as(host[i], size, hash) < 0) total += size;
+    }
+    return total;
+}
+
 static void hex(FILE *f, const unsigned char *b, size_t n) {
     for (size_t i = 0; i < n; i++) fprintf(f, "%02x", b[i]);
 }
@@ -1273,8 +1370,11 @@ static uint64_t reserve_for(const func_t *fi, int check) {
 
 /* Whether `need` bytes (plus the reserve) pass the budget; when they do, the refusal is
  * noted (budget_spent_, and its size and reserve for the event). */
+static int fits(uint64_t need, uint64_t reserve) {
+    return need <= max_bytes_ && snap_bytes_ + need + reserve <= max_bytes_;
+}
 static int over_budget(uint64_t need, uint64_t reserve) {
-    if (need <= max_bytes_ && snap_bytes_ + need + reserve <= max_bytes_) return 0;
+    if (fits(need, reserve)) return 0;
     budget_spent_ = 1;
     budget_need_ = need;
     budget_reserve_ = reserve;
@@ -1282,9 +1382,13 @@ static int over_budget(uint64_t need, uint64_t reserve) {
 }
 
 /* Without synchronizing or reading memory: would this kernel's next snapshot surely not fit,
- * judged by the size its last one took or would have taken? */
+ * judged by the size its last one took or would have taken (every file)?  With files written
+ * once, only if its epilogues alone would not: its prologues may all be files written before. */
 static int surely_over_budget(const func_t *fi, int check) {
-    return fi && fi->need && over_budget(fi->need, reserve_for(fi, check));
+    if (!fi || !fi->need) return 0;
+    uint64_t reserve = reserve_for(fi, check);
+    if (dedup_ && fits(fi->need / 2, reserve)) return 0;  /* its prologues may be written */
+    return over_budget(fi->need, reserve);
 }
 
 /* Snapshot one launch of `cfg`: its first (check 0: the recorded launch, whose argument bytes
@@ -1326,7 +1430,15 @@ static CUresult snapshot_launch(const call_t *c, config_t *cfg, func_t *fi, cons
     unsigned char **host = malloc((nblocks_ + 1) * sizeof *host);
     size_t nsel = select_blocks(args ? args : (unsigned char *)"", args ? nargs : 0, ids, host);
     uint64_t need = snapshot_bytes(ids, nsel, image), reserve = reserve_for(fi, check);
-    if (fi) fi->need = need;
+    if (fi) fi->need = need;  /* every file's bytes: surely_over_budget() halves it */
+    if (dedup_ && !fits(need, reserve) && fits(need / 2, reserve)) {
+        /* every file would not fit, but the epilogues alone would: count the prologues that
+         * files written before hold already (the epilogues may all be new) */
+        copy_prologues(ids, host, nsel);
+        uint64_t blocks = 0;
+        for (size_t i = 0; i < nsel; i++) blocks += blocks_[ids[i]].size;
+        need = need - blocks + new_prologue_bytes(ids, host, nsel);
+    }
     if (over_budget(need, reserve)) {
         for (size_t i = 0; i < nsel; i++) free(host[i]);
         free(ids); free(host); free(args);
@@ -1342,17 +1454,22 @@ static CUresult snapshot_launch(const call_t *c, config_t *cfg, func_t *fi, cons
     if (image >= 0) image_dump(image);
     copy_prologues(ids, host, nsel);
     char file[128];
+    /* the file each prologue and epilogue is in: its own, or an earlier one with its bytes */
+    char (*pro)[40] = malloc((nsel + 1) * sizeof *pro), (*epi)[40] = malloc((nsel + 1) * sizeof *epi);
     for (size_t i = 0; i < nsel; i++) {
         snprintf(file, sizeof file, "%c%d-a%ld.pro", tag, cfg->id, ids[i]);
-        write_file(file, host[i], blocks_[ids[i]].size);
+        write_snapshot(file, host[i], blocks_[ids[i]].size, pro[i]);
+        snprintf(epi[i], sizeof epi[i], "%c%d-a%ld.epi", tag, cfg->id, ids[i]);
     }
     size_t gsel[256], ng = 0;
+    char gpro[256][40], gepi[256][40];
     for (size_t i = 0; i < nglobals_ && ng < 256; i++) {
         if (globals_[i].image != image || image < 0) continue;
         unsigned char *buf = malloc(globals_[i].size + 1);
         if (d_dtoh && d_dtoh(buf, globals_[i].addr, globals_[i].size) == CUDA_SUCCESS) {
             snprintf(file, sizeof file, "%c%d-g%zu.pro", tag, cfg->id, i);
-            write_file(file, buf, globals_[i].size);
+            write_snapshot(file, buf, globals_[i].size, gpro[ng]);
+            snprintf(gepi[ng], sizeof gepi[ng], "%c%d-g%zu.epi", tag, cfg->id, i);
             gsel[ng++] = i;
         }
         free(buf);
@@ -1379,7 +1496,7 @@ static CUresult snapshot_launch(const call_t *c, config_t *cfg, func_t *fi, cons
             if (d_dtoh && blocks_[ids[i]].size)
                 d_dtoh(host[i], blocks_[ids[i]].addr, blocks_[ids[i]].size);
             snprintf(file, sizeof file, "%c%d-a%ld.epi", tag, cfg->id, ids[i]);
-            write_file(file, host[i], blocks_[ids[i]].size);
+            write_snapshot(file, host[i], blocks_[ids[i]].size, epi[i]);
         }
         free(host[i]);
     }
@@ -1388,7 +1505,7 @@ static CUresult snapshot_launch(const call_t *c, config_t *cfg, func_t *fi, cons
         unsigned char *buf = malloc(g->size + 1);
         if (d_dtoh) d_dtoh(buf, g->addr, g->size);
         snprintf(file, sizeof file, "%c%d-g%zu.epi", tag, cfg->id, gsel[k]);
-        write_file(file, buf, g->size);
+        write_snapshot(file, buf, g->size, gepi[k]);
         free(buf);
     }
     open_index();
@@ -1419,21 +1536,21 @@ static CUresult snapshot_launch(const call_t *c, config_t *cfg, func_t *fi, cons
         if (args) hex(f, args, nargs);
         fputs("\",\"allocs\":[", f);
         for (size_t i = 0; i < nsel; i++)
-            fprintf(f, "%s[%ld,%llu,%llu,\"%c%d-a%ld.pro\",\"%c%d-a%ld.epi\"]", i ? "," : "", ids[i],
+            fprintf(f, "%s[%ld,%llu,%llu,\"%s\",\"%s\"]", i ? "," : "", ids[i],
                     (unsigned long long)blocks_[ids[i]].addr, (unsigned long long)blocks_[ids[i]].size,
-                    tag, cfg->id, ids[i], tag, cfg->id, ids[i]);
+                    pro[i], epi[i]);
         fputs("],\"globals\":[", f);
         for (size_t k = 0; k < ng; k++) {
             global_t *g = &globals_[gsel[k]];
             fprintf(f, "%s[", k ? "," : "");
             emit_string(f, g->name);
-            fprintf(f, ",%llu,%llu,\"%c%d-g%zu.pro\",\"%c%d-g%zu.epi\"]", (unsigned long long)g->addr,
-                    (unsigned long long)g->size, tag, cfg->id, gsel[k], tag, cfg->id, gsel[k]);
+            fprintf(f, ",%llu,%llu,\"%s\",\"%s\"]", (unsigned long long)g->addr,
+                    (unsigned long long)g->size, gpro[k], gepi[k]);
         }
         fputs("]}\n", f);
         fflush(f);
     }
-    free(ids); free(host);
+    free(ids); free(host); free(pro); free(epi);
     if (check || !cfg->ref_known) free(args);  /* else the reference holds it */
     if (fault)
         note_fault(fault, name, cfg->id, -1, nth, launches_, 1,
