@@ -241,10 +241,8 @@ def _snapshots(root: Path, data: dict[str, Any], out: str) -> dict[tuple[str, in
             if not config["bundle"]:
                 continue
             bundle = Bundle.open(root / out / config["bundle"], verify=True)
-            manifests = [bundle.manifest, *([bundle.manifest.checks[0]]
-                                            if bundle.manifest.checks else [])]
             found[(kernel["name"], config["grid"][0])] = [
-                bundle.blob(ref) for m in manifests for a in m.allocations
+                bundle.blob(ref) for a in bundle.manifest.all_allocations
                 for ref in (a.prologue, a.epilogue)]
     return found
 
