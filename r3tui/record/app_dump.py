@@ -195,7 +195,8 @@ def _bound_warnings(procs: Sequence[RawProcess], kernels: list[dict[str, Any]]) 
 
 def snapshot_summary(procs: Sequence[RawProcess]) -> dict[str, Any]:
     """recording.json's ``snapshots``: the bounds the interposer ran with (the first
-    process's), the bytes it wrote to the raw dump, and how many configurations were
+    process's), whether it wrote a file's bytes once, the bytes it wrote to the raw dump, and
+    how many configurations were
     snapshotted and, by reason, not."""
     start = next((p.start for p in procs if p.start), None) or {}
     skipped: dict[str, int] = {}
@@ -206,6 +207,9 @@ def snapshot_summary(procs: Sequence[RawProcess]) -> dict[str, Any]:
                   sum(int(c.event.get("bytes", 0)) + int((c.check or {}).get("bytes", 0))
                       for c in p.configs) for p in procs)
     return {"max_configs": start.get("max_configs"), "max_bytes": start.get("max_bytes"),
+            # files whose bytes an earlier file holds were not written again (r3rec.c); None
+            # for a dump from before that
+            "dedup": bool(start["dedup"]) if "dedup" in start else None,
             "bytes": written,
             "snapshotted": sum(c.recorded for p in procs for c in p.configs),
             "not_snapshotted": skipped,

@@ -215,7 +215,7 @@ def test_only_the_first_configurations_of_a_kernel_are_snapshotted_and_all_are_c
     one = _kernel(data, "one(float*)")
     (config,) = one["configs"]
     assert config["replayable"] and config["check_launch"] and config["count"] == 3
-    assert data["snapshots"] == {"max_configs": 4, "max_bytes": 8 << 30,
+    assert data["snapshots"] == {"max_configs": 4, "max_bytes": 8 << 30, "dedup": False,
                                  "bytes": 10 * SNAPSHOT + 64, "snapshotted": 5,
                                  "not_snapshotted": {"max_configs": 36},
                                  "budget_spent": False}
@@ -263,7 +263,7 @@ def test_snapshot_files_with_the_same_bytes_are_written_once(
     assert len(_files(tmp_path / "raw-dedup")) == len(contents)
     plain = _convert(tmp_path)
     dedup = _convert(tmp_path, "raw-dedup", "out-dedup")
-    assert dedup["snapshots"]["bytes"] == int(once["bytes"])
+    assert dedup["snapshots"]["bytes"] == int(once["bytes"]) and dedup["snapshots"]["dedup"]
     assert _snapshots(tmp_path, dedup, "out-dedup") == _snapshots(tmp_path, plain, "out")
     assert len(_snapshots(tmp_path, plain, "out")) == 5
 
