@@ -1254,14 +1254,16 @@ static int same_as_file(const char *name, const unsigned char *data, size_t size
     snprintf(path, sizeof path, "%s/data/%s", dir_, name);
     FILE *f = fopen(path, "rb");
     if (!f) return 0;
-    unsigned char chunk[1 << 16];
+    enum { CHUNK = 1 << 20 };  /* on the heap: an application's threads may have small stacks */
+    unsigned char *chunk = malloc(CHUNK);
     size_t at = 0, n;
-    int same = 1;
-    while (same && (n = fread(chunk, 1, sizeof chunk, f)) > 0) {
+    int same = chunk != NULL;
+    while (same && (n = fread(chunk, 1, CHUNK, f)) > 0) {
         same = at + n <= size && !memcmp(chunk, data + at, n);
         at += n;
     }
     fclose(f);
+    free(chunk);
     return same && at == size;
 }
 
@@ -1462,7 +1464,7 @@ static CUresult snapshot_launch(const call_t *c, config_t *cfg, func_t *fi, cons
         snprintf(epi[i], sizeof epi[i], "%c%d-a%ld.epi", tag, cfg->id, ids[i]);
     }
     size_t gsel[256], ng = 0;
-    char gpro[256][40], gepi[256][40];
+    char (*gpro)[40] = malloc(256 * sizeof *gpro), (*gepi)[40] = malloc(256 * sizeof *gepi);
     for (size_t i = 0; i < nglobals_ && ng < 256; i++) {
         if (globals_[i].image != image || image < 0) continue;
         unsigned char *buf = malloc(globals_[i].size + 1);
@@ -1550,7 +1552,7 @@ static CUresult snapshot_launch(const call_t *c, config_t *cfg, func_t *fi, cons
         fputs("]}\n", f);
         fflush(f);
     }
-    free(ids); free(host); free(pro); free(epi);
+    free(ids); free(host); free(pro); free(epi); free(gpro); free(gepi);
     if (check || !cfg->ref_known) free(args);  /* else the reference holds it */
     if (fault)
         note_fault(fault, name, cfg->id, -1, nth, launches_, 1,
