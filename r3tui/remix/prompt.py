@@ -186,31 +186,6 @@ def quote_error_line(failure: str, source: str) -> str:
     return f"{failure} (line {found.group(1)} is `{line}`)" if line else failure
 
 
-# a CUDA vector type (float4, int2, double2, ...): its element count; the scalar of each field
-_VECTOR_TYPE = re.compile(r"^(?:u?char|u?short|u?int|u?long|u?longlong|float|double)([1-4])$")
-_SCALARS = {"uchar": "unsigned char", "ushort": "unsigned short", "uint": "unsigned int",
-            "ulong": "unsigned long", "longlong": "long long", "ulonglong": "unsigned long long"}
-
-
-def type_notes(source: str, kernel_name: str) -> str:
-    """A line naming the kernel's pointer parameters to vector types and what their elements
-    are, or "": Qwen2.5-Coder wrote `const float* p = pos` or mixed a float4 with a float in
-    4 of its 6 nbody answers that did not compile (session 49), where `pos` is a
-    `const float4*`."""
-    span = find_kernel(_code(source), kernel_name)
-    if span is None:
-        return ""
-    notes = []
-    for p in span.params:
-        element = p.element_type.replace("const", "").strip() if p.is_pointer else ""
-        found = _VECTOR_TYPE.match(element)
-        if p.name and found:
-            fields = ", ".join(f".{c}" for c in "xyzw"[: int(found.group(1))])
-            scalar = _SCALARS.get(element[:-1], element[:-1])
-            notes.append(f"`{p.name}[i]` has type {element} (fields {fields} of type {scalar})")
-    return f"\nTypes: {'; '.join(notes)}." if notes else ""
-
-
 def shown_source(ctx: MutationContext) -> str:
     """The parent as the model sees it: whole, or for an application's kernel the kernel and
     the device code it reaches (never host code), sized to ``ctx.view_chars``."""
@@ -268,7 +243,6 @@ def build_messages(ctx: MutationContext) -> list[ChatMessage]:
         example_lead="this change in another kernel" if worked else "a change of another kind",
         example_before=before.rstrip("\n"),
         example_after=after.rstrip("\n"),
-        types=type_notes(ctx.parent_source, ctx.kernel_name),
     )
     system = template("system").substitute().strip()
     return [ChatMessage("system", system), ChatMessage("user", user.strip() + "\n")]

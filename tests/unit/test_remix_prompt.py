@@ -196,26 +196,3 @@ def test_the_worked_example_declares_no_name_the_kernel_uses() -> None:
     assert "float acc2 = 0.0f;" in build_messages(ctx)[1].content
     recorded = replace(ctx, example_names="as_written")  # campaigns recorded before
     assert "float acc2" not in build_messages(recorded)[1].content
-
-
-def test_the_prompt_names_what_a_vector_typed_pointer_holds() -> None:
-    """nbody's `pos` is a `const float4*`: Qwen2.5-Coder wrote `const float* p = pos` or
-    added a float4 to a float in 4 of its 6 nbody answers that did not compile (session 49).
-    The prompt says what each such pointer's elements are; a kernel of scalars has no line."""
-    nbody = (EXAMPLES / "nbody" / "kernel.cu").read_text()
-    ctx = MutationContext("nbody", nbody, transformation=transformation("register_blocking"),
-                          edit_format="search_replace")
-    user = build_messages(ctx)[1].content
-    assert ("Types: `pos[i]` has type float4 (fields .x, .y, .z, .w of type float); "
-            "`acc[i]` has type float4 (fields .x, .y, .z, .w of type float).") in user
-    whole = build_messages(MutationContext("nbody", nbody, edit_format="whole",
-                                           transformation=transformation("register_blocking")))
-    assert "`pos[i]` has type float4" in whole[1].content
-    scalar = build_messages(MutationContext("stencil7", STENCIL, edit_format="search_replace",
-                                            transformation=transformation("register_blocking")))
-    assert "Types:" not in scalar[1].content
-    from r3tui.remix.prompt import type_notes
-
-    assert type_notes("__global__ void k(const uint2* __restrict__ a, double2 *b, float *c) {}",
-                      "k") == ("\nTypes: `a[i]` has type uint2 (fields .x, .y of type unsigned "
-                               "int); `b[i]` has type double2 (fields .x, .y of type double).")
