@@ -1267,9 +1267,11 @@ static int same_as_file(const char *name, const unsigned char *data, size_t size
     return same && at == size;
 }
 
-/* The file written before with these bytes, or -1. */
-static long written_as(const unsigned char *data, size_t size, const uint64_t hash[2]) {
-    for (size_t i = nwritten_; i-- > 0;) {
+/* The file written before with these bytes, or -1: among the files written since the
+ * `from`-th. */
+static long written_as(const unsigned char *data, size_t size, const uint64_t hash[2],
+                       size_t from) {
+    for (size_t i = nwritten_; i-- > from;) {
         const written_t *w = &written_[i];
         if (w->size == size && w->hash[0] == hash[0] && w->hash[1] == hash[1]
                 && same_as_file(w->name, data, size))
@@ -1278,37 +1280,40 @@ static long written_as(const unsigned char *data, size_t size, const uint64_t ha
     return -1;
 }
 
-/* Write a snapshot file data/<name>, unless a file written before holds the same bytes; `used`
- * (40 bytes) gets the name the event must give: `name` or that earlier file's.  -1 when it
- * could not be written (write_file()). */
-static int write_snapshot(const char *name, const void *data, size_t size, char *used) {
-    snprintf(used, 40, "%s", name);
-    uint64_t hash[2] = {0, 0};
+/* A buffer's content hash and the file written before that holds its bytes (-1: none among
+ * the first `seen` files), so the budget can count a snapshot's new bytes and the writes
+ * after it need not hash and compare them again. */
+typedef struct { uint64_t hash[2]; long found; size_t seen; } match_t;
+static match_t match_of(const unsigned char *data, size_t size) {
+    match_t m = {{0, 0}, -1, nwritten_};
     if (dedup_ && !write_errno_) {
-        content_hash(data, size, hash);
-        long i = written_as(data, size, hash);
-        if (i >= 0) { snprintf(used, 40, "%s", written_[i].name); return 0; }
+        content_hash(data, size, m.hash);
+        m.found = written_as(data, size, m.hash, 0);
     }
+    return m;
+}
+
+/* Write a snapshot file data/<name>, unless a file written before holds the same bytes (`m`,
+ * then the files written since it was made); `used` (40 bytes) gets the name the event must
+ * give: `name` or that earlier file's.  -1 when it could not be written (write_file()). */
+static int write_matched(const char *name, const void *data, size_t size, match_t m,
+                         char *used) {
+    snprintf(used, 40, "%s", name);
+    if (dedup_ && m.found < 0 && !write_errno_)
+        m.found = written_as(data, size, m.hash, m.seen);
+    if (dedup_ && m.found >= 0) { snprintf(used, 40, "%s", written_[m.found].name); return 0; }
     if (write_file(name, data, size) != 0) return -1;
     if (dedup_) {
         GROW(written_, nwritten_, capwritten_);
         written_t *w = &written_[nwritten_++];
-        w->hash[0] = hash[0]; w->hash[1] = hash[1]; w->size = size;
+        w->hash[0] = m.hash[0]; w->hash[1] = m.hash[1]; w->size = size;
         snprintf(w->name, sizeof w->name, "%s", name);
     }
     return 0;
 }
 
-/* The bytes of these prologues (already on the host) that no file written so far holds. */
-static uint64_t new_prologue_bytes(const long *ids, unsigned char **host, size_t n) {
-    uint64_t total = 0;
-    for (size_t i = 0; i < n; i++) {
-        size_t size = blocks_[ids[i]].size;
-        uint64_t hash[2];
-        content_hash(host[i], size, hash);
-        if (written_as(host[i], size, hash) < 0) total += size;
-    }
-    return total;
+static int write_snapshot(const char *name, const void *data, size_t size, char *used) {
+    return write_matched(name, data, size, match_of(data, size), used);
 }
 
 static void hex(FILE *f, const unsigned char *b, size_t n) {
@@ -1432,18 +1437,21 @@ static CUresult snapshot_launch(const call_t *c, config_t *cfg, func_t *fi, cons
     unsigned char **host = malloc((nblocks_ + 1) * sizeof *host);
     size_t nsel = select_blocks(args ? args : (unsigned char *)"", args ? nargs : 0, ids, host);
     uint64_t need = snapshot_bytes(ids, nsel, image), reserve = reserve_for(fi, check);
+    match_t *matched = NULL;  /* each prologue's match, where the budget needed them */
     if (fi) fi->need = need;  /* every file's bytes: surely_over_budget() halves it */
     if (dedup_ && !fits(need, reserve) && fits(need / 2, reserve)) {
         /* every file would not fit, but the epilogues alone would: count the prologues that
          * files written before hold already (the epilogues may all be new) */
         copy_prologues(ids, host, nsel);
-        uint64_t blocks = 0;
-        for (size_t i = 0; i < nsel; i++) blocks += blocks_[ids[i]].size;
-        need = need - blocks + new_prologue_bytes(ids, host, nsel);
+        matched = malloc((nsel + 1) * sizeof *matched);
+        for (size_t i = 0; i < nsel; i++) {
+            matched[i] = match_of(host[i], blocks_[ids[i]].size);
+            if (matched[i].found >= 0) need -= blocks_[ids[i]].size;
+        }
     }
     if (over_budget(need, reserve)) {
         for (size_t i = 0; i < nsel; i++) free(host[i]);
-        free(ids); free(host); free(args);
+        free(ids); free(host); free(args); free(matched);
         *declined = 1;
         return CUDA_SUCCESS;
     }
@@ -1460,7 +1468,8 @@ static CUresult snapshot_launch(const call_t *c, config_t *cfg, func_t *fi, cons
     char (*pro)[40] = malloc((nsel + 1) * sizeof *pro), (*epi)[40] = malloc((nsel + 1) * sizeof *epi);
     for (size_t i = 0; i < nsel; i++) {
         snprintf(file, sizeof file, "%c%d-a%ld.pro", tag, cfg->id, ids[i]);
-        write_snapshot(file, host[i], blocks_[ids[i]].size, pro[i]);
+        size_t size = blocks_[ids[i]].size;
+        write_matched(file, host[i], size, matched ? matched[i] : match_of(host[i], size), pro[i]);
         snprintf(epi[i], sizeof epi[i], "%c%d-a%ld.epi", tag, cfg->id, ids[i]);
     }
     size_t gsel[256], ng = 0;
@@ -1552,7 +1561,7 @@ static CUresult snapshot_launch(const call_t *c, config_t *cfg, func_t *fi, cons
         fputs("]}\n", f);
         fflush(f);
     }
-    free(ids); free(host); free(pro); free(epi); free(gpro); free(gepi);
+    free(ids); free(host); free(pro); free(epi); free(gpro); free(gepi); free(matched);
     if (check || !cfg->ref_known) free(args);  /* else the reference holds it */
     if (fault)
         note_fault(fault, name, cfg->id, -1, nth, launches_, 1,
